@@ -1,0 +1,1 @@
+//! Log storage (being written).

@@ -1,0 +1,1 @@
+//! Cluster metadata (being written).
