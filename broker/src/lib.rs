@@ -1,5 +1,179 @@
 //! The broker: a Kafka-wire-compatible server. See ARCHITECTURE.md for the map.
 
+pub mod broker;
+pub mod config;
+pub mod error;
+pub mod handlers;
 pub mod log;
 pub mod metadata;
+pub mod partition;
+pub mod replica_manager;
+pub mod server;
 pub mod types;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+
+use crate::broker::{now_ms, Broker};
+use crate::config::ServerConfig;
+use crate::metadata::{BrokerRegistration, MetadataCommand, MetadataController};
+
+/// A started broker: its bound address and a way to stop it.
+pub struct RunningBroker {
+    pub broker: Arc<Broker>,
+    pub local_addr: std::net::SocketAddr,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<tokio::task::JoinHandle<()>>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("cannot create data directory {0}: {1}")]
+    DataDir(String, std::io::Error),
+    #[error("metadata quorum: {0}")]
+    Metadata(#[from] metadata::MetadataError),
+    #[error("opening partitions: {0}")]
+    Partitions(#[from] error::PartitionError),
+    #[error("cannot listen on {0}: {1}")]
+    Listen(String, std::io::Error),
+}
+
+/// Opens storage, joins (or forms) the metadata quorum, and starts serving.
+pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
+    let data_dir = config.data_dir().clone();
+    std::fs::create_dir_all(&data_dir)
+        .map_err(|e| StartError::DataDir(data_dir.display().to_string(), e))?;
+    let listener_cfg = &config.listeners[0];
+    let addr = listener_cfg
+        .socket_addr()
+        .map_err(|e| StartError::Listen(format!("{}:{}", listener_cfg.host, listener_cfg.port), std::io::Error::other(e)))?;
+    let listener = TcpListener::bind(addr)
+        .await
+        .map_err(|e| StartError::Listen(addr.to_string(), e))?;
+    let local_addr = listener.local_addr().map_err(|e| StartError::Listen(addr.to_string(), e))?;
+
+    let metadata = MetadataController::open(
+        &data_dir.join("__cluster_metadata"),
+        config.node_id,
+        local_addr.to_string(),
+    )
+    .await?;
+    let mut config = config;
+    // An advertised port 0 (tests bind to port 0) means "the port we got".
+    for l in &mut config.advertised_listeners {
+        if l.port == 0 {
+            l.port = local_addr.port();
+        }
+    }
+    let advertised = config.advertised_listeners[0].clone();
+    let registration = BrokerRegistration {
+        node_id: config.node_id,
+        host: advertised.host.clone(),
+        port: advertised.port,
+        rack: None,
+    };
+    let registered = metadata.image().brokers.get(&config.node_id).cloned();
+    if registered.as_ref().map(|b| (&b.host, b.port)) != Some((&registration.host, registration.port)) {
+        metadata.propose(MetadataCommand::RegisterBroker(registration)).await?;
+    }
+    let retention_check_ms = config.log_retention_check_interval_ms;
+    let broker = Arc::new(Broker::new(config, metadata));
+    broker.sync_replicas()?;
+
+    let (shutdown, shutdown_rx) = watch::channel(false);
+    let mut tasks = Vec::new();
+    {
+        let broker = broker.clone();
+        let rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            if let Err(e) = server::serve(broker, listener, rx).await {
+                tracing::error!(error = %e, "listener failed");
+            }
+        }));
+    }
+    {
+        // Follow metadata changes made elsewhere (issue 6: other brokers).
+        let broker = broker.clone();
+        let mut images = broker.metadata.subscribe();
+        let mut rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = rx.changed() => return,
+                    changed = images.changed() => {
+                        if changed.is_err() { return; }
+                        if let Err(e) = broker.sync_replicas() {
+                            tracing::error!(error = %e, "applying metadata to partitions failed");
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    {
+        let broker = broker.clone();
+        let mut rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(retention_check_ms.max(1) as u64));
+            tick.tick().await;
+            loop {
+                tokio::select! {
+                    _ = rx.changed() => return,
+                    _ = tick.tick() => {
+                        let b = broker.clone();
+                        let _ = tokio::task::spawn_blocking(move || {
+                            b.replicas.maintain_all(now_ms());
+                            publish_partition_metrics(&b);
+                        }).await;
+                    }
+                }
+            }
+        }));
+    }
+    Ok(RunningBroker {
+        broker,
+        local_addr,
+        shutdown,
+        tasks,
+    })
+}
+
+fn publish_partition_metrics(broker: &Broker) {
+    for (tp, part) in broker.replicas.all() {
+        let p = part.lock().expect("poisoned");
+        let labels = [("topic", tp.topic.to_string()), ("partition", tp.partition.to_string())];
+        metrics::gauge!("kafka_log_end_offset", &labels).set(p.log_end_offset().0 as f64);
+        metrics::gauge!("kafka_log_start_offset", &labels).set(p.log_start_offset().0 as f64);
+        metrics::gauge!("kafka_log_size_bytes", &labels).set(p.size_bytes() as f64);
+    }
+}
+
+impl RunningBroker {
+    /// Stops accepting, closes connections, closes every partition cleanly.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        for t in self.tasks {
+            let _ = t.await;
+        }
+        let broker = self.broker;
+        // Connections drop their Arc as they notice the shutdown.
+        for _ in 0..50 {
+            if Arc::strong_count(&broker) == 1 {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        broker.replicas.shutdown();
+        match Arc::try_unwrap(broker) {
+            Ok(b) => {
+                if let Err(e) = b.metadata.shutdown().await {
+                    tracing::error!(error = %e, "metadata shutdown failed");
+                }
+            }
+            Err(_) => tracing::warn!("broker still referenced at shutdown"),
+        }
+    }
+}

@@ -1,1 +1,59 @@
-fn main() {}
+//! `broker [server.properties] [--override key=value]...`
+//!
+//! With no arguments: a single node on 127.0.0.1:9092 with its data under
+//! `./data`. An invalid config prints one line naming the key and exits 2.
+
+use broker::config::ServerConfig;
+
+fn main() {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    if args.iter().any(|a| a == "--help" || a == "-h") {
+        println!("usage: broker [server.properties] [--override key=value]...");
+        return;
+    }
+    let config = match ServerConfig::from_args(&args) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("broker: {e}");
+            std::process::exit(2);
+        }
+    };
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime");
+    runtime.block_on(async move {
+        if let Some(addr) = config.metrics_listen {
+            if let Err(e) = metrics_exporter_prometheus::PrometheusBuilder::new()
+                .with_http_listener(addr)
+                .install()
+            {
+                eprintln!("broker: cannot serve metrics on {addr}: {e}");
+                std::process::exit(2);
+            }
+        }
+        let running = match broker::start(config).await {
+            Ok(r) => r,
+            Err(e) => {
+                eprintln!("broker: {e}");
+                std::process::exit(1);
+            }
+        };
+        tracing::info!(addr = %running.local_addr, "broker ready");
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("SIGTERM handler");
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => {}
+            _ = term.recv() => {}
+        }
+        tracing::info!("shutting down");
+        running.shutdown().await;
+    });
+}

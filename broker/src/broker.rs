@@ -1,0 +1,263 @@
+//! The state every connection shares, and the operations several handlers
+//! need (topic creation is used by CreateTopics and by Metadata auto-create).
+
+use std::collections::BTreeMap;
+use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use crate::config::{ServerConfig, TopicConfigError, TopicConfigs};
+use crate::metadata::{
+    MetadataCommand, MetadataController, MetadataError, MetadataOutcome, PartitionImage,
+};
+use crate::replica_manager::ReplicaManager;
+use crate::types::{LeaderEpoch, NodeId};
+
+/// How many producer ids this node takes from the quorum at a time.
+const PRODUCER_ID_BLOCK_SIZE: i64 = 1000;
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+pub struct Broker {
+    pub config: ServerConfig,
+    pub metadata: MetadataController,
+    pub replicas: ReplicaManager,
+    producer_ids: Mutex<(i64, i64)>,
+}
+
+/// Why a topic could not be created, with the Kafka code each maps to.
+#[derive(Debug, thiserror::Error)]
+pub enum CreateTopicError {
+    #[error("Topic '{0}' already exists.")]
+    TopicAlreadyExists(String),
+    #[error("{0}")]
+    InvalidTopic(String),
+    #[error("Number of partitions must be larger than 0.")]
+    InvalidPartitions,
+    #[error("{0}")]
+    InvalidReplicationFactor(String),
+    #[error("{0}")]
+    InvalidReplicaAssignment(String),
+    #[error(transparent)]
+    InvalidConfig(#[from] TopicConfigError),
+    #[error("{0}")]
+    Metadata(MetadataError),
+}
+
+impl CreateTopicError {
+    pub fn code(&self) -> i16 {
+        match self {
+            CreateTopicError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
+            CreateTopicError::InvalidTopic(_) => ResponseError::InvalidTopicException,
+            CreateTopicError::InvalidPartitions => ResponseError::InvalidPartitions,
+            CreateTopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
+            CreateTopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+            CreateTopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            CreateTopicError::Metadata(e) => metadata_error(e),
+        }
+        .code()
+    }
+}
+
+/// The Kafka error for a metadata-quorum failure.
+pub fn metadata_error(e: &MetadataError) -> ResponseError {
+    match e {
+        MetadataError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
+        MetadataError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
+        MetadataError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+        MetadataError::NotController { .. } => ResponseError::NotController,
+        MetadataError::Fatal(_) => ResponseError::UnknownServerError,
+    }
+}
+
+/// Kafka's topic-name rule: 1..=249 chars of `[a-zA-Z0-9._-]`, not `.`/`..`.
+pub fn validate_topic_name(name: &str) -> Result<(), String> {
+    if name.is_empty() {
+        return Err("Topic name is illegal, it can't be empty".into());
+    }
+    if name == "." || name == ".." {
+        return Err("Topic name cannot be \".\" or \"..\"".into());
+    }
+    if name.len() > 249 {
+        return Err(format!(
+            "Topic name is illegal, it can't be longer than 249 characters, topic name: {name}"
+        ));
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'_' || b == b'-')
+    {
+        return Err(format!(
+            "Topic name {name} is illegal, it contains a character other than ASCII alphanumerics, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// A request to create one topic, already in our terms.
+pub struct NewTopic {
+    pub name: String,
+    pub num_partitions: i32,
+    pub replication_factor: i16,
+    pub assignments: Vec<(i32, Vec<i32>)>,
+    pub configs: BTreeMap<String, String>,
+}
+
+impl Broker {
+    pub fn new(config: ServerConfig, metadata: MetadataController) -> Self {
+        let replicas = ReplicaManager::new(config.clone());
+        Self {
+            config,
+            metadata,
+            replicas,
+            producer_ids: Mutex::new((0, 0)),
+        }
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    /// Applies the latest metadata image to the local partitions.
+    pub fn sync_replicas(&self) -> Result<(), crate::error::PartitionError> {
+        self.replicas.reconcile(&self.metadata.image(), now_ms())
+    }
+
+    /// Validates a new topic and, unless `validate_only`, creates it through
+    /// the quorum and opens its partitions before returning.
+    pub async fn create_topic(
+        &self,
+        t: NewTopic,
+        validate_only: bool,
+    ) -> Result<(Uuid, Vec<PartitionImage>), CreateTopicError> {
+        validate_topic_name(&t.name).map_err(CreateTopicError::InvalidTopic)?;
+        if self.metadata.image().topics.contains_key(&t.name) {
+            return Err(CreateTopicError::TopicAlreadyExists(t.name));
+        }
+        TopicConfigs::validate_overrides(t.configs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        let image = self.metadata.image();
+        let brokers: Vec<NodeId> = if image.brokers.is_empty() {
+            vec![self.node_id()]
+        } else {
+            image.brokers.keys().copied().collect()
+        };
+        let partitions: Vec<PartitionImage> = if !t.assignments.is_empty() {
+            if t.num_partitions != -1 || t.replication_factor != -1 {
+                return Err(CreateTopicError::InvalidReplicaAssignment(
+                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
+                ));
+            }
+            let mut out = Vec::new();
+            for (i, (index, ids)) in t.assignments.iter().enumerate() {
+                if *index != i as i32 || ids.is_empty() {
+                    return Err(CreateTopicError::InvalidReplicaAssignment(format!(
+                        "Invalid replica assignment for partition {index}"
+                    )));
+                }
+                let replicas: Vec<NodeId> = ids.iter().map(|&b| NodeId(b)).collect();
+                if let Some(unknown) = replicas.iter().find(|r| !brokers.contains(r)) {
+                    return Err(CreateTopicError::InvalidReplicaAssignment(format!(
+                        "The manual partition assignment includes broker {unknown}, but no such broker is registered."
+                    )));
+                }
+                out.push(partition_image(*index, replicas));
+            }
+            out
+        } else {
+            let n = if t.num_partitions == -1 {
+                self.config.num_partitions
+            } else {
+                t.num_partitions
+            };
+            if n < 1 {
+                return Err(CreateTopicError::InvalidPartitions);
+            }
+            let rf = if t.replication_factor == -1 {
+                self.config.default_replication_factor
+            } else {
+                t.replication_factor
+            };
+            if rf < 1 {
+                return Err(CreateTopicError::InvalidReplicationFactor(
+                    "Replication factor must be larger than 0.".into(),
+                ));
+            }
+            if rf as usize > brokers.len() {
+                return Err(CreateTopicError::InvalidReplicationFactor(format!(
+                    "Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.",
+                    brokers.len()
+                )));
+            }
+            (0..n)
+                .map(|p| {
+                    let replicas = (0..rf as usize)
+                        .map(|r| brokers[(p as usize + r) % brokers.len()])
+                        .collect();
+                    partition_image(p, replicas)
+                })
+                .collect()
+        };
+        let topic_id = Uuid::new_v4();
+        if validate_only {
+            return Ok((topic_id, partitions));
+        }
+        self.metadata
+            .propose(MetadataCommand::CreateTopic {
+                name: t.name.clone(),
+                topic_id,
+                partitions: partitions.clone(),
+                configs: t.configs,
+            })
+            .await
+            .map_err(|e| match e {
+                MetadataError::TopicAlreadyExists(n) => CreateTopicError::TopicAlreadyExists(n),
+                other => CreateTopicError::Metadata(other),
+            })?;
+        self.sync_replicas()
+            .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
+        Ok((topic_id, partitions))
+    }
+
+    /// Hands out the next producer id, taking a new block from the quorum
+    /// when the current one is used up. Ids are never reused, even across
+    /// restarts, because blocks are replicated state.
+    pub async fn next_producer_id(&self) -> Result<i64, MetadataError> {
+        {
+            let mut ids = self.producer_ids.lock().expect("poisoned");
+            if ids.0 < ids.1 {
+                ids.0 += 1;
+                return Ok(ids.0 - 1);
+            }
+        }
+        let outcome = self
+            .metadata
+            .propose(MetadataCommand::AllocateProducerIds {
+                count: PRODUCER_ID_BLOCK_SIZE,
+            })
+            .await?;
+        let MetadataOutcome::ProducerIdBlock { first, count } = outcome else {
+            return Err(MetadataError::Fatal("expected a producer id block".into()));
+        };
+        let mut ids = self.producer_ids.lock().expect("poisoned");
+        *ids = (first + 1, first + count);
+        Ok(first)
+    }
+}
+
+fn partition_image(partition: i32, replicas: Vec<NodeId>) -> PartitionImage {
+    PartitionImage {
+        partition,
+        leader: replicas[0],
+        isr: replicas.clone(),
+        replicas,
+        leader_epoch: LeaderEpoch(0),
+        partition_epoch: 0,
+    }
+}

@@ -1,0 +1,11 @@
+//! Configuration: the broker's own (`server.properties` keys) and per-topic
+//! configs, both with Kafka's names and defaults.
+//!
+//! Everything feeds one plain struct: a properties file, then `--override
+//! key=value` flags in order, exactly as `kafka-server-start.sh` does.
+
+mod server;
+mod topic;
+
+pub use server::{ConfigError, Listener, ServerConfig};
+pub use topic::{TopicConfigs, TopicConfigEntry, TopicConfigError, TOPIC_CONFIGS};

@@ -1,0 +1,487 @@
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use thiserror::Error;
+
+use crate::types::NodeId;
+
+/// A config key whose value cannot be used. Printed as one line naming the
+/// key; `main` exits with status 2.
+#[derive(Debug, Error, PartialEq, Eq)]
+pub enum ConfigError {
+    #[error("invalid value {value:?} for config key {key}: {reason}")]
+    InvalidValue {
+        key: String,
+        value: String,
+        reason: String,
+    },
+    #[error("cannot read config file {path}: {reason}")]
+    File { path: String, reason: String },
+    #[error("malformed config line {line}: {text:?} (expected key=value)")]
+    MalformedLine { line: usize, text: String },
+    #[error("invalid argument {0:?}: usage: broker [server.properties] [--override key=value]...")]
+    Usage(String),
+}
+
+/// One `NAME://host:port` entry of `listeners`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Listener {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl Listener {
+    pub fn socket_addr(&self) -> Result<SocketAddr, String> {
+        use std::net::ToSocketAddrs;
+        let host = if self.host.is_empty() {
+            "0.0.0.0"
+        } else {
+            &self.host
+        };
+        (host, self.port)
+            .to_socket_addrs()
+            .map_err(|e| e.to_string())?
+            .next()
+            .ok_or_else(|| format!("{host} resolves to no address"))
+    }
+}
+
+/// The broker's configuration, with Kafka's keys. Defaults are Kafka's,
+/// except where a single local node needs otherwise (listener on
+/// 127.0.0.1:9092, data under `./data`).
+#[derive(Clone, Debug)]
+pub struct ServerConfig {
+    pub node_id: NodeId,
+    pub listeners: Vec<Listener>,
+    pub advertised_listeners: Vec<Listener>,
+    pub log_dirs: Vec<PathBuf>,
+    pub num_partitions: i32,
+    pub default_replication_factor: i16,
+    pub auto_create_topics_enable: bool,
+    pub log_retention_ms: i64,
+    pub log_retention_bytes: i64,
+    pub log_segment_bytes: u64,
+    pub log_roll_ms: i64,
+    pub log_index_interval_bytes: u32,
+    pub log_cleanup_policy: String,
+    pub log_cleaner_delete_retention_ms: i64,
+    pub log_flush_interval_messages: u64,
+    pub log_flush_interval_ms: i64,
+    pub log_retention_check_interval_ms: i64,
+    pub log_message_timestamp_type: String,
+    pub message_max_bytes: u32,
+    pub min_insync_replicas: i32,
+    pub socket_request_max_bytes: usize,
+    /// Requests read ahead on one connection before the reader waits for
+    /// responses to drain (Kafka's `queued.max.requests` is broker-wide; this
+    /// is the per-connection bound that keeps memory finite).
+    pub queued_max_requests: usize,
+    pub max_connections: usize,
+    pub metrics_listen: Option<SocketAddr>,
+    /// Every key that was set, as given, for DescribeConfigs.
+    pub explicit: BTreeMap<String, String>,
+}
+
+impl Default for ServerConfig {
+    fn default() -> Self {
+        let listener = Listener {
+            name: "PLAINTEXT".into(),
+            host: "127.0.0.1".into(),
+            port: 9092,
+        };
+        Self {
+            node_id: NodeId(1),
+            listeners: vec![listener.clone()],
+            advertised_listeners: vec![listener],
+            log_dirs: vec![PathBuf::from("data")],
+            num_partitions: 1,
+            default_replication_factor: 1,
+            auto_create_topics_enable: true,
+            log_retention_ms: 7 * 24 * 3_600_000,
+            log_retention_bytes: -1,
+            log_segment_bytes: 1 << 30,
+            log_roll_ms: 7 * 24 * 3_600_000,
+            log_index_interval_bytes: 4096,
+            log_cleanup_policy: "delete".into(),
+            log_cleaner_delete_retention_ms: 24 * 3_600_000,
+            log_flush_interval_messages: u64::MAX,
+            log_flush_interval_ms: i64::MAX,
+            log_retention_check_interval_ms: 300_000,
+            log_message_timestamp_type: "CreateTime".into(),
+            message_max_bytes: 1_048_588,
+            min_insync_replicas: 1,
+            socket_request_max_bytes: 104_857_600,
+            queued_max_requests: 500,
+            max_connections: 10_000,
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9404))),
+            explicit: BTreeMap::new(),
+        }
+    }
+}
+
+fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+    ConfigError::InvalidValue {
+        key: key.into(),
+        value: value.into(),
+        reason: reason.into(),
+    }
+}
+
+fn parse_num<T: std::str::FromStr>(key: &str, value: &str) -> Result<T, ConfigError> {
+    value
+        .trim()
+        .parse::<T>()
+        .map_err(|_| invalid(key, value, "not a number in range"))
+}
+
+fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" => Ok(true),
+        "false" => Ok(false),
+        _ => Err(invalid(key, value, "expected true or false")),
+    }
+}
+
+/// A Kafka `long` that may use Long.MAX_VALUE or -1 for "never".
+fn parse_never_u64(key: &str, value: &str) -> Result<u64, ConfigError> {
+    let n: i64 = parse_num(key, value)?;
+    if n < 1 {
+        return Err(invalid(key, value, "must be at least 1"));
+    }
+    Ok(if n == i64::MAX { u64::MAX } else { n as u64 })
+}
+
+fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError> {
+    let mut out = Vec::new();
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (name, rest) = part
+            .split_once("://")
+            .ok_or_else(|| invalid(key, value, "expected NAME://host:port"))?;
+        let (host, port) = rest
+            .rsplit_once(':')
+            .ok_or_else(|| invalid(key, value, "expected NAME://host:port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| invalid(key, value, format!("bad port {port:?}")))?;
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        out.push(Listener {
+            name: name.to_string(),
+            host: host.to_string(),
+            port,
+        });
+    }
+    if out.is_empty() {
+        return Err(invalid(key, value, "no listener given"));
+    }
+    Ok(out)
+}
+
+impl ServerConfig {
+    /// Builds the config from command-line arguments (without the program
+    /// name): an optional properties file, then `--override key=value` pairs.
+    pub fn from_args(args: &[String]) -> Result<Self, ConfigError> {
+        let mut pairs: Vec<(String, String)> = Vec::new();
+        let mut iter = args.iter();
+        let mut file_seen = false;
+        while let Some(arg) = iter.next() {
+            if arg == "--override" {
+                let kv = iter
+                    .next()
+                    .ok_or_else(|| ConfigError::Usage("--override needs key=value".into()))?;
+                pairs.push(split_pair(kv).ok_or_else(|| ConfigError::Usage(kv.clone()))?);
+            } else if let Some(kv) = arg.strip_prefix("--override=") {
+                pairs.push(split_pair(kv).ok_or_else(|| ConfigError::Usage(kv.into()))?);
+            } else if !file_seen && !arg.starts_with("--") {
+                file_seen = true;
+                let text = std::fs::read_to_string(arg).map_err(|e| ConfigError::File {
+                    path: arg.clone(),
+                    reason: e.to_string(),
+                })?;
+                let mut from_file = parse_properties(&text)?;
+                from_file.append(&mut pairs);
+                pairs = from_file;
+            } else {
+                return Err(ConfigError::Usage(arg.clone()));
+            }
+        }
+        Self::from_pairs(pairs)
+    }
+
+    /// Applies `key=value` pairs in order over the defaults, then validates.
+    pub fn from_pairs<I: IntoIterator<Item = (String, String)>>(
+        pairs: I,
+    ) -> Result<Self, ConfigError> {
+        let mut cfg = ServerConfig::default();
+        let mut advertised_set = false;
+        for (key, value) in pairs {
+            cfg.set(&key, &value, &mut advertised_set)?;
+            cfg.explicit.insert(key, value);
+        }
+        if !advertised_set {
+            cfg.advertised_listeners = cfg.listeners.clone();
+        }
+        cfg.validate()?;
+        Ok(cfg)
+    }
+
+    fn set(&mut self, key: &str, value: &str, advertised_set: &mut bool) -> Result<(), ConfigError> {
+        let v = value.trim();
+        match key {
+            "node.id" | "broker.id" => {
+                let id: i32 = parse_num(key, v)?;
+                if id < 0 {
+                    return Err(invalid(key, v, "must be non-negative"));
+                }
+                self.node_id = NodeId(id);
+            }
+            "listeners" => self.listeners = parse_listeners(key, v)?,
+            "advertised.listeners" => {
+                self.advertised_listeners = parse_listeners(key, v)?;
+                *advertised_set = true;
+            }
+            "log.dirs" | "log.dir" => {
+                self.log_dirs = v
+                    .split(',')
+                    .map(str::trim)
+                    .filter(|d| !d.is_empty())
+                    .map(PathBuf::from)
+                    .collect();
+                if self.log_dirs.is_empty() {
+                    return Err(invalid(key, v, "no directory given"));
+                }
+            }
+            "num.partitions" => self.num_partitions = parse_num(key, v)?,
+            "default.replication.factor" => self.default_replication_factor = parse_num(key, v)?,
+            "auto.create.topics.enable" => self.auto_create_topics_enable = parse_bool(key, v)?,
+            "log.retention.ms" => self.log_retention_ms = parse_num(key, v)?,
+            "log.retention.minutes" => {
+                self.log_retention_ms = parse_num::<i64>(key, v)?.saturating_mul(60_000)
+            }
+            "log.retention.hours" => {
+                self.log_retention_ms = parse_num::<i64>(key, v)?.saturating_mul(3_600_000)
+            }
+            "log.retention.bytes" => self.log_retention_bytes = parse_num(key, v)?,
+            "log.segment.bytes" => self.log_segment_bytes = parse_num(key, v)?,
+            "log.roll.ms" => self.log_roll_ms = parse_num(key, v)?,
+            "log.roll.hours" => {
+                self.log_roll_ms = parse_num::<i64>(key, v)?.saturating_mul(3_600_000)
+            }
+            "log.index.interval.bytes" => self.log_index_interval_bytes = parse_num(key, v)?,
+            "log.cleanup.policy" => {
+                super::topic::validate_cleanup_policy(v).map_err(|r| invalid(key, v, r))?;
+                self.log_cleanup_policy = v.to_string();
+            }
+            "log.cleaner.delete.retention.ms" => {
+                self.log_cleaner_delete_retention_ms = parse_num(key, v)?
+            }
+            "log.flush.interval.messages" => {
+                self.log_flush_interval_messages = parse_never_u64(key, v)?
+            }
+            "log.flush.interval.ms" => self.log_flush_interval_ms = parse_num(key, v)?,
+            "log.retention.check.interval.ms" => {
+                self.log_retention_check_interval_ms = parse_num(key, v)?
+            }
+            "log.message.timestamp.type" => {
+                if v != "CreateTime" && v != "LogAppendTime" {
+                    return Err(invalid(key, v, "expected CreateTime or LogAppendTime"));
+                }
+                self.log_message_timestamp_type = v.to_string();
+            }
+            "message.max.bytes" => self.message_max_bytes = parse_num(key, v)?,
+            "min.insync.replicas" => self.min_insync_replicas = parse_num(key, v)?,
+            "socket.request.max.bytes" => self.socket_request_max_bytes = parse_num(key, v)?,
+            "queued.max.requests" => self.queued_max_requests = parse_num(key, v)?,
+            "max.connections" => self.max_connections = parse_num(key, v)?,
+            "metrics.listen.address" => {
+                self.metrics_listen = if v.is_empty() || v == "none" {
+                    None
+                } else {
+                    Some(
+                        v.parse()
+                            .map_err(|_| invalid(key, v, "expected host:port or none"))?,
+                    )
+                }
+            }
+            other => {
+                // Kafka logs unknown keys and carries on; so do we, so that a
+                // server.properties written for Kafka starts unchanged.
+                tracing::warn!(key = other, "ignoring unknown config key");
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks ranges and cross-key rules; the first problem found is returned.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let n = |k: &str, v: &dyn ToString, r: &str| Err(invalid(k, &v.to_string(), r));
+        if self.num_partitions < 1 {
+            return n("num.partitions", &self.num_partitions, "must be at least 1");
+        }
+        if self.default_replication_factor < 1 {
+            return n(
+                "default.replication.factor",
+                &self.default_replication_factor,
+                "must be at least 1",
+            );
+        }
+        if self.log_segment_bytes < 14 {
+            return n("log.segment.bytes", &self.log_segment_bytes, "must be at least 14");
+        }
+        if self.log_retention_ms < -1 {
+            return n("log.retention.ms", &self.log_retention_ms, "must be -1 or more");
+        }
+        if self.log_roll_ms < 1 {
+            return n("log.roll.ms", &self.log_roll_ms, "must be at least 1");
+        }
+        if self.message_max_bytes < 1 {
+            return n("message.max.bytes", &self.message_max_bytes, "must be at least 1");
+        }
+        if self.min_insync_replicas < 1 {
+            return n("min.insync.replicas", &self.min_insync_replicas, "must be at least 1");
+        }
+        if self.socket_request_max_bytes < 1024 {
+            return n(
+                "socket.request.max.bytes",
+                &self.socket_request_max_bytes,
+                "must be at least 1024",
+            );
+        }
+        if self.queued_max_requests < 1 {
+            return n("queued.max.requests", &self.queued_max_requests, "must be at least 1");
+        }
+        if self.log_flush_interval_ms < 1 {
+            return n("log.flush.interval.ms", &self.log_flush_interval_ms, "must be at least 1");
+        }
+        if self.log_retention_check_interval_ms < 1 {
+            return n(
+                "log.retention.check.interval.ms",
+                &self.log_retention_check_interval_ms,
+                "must be at least 1",
+            );
+        }
+        for l in &self.listeners {
+            if let Err(e) = l.socket_addr() {
+                return n("listeners", &format!("{}://{}:{}", l.name, l.host, l.port), &e);
+            }
+        }
+        if self.listeners.len() != self.advertised_listeners.len() {
+            return n(
+                "advertised.listeners",
+                &self.advertised_listeners.len(),
+                "must name the same listeners as listeners",
+            );
+        }
+        Ok(())
+    }
+
+    pub fn data_dir(&self) -> &PathBuf {
+        &self.log_dirs[0]
+    }
+}
+
+fn split_pair(kv: &str) -> Option<(String, String)> {
+    let (k, v) = kv.split_once('=')?;
+    let k = k.trim();
+    if k.is_empty() {
+        return None;
+    }
+    Some((k.to_string(), v.trim().to_string()))
+}
+
+/// Parses Java-properties-style text: `key=value` or `key: value`, `#`/`!`
+/// comments, blank lines. (Line continuations are rare in server.properties
+/// and are not supported; such a line is reported as malformed.)
+pub fn parse_properties(text: &str) -> Result<Vec<(String, String)>, ConfigError> {
+    let mut out = Vec::new();
+    for (i, raw) in text.lines().enumerate() {
+        let line = raw.trim();
+        if line.is_empty() || line.starts_with('#') || line.starts_with('!') {
+            continue;
+        }
+        let pair = split_pair(line).or_else(|| {
+            let (k, v) = line.split_once(':')?;
+            Some((k.trim().to_string(), v.trim().to_string()))
+        });
+        match pair {
+            Some(p) if !line.ends_with('\\') => out.push(p),
+            _ => {
+                return Err(ConfigError::MalformedLine {
+                    line: i + 1,
+                    text: raw.to_string(),
+                })
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Vec<String> {
+        a.iter().map(|s| s.to_string()).collect()
+    }
+
+    #[test]
+    fn no_arguments_is_a_local_single_node() {
+        let c = ServerConfig::from_args(&[]).unwrap();
+        assert_eq!(c.listeners[0].socket_addr().unwrap().to_string(), "127.0.0.1:9092");
+        assert_eq!(c.advertised_listeners, c.listeners);
+        assert_eq!(c.data_dir(), &PathBuf::from("data"));
+        assert_eq!(c.node_id, NodeId(1));
+    }
+
+    #[test]
+    fn overrides_apply_after_the_file_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("server.properties");
+        std::fs::write(
+            &p,
+            "# comment\nnum.partitions=3\nlisteners=PLAINTEXT://127.0.0.1:19092\nlog.retention.hours=1\n",
+        )
+        .unwrap();
+        let c = ServerConfig::from_args(&args(&[
+            p.to_str().unwrap(),
+            "--override",
+            "num.partitions=5",
+            "--override",
+            "advertised.listeners=PLAINTEXT://localhost:19092",
+        ]))
+        .unwrap();
+        assert_eq!(c.num_partitions, 5);
+        assert_eq!(c.log_retention_ms, 3_600_000);
+        assert_eq!(c.listeners[0].port, 19092);
+        assert_eq!(c.advertised_listeners[0].host, "localhost");
+    }
+
+    #[test]
+    fn invalid_values_name_the_key() {
+        for (kv, key) in [
+            ("log.segment.bytes=abc", "log.segment.bytes"),
+            ("num.partitions=0", "num.partitions"),
+            ("auto.create.topics.enable=yes", "auto.create.topics.enable"),
+            ("listeners=localhost:9092", "listeners"),
+            ("log.cleanup.policy=shred", "log.cleanup.policy"),
+        ] {
+            let err = ServerConfig::from_args(&args(&["--override", kv])).unwrap_err();
+            assert!(err.to_string().contains(key), "{err} should name {key}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_ignored_like_kafka() {
+        let c = ServerConfig::from_args(&args(&["--override", "some.future.key=1"])).unwrap();
+        assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn missing_file_is_an_error() {
+        assert!(matches!(
+            ServerConfig::from_args(&args(&["/nonexistent/server.properties"])),
+            Err(ConfigError::File { .. })
+        ));
+    }
+}

@@ -1,0 +1,87 @@
+//! Errors a request can meet, named after the condition, and the one
+//! exhaustive mapping to Kafka error codes. A new variant does not compile
+//! until someone decides its code.
+
+use kafka_protocol::ResponseError;
+
+use crate::log::LogError;
+use crate::partition::producer_state::ProducerError;
+
+/// Why an operation on one partition failed. Reported per partition.
+#[derive(Debug, thiserror::Error)]
+pub enum PartitionError {
+    #[error("unknown topic or partition")]
+    UnknownTopicOrPartition,
+    #[error("corrupt batch: {0}")]
+    CorruptMessage(String),
+    #[error("invalid record: {0}")]
+    InvalidRecord(String),
+    #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
+    MessageTooLarge { size: usize, max: u32 },
+    #[error(transparent)]
+    Producer(#[from] ProducerError),
+    #[error("transactional batches are not supported yet")]
+    TransactionsUnsupported,
+    #[error("offset {requested} is outside [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        requested: i64,
+        log_start: i64,
+        log_end: i64,
+    },
+    #[error("in-sync replicas {isr} are fewer than min.insync.replicas {min_isr}")]
+    NotEnoughReplicas { isr: usize, min_isr: i32 },
+    #[error("unsupported version for this request")]
+    UnsupportedVersion,
+    #[error("invalid timestamp {0}")]
+    InvalidTimestamp(i64),
+    #[error("storage failure: {0}")]
+    Storage(String),
+}
+
+impl PartitionError {
+    pub fn code(&self) -> i16 {
+        let e = match self {
+            PartitionError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
+            PartitionError::CorruptMessage(_) => ResponseError::CorruptMessage,
+            PartitionError::InvalidRecord(_) => ResponseError::InvalidRecord,
+            PartitionError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
+            PartitionError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
+                ResponseError::InvalidProducerEpoch
+            }
+            PartitionError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
+                ResponseError::OutOfOrderSequenceNumber
+            }
+            PartitionError::TransactionsUnsupported => ResponseError::InvalidTxnState,
+            PartitionError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
+            PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
+            PartitionError::UnsupportedVersion => ResponseError::UnsupportedVersion,
+            PartitionError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
+            PartitionError::Storage(_) => ResponseError::KafkaStorageError,
+        };
+        e.code()
+    }
+
+    pub fn message(&self) -> Option<String> {
+        match self {
+            PartitionError::UnknownTopicOrPartition => None,
+            other => Some(other.to_string()),
+        }
+    }
+}
+
+impl From<LogError> for PartitionError {
+    fn from(e: LogError) -> Self {
+        match e {
+            LogError::OffsetOutOfRange {
+                requested,
+                log_start,
+                log_end,
+            } => PartitionError::OffsetOutOfRange {
+                requested: requested.0,
+                log_start: log_start.0,
+                log_end: log_end.0,
+            },
+            other => PartitionError::Storage(other.to_string()),
+        }
+    }
+}

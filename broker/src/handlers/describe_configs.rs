@@ -1,0 +1,195 @@
+//! DescribeConfigs (key 32): topic configs (overrides and defaults, with
+//! their sources) and this broker's configs, as Kafka reports them.
+
+use kafka_protocol::messages::describe_configs_response::{
+    DescribeConfigsResourceResult, DescribeConfigsResult, DescribeConfigsSynonym,
+};
+use kafka_protocol::messages::{DescribeConfigsRequest, DescribeConfigsResponse};
+use kafka_protocol::ResponseError;
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::config::{ServerConfig, TopicConfigs, TOPIC_CONFIGS};
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+
+pub const SOURCE_TOPIC: i8 = 1;
+pub const SOURCE_STATIC_BROKER: i8 = 4;
+pub const SOURCE_DEFAULT: i8 = 5;
+
+const TYPE_BOOLEAN: i8 = 1;
+const TYPE_STRING: i8 = 2;
+const TYPE_INT: i8 = 3;
+const TYPE_LONG: i8 = 5;
+const TYPE_LIST: i8 = 7;
+
+fn config_type(name: &str) -> i8 {
+    match name {
+        "cleanup.policy" | "log.cleanup.policy" | "listeners" | "advertised.listeners" | "log.dirs" => TYPE_LIST,
+        "compression.type" | "message.timestamp.type" | "log.message.timestamp.type" | "metrics.listen.address" => TYPE_STRING,
+        "unclean.leader.election.enable" | "auto.create.topics.enable" => TYPE_BOOLEAN,
+        "index.interval.bytes" | "max.message.bytes" | "min.insync.replicas" | "segment.bytes"
+        | "node.id" | "num.partitions" | "message.max.bytes" | "log.index.interval.bytes"
+        | "log.segment.bytes" | "socket.request.max.bytes" | "queued.max.requests"
+        | "max.connections" | "default.replication.factor" => TYPE_INT,
+        _ => TYPE_LONG,
+    }
+}
+
+/// Every broker config we honour, with its effective value.
+pub fn broker_configs(c: &ServerConfig) -> Vec<(&'static str, String)> {
+    let listeners = |ls: &[crate::config::Listener]| {
+        ls.iter()
+            .map(|l| format!("{}://{}:{}", l.name, l.host, l.port))
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    vec![
+        ("node.id", c.node_id.0.to_string()),
+        ("listeners", listeners(&c.listeners)),
+        ("advertised.listeners", listeners(&c.advertised_listeners)),
+        (
+            "log.dirs",
+            c.log_dirs
+                .iter()
+                .map(|d| d.display().to_string())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        ("num.partitions", c.num_partitions.to_string()),
+        ("default.replication.factor", c.default_replication_factor.to_string()),
+        ("auto.create.topics.enable", c.auto_create_topics_enable.to_string()),
+        ("log.retention.ms", c.log_retention_ms.to_string()),
+        ("log.retention.bytes", c.log_retention_bytes.to_string()),
+        ("log.segment.bytes", c.log_segment_bytes.to_string()),
+        ("log.roll.ms", c.log_roll_ms.to_string()),
+        ("log.index.interval.bytes", c.log_index_interval_bytes.to_string()),
+        ("log.cleanup.policy", c.log_cleanup_policy.clone()),
+        ("log.cleaner.delete.retention.ms", c.log_cleaner_delete_retention_ms.to_string()),
+        (
+            "log.flush.interval.messages",
+            if c.log_flush_interval_messages == u64::MAX {
+                i64::MAX.to_string()
+            } else {
+                c.log_flush_interval_messages.to_string()
+            },
+        ),
+        ("log.flush.interval.ms", c.log_flush_interval_ms.to_string()),
+        ("log.retention.check.interval.ms", c.log_retention_check_interval_ms.to_string()),
+        ("log.message.timestamp.type", c.log_message_timestamp_type.clone()),
+        ("message.max.bytes", c.message_max_bytes.to_string()),
+        ("min.insync.replicas", c.min_insync_replicas.to_string()),
+        ("socket.request.max.bytes", c.socket_request_max_bytes.to_string()),
+        ("queued.max.requests", c.queued_max_requests.to_string()),
+        ("max.connections", c.max_connections.to_string()),
+        (
+            "metrics.listen.address",
+            c.metrics_listen.map(|a| a.to_string()).unwrap_or_else(|| "none".into()),
+        ),
+    ]
+}
+
+fn entry(name: &str, value: String, source: i8, read_only: bool) -> DescribeConfigsResourceResult {
+    let mut e = DescribeConfigsResourceResult::default();
+    e.name = str_bytes(name);
+    e.value = Some(str_bytes(value));
+    e.config_source = source;
+    e.read_only = read_only;
+    e.config_type = config_type(name);
+    e
+}
+
+fn wanted(keys: &Option<Vec<kafka_protocol::protocol::StrBytes>>, name: &str) -> bool {
+    keys.as_ref()
+        .is_none_or(|ks| ks.is_empty() || ks.iter().any(|k| &**k == name))
+}
+
+pub fn handle(broker: &Broker, _version: i16, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+    let mut resp = DescribeConfigsResponse::default();
+    for res in req.resources {
+        let mut r = DescribeConfigsResult::default();
+        r.resource_type = res.resource_type;
+        r.resource_name = res.resource_name.clone();
+        match res.resource_type {
+            RESOURCE_TOPIC => {
+                let image = broker.metadata.image();
+                let Some(topic) = image.topics.get(&*res.resource_name) else {
+                    r.error_code = ResponseError::UnknownTopicOrPartition.code();
+                    r.error_message = Some(str_bytes(format!(
+                        "Topic '{}' does not exist.",
+                        &*res.resource_name
+                    )));
+                    resp.results.push(r);
+                    continue;
+                };
+                let effective = TopicConfigs::resolve(&broker.config, &topic.configs);
+                for e in TOPIC_CONFIGS {
+                    if !wanted(&res.configuration_keys, e.name) {
+                        continue;
+                    }
+                    let explicit_broker = broker.config.explicit.contains_key(e.broker_key);
+                    let source = if topic.configs.contains_key(e.name) {
+                        SOURCE_TOPIC
+                    } else if explicit_broker {
+                        SOURCE_STATIC_BROKER
+                    } else {
+                        SOURCE_DEFAULT
+                    };
+                    let mut c = entry(e.name, effective.get(e.name).to_string(), source, false);
+                    c.is_sensitive = e.sensitive;
+                    if req.include_synonyms {
+                        if let Some(v) = topic.configs.get(e.name) {
+                            c.synonyms.push(synonym(e.name, v.clone(), SOURCE_TOPIC));
+                        }
+                        let default = e.broker_default(&broker.config);
+                        let src = if explicit_broker { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT };
+                        c.synonyms.push(synonym(e.broker_key, default, src));
+                    }
+                    r.configs.push(c);
+                }
+            }
+            RESOURCE_BROKER => {
+                let name = &*res.resource_name;
+                if !name.is_empty() && name != broker.node_id().0.to_string() {
+                    r.error_code = ResponseError::InvalidRequest.code();
+                    r.error_message = Some(str_bytes(format!(
+                        "Unexpected broker id, expected {} or empty string, but received {name}",
+                        broker.node_id()
+                    )));
+                    resp.results.push(r);
+                    continue;
+                }
+                for (k, v) in broker_configs(&broker.config) {
+                    if !wanted(&res.configuration_keys, k) {
+                        continue;
+                    }
+                    let source = if broker.config.explicit.contains_key(k) {
+                        SOURCE_STATIC_BROKER
+                    } else {
+                        SOURCE_DEFAULT
+                    };
+                    let mut c = entry(k, v.clone(), source, true);
+                    if req.include_synonyms {
+                        c.synonyms.push(synonym(k, v, source));
+                    }
+                    r.configs.push(c);
+                }
+            }
+            other => {
+                r.error_code = ResponseError::InvalidRequest.code();
+                r.error_message = Some(str_bytes(format!("Unsupported resource type {other}")));
+            }
+        }
+        resp.results.push(r);
+    }
+    resp
+}
+
+fn synonym(name: &str, value: String, source: i8) -> DescribeConfigsSynonym {
+    let mut s = DescribeConfigsSynonym::default();
+    s.name = str_bytes(name);
+    s.value = Some(str_bytes(value));
+    s.source = source;
+    s
+}

@@ -1,0 +1,58 @@
+//! ListOffsets (key 2): earliest, latest, max timestamp, or by timestamp.
+
+use kafka_protocol::messages::list_offsets_response::{
+    ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
+};
+use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
+use kafka_protocol::ResponseError;
+
+use crate::broker::Broker;
+use crate::error::PartitionError;
+use crate::types::TopicPartition;
+
+pub fn handle(broker: &Broker, _version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
+    let mut resp = ListOffsetsResponse::default();
+    for topic in req.topics {
+        let name = topic.name.0.to_string();
+        let mut t = ListOffsetsTopicResponse::default();
+        t.name = topic.name.clone();
+        for p in topic.partitions {
+            let mut r = ListOffsetsPartitionResponse::default();
+            r.partition_index = p.partition_index;
+            r.timestamp = -1;
+            r.offset = -1;
+            r.leader_epoch = -1;
+            let tp = TopicPartition::new(name.as_str(), p.partition_index);
+            let outcome = match broker.replicas.get(&tp) {
+                None => Err(PartitionError::UnknownTopicOrPartition),
+                Some(part) => {
+                    let part = part.lock().expect("poisoned");
+                    let epoch = part.leader_epoch().0;
+                    if p.current_leader_epoch >= 0 && p.current_leader_epoch < epoch {
+                        r.error_code = ResponseError::FencedLeaderEpoch.code();
+                        t.partitions.push(r);
+                        continue;
+                    }
+                    if p.current_leader_epoch > epoch {
+                        r.error_code = ResponseError::UnknownLeaderEpoch.code();
+                        t.partitions.push(r);
+                        continue;
+                    }
+                    r.leader_epoch = epoch;
+                    part.list_offset(p.timestamp)
+                }
+            };
+            match outcome {
+                Ok(Some((offset, ts))) => {
+                    r.offset = offset.0;
+                    r.timestamp = ts;
+                }
+                Ok(None) => {}
+                Err(e) => r.error_code = e.code(),
+            }
+            t.partitions.push(r);
+        }
+        resp.topics.push(t);
+    }
+    resp
+}

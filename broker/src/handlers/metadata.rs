@@ -1,0 +1,140 @@
+//! Metadata (key 3): brokers, topics with ids, partitions with leaders and
+//! epochs; auto-creates unknown topics when the broker and request allow.
+
+use std::collections::BTreeMap;
+
+use kafka_protocol::messages::metadata_response::{
+    MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
+};
+use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, TopicName};
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use super::str_bytes;
+use crate::broker::{Broker, NewTopic};
+use crate::metadata::TopicImage;
+
+const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+
+/// (node id, host, port, rack) of every registered broker.
+pub fn live_brokers(broker: &Broker) -> Vec<(i32, String, i32, Option<String>)> {
+    let image = broker.metadata.image();
+    if image.brokers.is_empty() {
+        let l = &broker.config.advertised_listeners[0];
+        return vec![(broker.node_id().0, l.host.clone(), l.port as i32, None)];
+    }
+    image
+        .brokers
+        .values()
+        .map(|b| (b.node_id.0, b.host.clone(), b.port as i32, b.rack.clone()))
+        .collect()
+}
+
+pub fn topic_response(t: &TopicImage) -> MetadataResponseTopic {
+    let mut topic = MetadataResponseTopic::default();
+    topic.name = Some(TopicName(str_bytes(t.name.clone())));
+    topic.topic_id = t.topic_id;
+    topic.is_internal = t.name.starts_with("__");
+    topic.topic_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    topic.partitions = t
+        .partitions
+        .iter()
+        .map(|p| {
+            let mut mp = MetadataResponsePartition::default();
+            mp.partition_index = p.partition;
+            mp.leader_id = BrokerId(p.leader.0);
+            mp.leader_epoch = p.leader_epoch.0;
+            mp.replica_nodes = p.replicas.iter().map(|r| BrokerId(r.0)).collect();
+            mp.isr_nodes = p.isr.iter().map(|r| BrokerId(r.0)).collect();
+            mp
+        })
+        .collect();
+    topic
+}
+
+fn error_topic(name: Option<String>, id: Uuid, code: ResponseError) -> MetadataResponseTopic {
+    let mut t = MetadataResponseTopic::default();
+    t.name = name.map(|n| TopicName(str_bytes(n)));
+    t.topic_id = id;
+    t.error_code = code.code();
+    t.topic_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+    t
+}
+
+pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> MetadataResponse {
+    let mut resp = MetadataResponse::default();
+    resp.brokers = live_brokers(broker)
+        .into_iter()
+        .map(|(id, host, port, rack)| {
+            let mut b = MetadataResponseBroker::default();
+            b.node_id = BrokerId(id);
+            b.host = str_bytes(host);
+            b.port = port;
+            b.rack = rack.map(str_bytes);
+            b
+        })
+        .collect();
+    resp.controller_id = BrokerId(broker.node_id().0);
+    resp.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
+
+    // v0: an empty list means all topics; v1+: null means all topics.
+    let requested = match req.topics {
+        None => None,
+        Some(t) if t.is_empty() && version == 0 => None,
+        Some(t) => Some(t),
+    };
+    let image = broker.metadata.image();
+    resp.cluster_id = Some(str_bytes(image.cluster_id.clone()));
+    let Some(requested) = requested else {
+        resp.topics = image.topics.values().map(topic_response).collect();
+        return resp;
+    };
+    // Auto-creation is allowed on v0-3 whenever the broker enables it; from
+    // v4 the client must ask for it too.
+    let auto_create =
+        broker.config.auto_create_topics_enable && (version < 4 || req.allow_auto_topic_creation);
+    let mut out = BTreeMap::new();
+    for (i, t) in requested.into_iter().enumerate() {
+        let name = t.name.map(|n| n.0.to_string());
+        let found = match &name {
+            Some(n) => broker.metadata.image().topics.get(n).cloned(),
+            None => broker.metadata.image().topic_by_id(t.topic_id).cloned(),
+        };
+        let topic = match (found, name) {
+            (Some(img), _) => topic_response(&img),
+            (None, None) => error_topic(None, t.topic_id, ResponseError::UnknownTopicId),
+            (None, Some(n)) => {
+                if let Err(_why) = crate::broker::validate_topic_name(&n) {
+                    error_topic(Some(n), Uuid::nil(), ResponseError::InvalidTopicException)
+                } else if !auto_create {
+                    error_topic(Some(n), Uuid::nil(), ResponseError::UnknownTopicOrPartition)
+                } else {
+                    let new = NewTopic {
+                        name: n.clone(),
+                        num_partitions: -1,
+                        replication_factor: -1,
+                        assignments: vec![],
+                        configs: BTreeMap::new(),
+                    };
+                    match broker.create_topic(new, false).await {
+                        Ok(_) | Err(crate::broker::CreateTopicError::TopicAlreadyExists(_)) => {
+                            match broker.metadata.image().topics.get(&n) {
+                                Some(img) => topic_response(img),
+                                None => error_topic(Some(n), Uuid::nil(), ResponseError::LeaderNotAvailable),
+                            }
+                        }
+                        Err(e) => {
+                            tracing::warn!(topic = %n, error = %e, "auto-create failed");
+                            let mut t = error_topic(Some(n), Uuid::nil(), ResponseError::UnknownTopicOrPartition);
+                            t.error_code = e.code();
+                            t
+                        }
+                    }
+                }
+            }
+        };
+        out.insert(i, topic);
+    }
+    resp.topics = out.into_values().collect();
+    resp
+}

@@ -1,0 +1,157 @@
+//! One client connection. A reader task reads and decodes frames ahead (at
+//! most `queued.max.requests` of them); this task executes them one at a
+//! time, in order, and writes each response before starting the next.
+//!
+//! Executing in order is deliberate and is what Kafka does (it mutes a
+//! channel while a request is in flight): an idempotent producer pipelines
+//! up to five produce requests per partition and relies on them being
+//! appended in the order sent.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::ApiKey;
+use protocol::{decode_request, encode_response, unsupported_api_versions_response, RequestError};
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use tokio::net::TcpStream;
+use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+
+use crate::broker::Broker;
+use crate::handlers::{dispatch, Reply};
+
+/// A frame read off the socket, holding its share of the memory budget.
+struct Frame {
+    body: Bytes,
+    _permit: OwnedSemaphorePermit,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConnectionError {
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    #[error("frame of {0} bytes exceeds socket.request.max.bytes")]
+    FrameTooLarge(i64),
+    #[error(transparent)]
+    Request(#[from] RequestError),
+}
+
+pub async fn run(
+    broker: Arc<Broker>,
+    stream: TcpStream,
+    memory: Arc<Semaphore>,
+    mut shutdown: watch::Receiver<bool>,
+) -> Result<(), ConnectionError> {
+    let (read_half, write_half) = stream.into_split();
+    let (tx, mut rx) = mpsc::channel::<Result<Frame, ConnectionError>>(broker.config.queued_max_requests);
+    let max_bytes = broker.config.socket_request_max_bytes;
+    let reader = tokio::spawn(read_frames(read_half, tx, max_bytes, memory));
+    let mut out = BufWriter::with_capacity(64 * 1024, write_half);
+    let result = loop {
+        let frame = tokio::select! {
+            f = rx.recv() => f,
+            _ = shutdown.changed() => break Ok(()),
+        };
+        let frame = match frame {
+            None => break Ok(()),
+            Some(Err(e)) => break Err(e),
+            Some(Ok(f)) => f,
+        };
+        match handle_frame(&broker, frame.body).await {
+            Ok(Some(bytes)) => {
+                out.write_all(&bytes).await?;
+                // Flush unless more requests are already waiting: their
+                // responses then go out in one write.
+                if rx.is_empty() {
+                    out.flush().await?;
+                }
+            }
+            Ok(None) => {}
+            Err(e) => {
+                out.flush().await.ok();
+                break Err(e);
+            }
+        }
+    };
+    reader.abort();
+    result
+}
+
+/// Reads size-prefixed frames. The size is checked against
+/// `socket.request.max.bytes` and memory permits are taken before the body
+/// is allocated.
+async fn read_frames(
+    mut rd: tokio::net::tcp::OwnedReadHalf,
+    tx: mpsc::Sender<Result<Frame, ConnectionError>>,
+    max_bytes: usize,
+    memory: Arc<Semaphore>,
+) {
+    loop {
+        let size = match rd.read_i32().await {
+            Ok(s) => s as i64,
+            Err(_) => return,
+        };
+        if size < 0 || size as usize > max_bytes {
+            let _ = tx.send(Err(ConnectionError::FrameTooLarge(size))).await;
+            return;
+        }
+        let kib = (size as usize).div_ceil(1024).max(1) as u32;
+        let Ok(permit) = memory.clone().acquire_many_owned(kib).await else {
+            return;
+        };
+        let mut body = BytesMut::zeroed(size as usize);
+        if rd.read_exact(&mut body).await.is_err() {
+            return;
+        }
+        let frame = Frame {
+            body: body.freeze(),
+            _permit: permit,
+        };
+        if tx.send(Ok(frame)).await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Decodes, dispatches and encodes one request. `Ok(None)`: no response is
+/// due (acks=0). `Err`: the connection must close.
+async fn handle_frame(broker: &Broker, body: Bytes) -> Result<Option<Bytes>, ConnectionError> {
+    let started = Instant::now();
+    let request = match decode_request(body) {
+        Ok(r) => r,
+        Err(RequestError::UnsupportedVersion {
+            api_key: ApiKey::ApiVersions,
+            correlation_id,
+            ..
+        }) => return Ok(Some(unsupported_api_versions_response(correlation_id))),
+        Err(e) => {
+            metrics::counter!("kafka_broker_malformed_requests_total").increment(1);
+            tracing::info!(error = %e, "closing connection on a request we cannot answer");
+            return Err(e.into());
+        }
+    };
+    let api_key = ApiKey::try_from(request.api_key()).expect("decoded requests have known keys");
+    let version = request.api_version();
+    let correlation_id = request.correlation_id();
+    let key_label = format!("{api_key:?}");
+    let reply = dispatch(broker, version, request.body).await;
+    let result = match reply {
+        Reply::Respond(resp) => match encode_response(api_key, version, correlation_id, &resp) {
+            Ok(bytes) => Ok(Some(bytes)),
+            Err(e) => {
+                tracing::error!(error = %e, "response encoding failed");
+                metrics::counter!("kafka_broker_request_errors_total", "api" => key_label.clone()).increment(1);
+                Err(ConnectionError::Io(std::io::Error::other(e.to_string())))
+            }
+        },
+        Reply::NoResponse => Ok(None),
+        Reply::Unsupported => Err(ConnectionError::Io(std::io::Error::other(format!(
+            "{api_key:?} reached dispatch but has no handler"
+        )))),
+    };
+    metrics::counter!("kafka_broker_requests_total", "api" => key_label.clone(), "version" => version.to_string())
+        .increment(1);
+    metrics::histogram!("kafka_broker_request_latency_seconds", "api" => key_label)
+        .record(started.elapsed().as_secs_f64());
+    result
+}

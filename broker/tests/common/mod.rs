@@ -1,0 +1,214 @@
+//! A small Kafka client for tests, built on kafka-protocol's encoders, plus
+//! helpers to start a broker in-process on 127.0.0.1:0.
+#![allow(dead_code)]
+
+use std::time::Duration;
+
+use broker::config::ServerConfig;
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+pub struct TestBroker {
+    pub running: broker::RunningBroker,
+    pub dir: tempfile::TempDir,
+}
+
+pub fn config(dir: &std::path::Path, extra: &[(&str, &str)]) -> ServerConfig {
+    let mut pairs = vec![
+        ("listeners".to_string(), "PLAINTEXT://127.0.0.1:0".to_string()),
+        ("log.dirs".to_string(), dir.display().to_string()),
+        ("metrics.listen.address".to_string(), "none".to_string()),
+    ];
+    pairs.extend(extra.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    ServerConfig::from_pairs(pairs).expect("valid test config")
+}
+
+pub async fn start(extra: &[(&str, &str)]) -> TestBroker {
+    let dir = tempfile::tempdir().unwrap();
+    let running = broker::start(config(dir.path(), extra)).await.expect("broker starts");
+    TestBroker { running, dir }
+}
+
+pub struct Client {
+    stream: TcpStream,
+    correlation_id: i32,
+}
+
+impl Client {
+    pub async fn connect(addr: std::net::SocketAddr) -> Client {
+        Client {
+            stream: TcpStream::connect(addr).await.unwrap(),
+            correlation_id: 0,
+        }
+    }
+
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// Sends a request and returns the raw response body (after the header).
+    pub async fn call_raw<R: Encodable>(&mut self, key: ApiKey, version: i16, req: &R) -> Bytes {
+        self.correlation_id += 1;
+        let header = RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(StrBytes::from_static_str("test")));
+        let mut buf = BytesMut::new();
+        header.encode(&mut buf, key.request_header_version(version)).unwrap();
+        req.encode(&mut buf, version).unwrap();
+        let mut framed = BytesMut::new();
+        framed.extend_from_slice(&(buf.len() as i32).to_be_bytes());
+        framed.extend_from_slice(&buf);
+        self.stream.write_all(&framed).await.unwrap();
+        let mut resp = self.read_frame().await.expect("response");
+        let header = ResponseHeader::decode(&mut resp, key.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, self.correlation_id);
+        resp
+    }
+
+    pub async fn read_frame(&mut self) -> Option<Bytes> {
+        let size = tokio::time::timeout(Duration::from_secs(30), self.stream.read_i32())
+            .await
+            .expect("response within 30 s")
+            .ok()?;
+        let mut body = vec![0u8; size as usize];
+        self.stream.read_exact(&mut body).await.ok()?;
+        Some(Bytes::from(body))
+    }
+
+    pub async fn call<R: Encodable, S: Decodable>(&mut self, key: ApiKey, version: i16, req: &R) -> S {
+        let mut body = self.call_raw(key, version, req).await;
+        S::decode(&mut body, version).unwrap()
+    }
+
+    pub async fn create_topic(&mut self, name: &str, partitions: i32, configs: &[(&str, &str)]) -> i16 {
+        let mut t = create_topics_request::CreatableTopic::default();
+        t.name = TopicName(StrBytes::from_string(name.into()));
+        t.num_partitions = partitions;
+        t.replication_factor = 1;
+        t.configs = configs
+            .iter()
+            .map(|(k, v)| {
+                let mut c = create_topics_request::CreatableTopicConfig::default();
+                c.name = StrBytes::from_string(k.to_string());
+                c.value = Some(StrBytes::from_string(v.to_string()));
+                c
+            })
+            .collect();
+        let mut req = CreateTopicsRequest::default();
+        req.topics = vec![t];
+        req.timeout_ms = 10_000;
+        let resp: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 7, &req).await;
+        resp.topics[0].error_code
+    }
+
+    pub async fn produce(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        acks: i16,
+        batch: Bytes,
+    ) -> produce_response::PartitionProduceResponse {
+        let mut pd = produce_request::PartitionProduceData::default();
+        pd.index = partition;
+        pd.records = Some(batch);
+        let mut td = produce_request::TopicProduceData::default();
+        td.name = TopicName(StrBytes::from_string(topic.into()));
+        td.partition_data = vec![pd];
+        let mut req = ProduceRequest::default();
+        req.acks = acks;
+        req.timeout_ms = 10_000;
+        req.topic_data = vec![td];
+        let resp: ProduceResponse = self.call(ApiKey::Produce, 9, &req).await;
+        resp.responses[0].partition_responses[0].clone()
+    }
+
+    pub async fn fetch(&mut self, topic: &str, partition: i32, offset: i64, max_wait_ms: i32) -> fetch_response::PartitionData {
+        let mut fp = fetch_request::FetchPartition::default();
+        fp.partition = partition;
+        fp.fetch_offset = offset;
+        fp.partition_max_bytes = 1 << 20;
+        fp.current_leader_epoch = -1;
+        let mut ft = fetch_request::FetchTopic::default();
+        ft.topic = TopicName(StrBytes::from_string(topic.into()));
+        ft.partitions = vec![fp];
+        let mut req = FetchRequest::default();
+        req.replica_id = BrokerId(-1);
+        req.max_wait_ms = max_wait_ms;
+        req.min_bytes = 1;
+        req.max_bytes = 50 << 20;
+        req.session_epoch = -1;
+        req.topics = vec![ft];
+        let resp: FetchResponse = self.call(ApiKey::Fetch, 12, &req).await;
+        resp.responses[0].partitions[0].clone()
+    }
+
+    pub async fn list_offset(&mut self, topic: &str, partition: i32, timestamp: i64) -> list_offsets_response::ListOffsetsPartitionResponse {
+        let mut p = list_offsets_request::ListOffsetsPartition::default();
+        p.partition_index = partition;
+        p.timestamp = timestamp;
+        p.current_leader_epoch = -1;
+        let mut t = list_offsets_request::ListOffsetsTopic::default();
+        t.name = TopicName(StrBytes::from_string(topic.into()));
+        t.partitions = vec![p];
+        let mut req = ListOffsetsRequest::default();
+        req.replica_id = BrokerId(-1);
+        req.topics = vec![t];
+        let resp: ListOffsetsResponse = self.call(ApiKey::ListOffsets, 7, &req).await;
+        resp.topics[0].partitions[0].clone()
+    }
+}
+
+/// Encodes `values` as one v2 batch (base offset 0) with keys and a header.
+pub fn batch(values: &[&str], compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
+    let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: false,
+            control: false,
+            partition_leader_epoch: 0,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: if seq < 0 { -1 } else { seq + i as i32 },
+            timestamp: 1_700_000_000_000 + i as i64,
+            key: Some(Bytes::from(format!("key-{i}"))),
+            value: Some(Bytes::from(v.to_string())),
+            headers: [(StrBytes::from_static_str("h"), Some(Bytes::from_static(b"1")))]
+                .into_iter()
+                .collect(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
+/// Decodes every record value in a fetch response's records.
+pub fn values(records: &Option<Bytes>) -> Vec<(i64, String)> {
+    let Some(r) = records else { return vec![] };
+    let mut b = r.clone();
+    let sets = RecordBatchDecoder::decode_all(&mut b).unwrap();
+    sets.into_iter()
+        .flat_map(|s| s.records)
+        .map(|r| (r.offset, String::from_utf8(r.value.unwrap().to_vec()).unwrap()))
+        .collect()
+}
