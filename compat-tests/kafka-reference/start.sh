@@ -51,7 +51,7 @@ java_opts=(-Xms512m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headl
 if [[ ! -f "$datadir/logs/meta.properties" ]]; then
   # A random cluster id: 16 bytes in URL-safe base64 without padding, as Kafka writes it.
   cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
-  timeout 60 java "${java_opts[@]}" -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool format \
+  timeout --foreground 60 java "${java_opts[@]}" -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool format \
     --config "$config" --cluster-id "$cluster_id" --standalone >"$datadir/format.out" 2>&1 \
     || { cat "$datadir/format.out" >&2; die "formatting $datadir failed"; }
 fi
@@ -68,7 +68,7 @@ ready=0
 while ((SECONDS < deadline)); do
   kill -0 "$pid" 2>/dev/null || { tail -40 "$datadir/kafka.out" >&2; die "broker exited during startup"; }
   if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
-    if timeout 30 "$COMPAT_DIR/kafka-cli.sh" kafka-topics --bootstrap-server "127.0.0.1:$port" --list \
+    if timeout --foreground 30 "$COMPAT_DIR/kafka-cli.sh" kafka-topics --bootstrap-server "127.0.0.1:$port" --list \
       >/dev/null 2>&1; then
       ready=1
       break
