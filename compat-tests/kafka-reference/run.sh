@@ -45,6 +45,12 @@ rc=0
 if ((with_perf)); then
   step "$COMPAT_DIR/perf.sh" "127.0.0.1:$port" || rc=1
 fi
-# run-ci.sh goes last so that its closing "N passed, N failed" line is the last line.
-step "$COMPAT_DIR/run-ci.sh" "127.0.0.1:$port" || rc=1
+summary_file="$datadir/summary"
+COMPAT_SUMMARY_FILE="$summary_file" step "$COMPAT_DIR/run-ci.sh" "127.0.0.1:$port" || rc=1
+summary=$(cat "$summary_file" 2>/dev/null || echo "0 passed, 15 failed")
+# Stop the broker now rather than in the trap, so that the closing
+# "N passed, N failed" line is printed after the broker's shutdown log.
+cleanup
+trap - EXIT
+echo "$summary"
 exit $rc
