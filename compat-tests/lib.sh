@@ -1,0 +1,24 @@
+# Shared settings for the compat-test scripts; sourced, never executed.
+# Every path is derived from this file's location so the scripts work from any
+# working directory and in any clone.
+
+COMPAT_DIR=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CACHE_DIR="$COMPAT_DIR/.cache"
+KAFKA_LIBS="$CACHE_DIR/kafka-libs"
+VENV_DIR="$CACHE_DIR/venv"
+JAVA_LIBS="$COMPAT_DIR/java/target/lib"
+JAVA_CLASSES="$COMPAT_DIR/java/target/classes"
+
+# The default Maven repository (~/.m2) survives between CI runs on the same
+# machine while .cache/ is new in every fresh clone, so downloads are paid once
+# per machine. COMPAT_M2_REPO points elsewhere (used to time a cold cache).
+M2_REPO="${COMPAT_M2_REPO:-$HOME/.m2/repository}"
+MVN=(mvn -B -q -Dstyle.color=never -Dmaven.repo.local="$M2_REPO")
+
+# The record count of one round trip per codec.
+: "${N:=100000}"
+
+CODECS=(none gzip snappy lz4 zstd)
+
+log() { printf '[compat %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
+die() { log "ERROR: $*"; exit 1; }
