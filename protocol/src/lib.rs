@@ -1,6 +1,21 @@
 //! Kafka wire layer. Bytes in, typed requests out; typed responses in, bytes
 //! out. Invariant: this crate knows nothing about tokio, sockets or clocks.
+//!
+//! - [`frame`]: size-prefixed framing with the socket.request.max.bytes limit.
+//! - [`versions`]: the one table of served APIs and versions.
+//! - [`guard`]: refuses bodies whose declared counts exceed their bytes,
+//!   before kafka-protocol allocates from those counts.
+//! - [`header`]: [`decode_request`] and [`encode_response`].
+//! - [`record_batch`]: a zero-copy view of v2 record batches.
 
+pub mod frame;
+pub mod guard;
+pub mod header;
 pub mod record_batch;
+pub mod versions;
 
+pub use header::{
+    decode_request, encode_response, unsupported_api_versions_response, EncodeError, Request,
+    RequestError,
+};
 pub use kafka_protocol;

@@ -275,8 +275,14 @@ pub enum BatchIterItem<'a> {
         batch: RecordBatchView<'a>,
     },
     /// Fewer bytes remain than the next batch declares (or than a header).
-    Partial { position: usize, remaining: usize },
-    Invalid { position: usize, error: BatchError },
+    Partial {
+        position: usize,
+        remaining: usize,
+    },
+    Invalid {
+        position: usize,
+        error: BatchError,
+    },
 }
 
 impl<'a> BatchIter<'a> {
@@ -300,7 +306,10 @@ impl<'a> Iterator for BatchIter<'a> {
             let remaining = self.rest.len();
             self.rest = &[];
             return Some(if remaining < LOG_OVERHEAD {
-                BatchIterItem::Partial { position, remaining }
+                BatchIterItem::Partial {
+                    position,
+                    remaining,
+                }
             } else {
                 BatchIterItem::Invalid {
                     position,
@@ -311,7 +320,10 @@ impl<'a> Iterator for BatchIter<'a> {
         if len > self.rest.len() {
             let remaining = self.rest.len();
             self.rest = &[];
-            return Some(BatchIterItem::Partial { position, remaining });
+            return Some(BatchIterItem::Partial {
+                position,
+                remaining,
+            });
         }
         let (this, rest) = self.rest.split_at(len);
         self.rest = rest;

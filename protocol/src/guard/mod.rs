@@ -1,0 +1,87 @@
+//! Pre-decode bounds check for request bodies.
+//!
+//! kafka-protocol 0.18 sizes its vectors from counts read off the wire
+//! (`Vec::with_capacity(n)` in its array decoders), so a few hostile bytes
+//! could ask for gigabytes and abort the process. Before any body reaches
+//! that decoder, [`check_request_body`] walks it against a schema of the same
+//! message and refuses it unless every declared count and length fits in the
+//! bytes that actually remain. The walk borrows the body and allocates
+//! nothing, whatever the counts say.
+//!
+//! The schemas (`schemas.rs`) are generated from kafka-protocol's own
+//! decoders by `protocol/tools/gen_guard_schemas.py`, so the guard reads
+//! exactly the fields the decoder will; the round-trip tests prove it for
+//! every supported version.
+
+mod schema;
+mod schemas;
+
+use kafka_protocol::messages::ApiKey;
+
+pub use schema::GuardError;
+use schema::Message;
+
+fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
+    use schemas::*;
+    Some(match api_key {
+        ApiKey::Produce => &PRODUCE,
+        ApiKey::Fetch => &FETCH,
+        ApiKey::ListOffsets => &LIST_OFFSETS,
+        ApiKey::Metadata => &METADATA,
+        ApiKey::OffsetCommit => &OFFSET_COMMIT,
+        ApiKey::OffsetFetch => &OFFSET_FETCH,
+        ApiKey::FindCoordinator => &FIND_COORDINATOR,
+        ApiKey::JoinGroup => &JOIN_GROUP,
+        ApiKey::Heartbeat => &HEARTBEAT,
+        ApiKey::LeaveGroup => &LEAVE_GROUP,
+        ApiKey::SyncGroup => &SYNC_GROUP,
+        ApiKey::DescribeGroups => &DESCRIBE_GROUPS,
+        ApiKey::ListGroups => &LIST_GROUPS,
+        ApiKey::ApiVersions => &API_VERSIONS,
+        ApiKey::CreateTopics => &CREATE_TOPICS,
+        ApiKey::DeleteTopics => &DELETE_TOPICS,
+        ApiKey::DeleteRecords => &DELETE_RECORDS,
+        ApiKey::InitProducerId => &INIT_PRODUCER_ID,
+        ApiKey::DescribeConfigs => &DESCRIBE_CONFIGS,
+        ApiKey::DeleteGroups => &DELETE_GROUPS,
+        ApiKey::CreatePartitions => &CREATE_PARTITIONS,
+        ApiKey::OffsetDelete => &OFFSET_DELETE,
+        ApiKey::DescribeCluster => &DESCRIBE_CLUSTER,
+        ApiKey::ConsumerGroupHeartbeat => &CONSUMER_GROUP_HEARTBEAT,
+        ApiKey::ConsumerGroupDescribe => &CONSUMER_GROUP_DESCRIBE,
+        // Every other API has no schema, so the guard refuses it: a body
+        // without a schema must never reach the decoder.
+        _ => return None,
+    })
+}
+
+/// The versions the guard has a schema for, if any.
+pub fn guarded_versions(api_key: ApiKey) -> Option<(i16, i16)> {
+    schema_for(api_key).map(|m| m.versions)
+}
+
+/// Checks that `body` (the request after its header) can be decoded as
+/// `api_key` at `api_version` without any allocation larger than the body
+/// itself justifies. Returns the number of bytes the body takes; bytes after
+/// that are ignored, as Kafka ignores them.
+pub fn check_request_body(
+    api_key: ApiKey,
+    api_version: i16,
+    body: &[u8],
+) -> Result<usize, GuardError> {
+    let no_schema = GuardError::NoSchema {
+        api_key: api_key as i16,
+        api_version,
+    };
+    let message = schema_for(api_key).ok_or(no_schema.clone())?;
+    if api_version < message.versions.0 || api_version > message.versions.1 {
+        return Err(no_schema);
+    }
+    schema::walk_message(message, api_version, body)
+}
+
+/// Checks a request header of `header_version` at the front of `frame` and
+/// returns its length.
+pub fn check_request_header(header_version: i16, frame: &[u8]) -> Result<usize, GuardError> {
+    schema::walk_request_header(header_version, frame)
+}

@@ -1,0 +1,207 @@
+//! Request decoding and response encoding around kafka-protocol's messages.
+//!
+//! [`decode_request`] takes one frame body, reads the fixed header prefix
+//! (api key, api version, correlation id) itself so it can answer even when
+//! the body's version is unknown, checks the version against
+//! [`crate::versions`], runs the [`crate::guard`] and only then hands the bytes
+//! to kafka-protocol.
+
+use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::messages::api_versions_response::ApiVersionsResponse;
+use kafka_protocol::messages::{ApiKey, RequestHeader, RequestKind, ResponseHeader, ResponseKind};
+use kafka_protocol::protocol::{Decodable, Encodable};
+use thiserror::Error;
+
+use crate::frame::SIZE_PREFIX_LEN;
+use crate::guard::{self, GuardError};
+use crate::versions;
+
+/// A decoded request.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Request {
+    pub header: RequestHeader,
+    pub body: RequestKind,
+}
+
+impl Request {
+    pub fn api_key(&self) -> i16 {
+        self.header.request_api_key
+    }
+    pub fn api_version(&self) -> i16 {
+        self.header.request_api_version
+    }
+    pub fn correlation_id(&self) -> i32 {
+        self.header.correlation_id
+    }
+}
+
+/// Why a frame is not a request the broker handles. The comment on each
+/// variant says what Kafka does about it.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RequestError {
+    /// Shorter than api key + api version + correlation id: close the connection.
+    #[error("request header truncated ({0} bytes)")]
+    TruncatedHeader(usize),
+    /// An api key Kafka does not define: close the connection.
+    #[error("unknown api key {api_key} (version {api_version}, correlation id {correlation_id})")]
+    UnknownApiKey {
+        api_key: i16,
+        api_version: i16,
+        correlation_id: i32,
+    },
+    /// A Kafka api this broker does not serve (not in ApiVersions): close the
+    /// connection, as Kafka does for apis not enabled on a listener.
+    #[error(
+        "api {api_key:?} is not enabled (version {api_version}, correlation id {correlation_id})"
+    )]
+    ApiNotEnabled {
+        api_key: ApiKey,
+        api_version: i16,
+        correlation_id: i32,
+    },
+    /// A served api at a version it does not accept: answer with
+    /// UNSUPPORTED_VERSION. For ApiVersions the answer is
+    /// [`unsupported_api_versions_response`].
+    #[error("{api_key:?} v{api_version} is not supported (correlation id {correlation_id})")]
+    UnsupportedVersion {
+        api_key: ApiKey,
+        api_version: i16,
+        correlation_id: i32,
+    },
+    /// The header or body does not parse, or declares lengths beyond the
+    /// frame: close the connection.
+    #[error(
+        "malformed {api_key:?} v{api_version} request (correlation id {correlation_id}): {reason}"
+    )]
+    Malformed {
+        api_key: ApiKey,
+        api_version: i16,
+        correlation_id: i32,
+        reason: String,
+    },
+}
+
+impl RequestError {
+    /// The correlation id, when the header got far enough to carry one.
+    pub fn correlation_id(&self) -> Option<i32> {
+        match self {
+            RequestError::TruncatedHeader(_) => None,
+            RequestError::UnknownApiKey { correlation_id, .. }
+            | RequestError::ApiNotEnabled { correlation_id, .. }
+            | RequestError::UnsupportedVersion { correlation_id, .. }
+            | RequestError::Malformed { correlation_id, .. } => Some(*correlation_id),
+        }
+    }
+}
+
+/// Decodes one frame body (the bytes after the size prefix).
+pub fn decode_request(frame: Bytes) -> Result<Request, RequestError> {
+    if frame.len() < 8 {
+        return Err(RequestError::TruncatedHeader(frame.len()));
+    }
+    let raw_api_key = i16::from_be_bytes([frame[0], frame[1]]);
+    let api_version = i16::from_be_bytes([frame[2], frame[3]]);
+    let correlation_id = i32::from_be_bytes([frame[4], frame[5], frame[6], frame[7]]);
+    let Ok(api_key) = ApiKey::try_from(raw_api_key) else {
+        return Err(RequestError::UnknownApiKey {
+            api_key: raw_api_key,
+            api_version,
+            correlation_id,
+        });
+    };
+    let Some(range) = versions::range(raw_api_key) else {
+        return Err(RequestError::ApiNotEnabled {
+            api_key,
+            api_version,
+            correlation_id,
+        });
+    };
+    if !range.accepts(api_version) {
+        return Err(RequestError::UnsupportedVersion {
+            api_key,
+            api_version,
+            correlation_id,
+        });
+    }
+    let malformed = |reason: String| RequestError::Malformed {
+        api_key,
+        api_version,
+        correlation_id,
+        reason,
+    };
+    let header_version = api_key.request_header_version(api_version);
+    let header_len = guard::check_request_header(header_version, &frame)
+        .map_err(|e| malformed(format!("header: {e}")))?;
+    guard::check_request_body(api_key, api_version, &frame[header_len..])
+        .map_err(|e: GuardError| malformed(e.to_string()))?;
+
+    let mut buf = frame;
+    let header = RequestHeader::decode(&mut buf, header_version)
+        .map_err(|e| malformed(format!("header: {e:#}")))?;
+    let body = RequestKind::decode(api_key, &mut buf, api_version)
+        .map_err(|e| malformed(format!("{e:#}")))?;
+    Ok(Request { header, body })
+}
+
+#[derive(Debug, Error)]
+#[error("cannot encode {api_key:?} v{api_version} response: {reason}")]
+pub struct EncodeError {
+    pub api_key: ApiKey,
+    pub api_version: i16,
+    pub reason: String,
+}
+
+/// Encodes a response as a complete size-prefixed frame, with the response
+/// header version `api_key` uses at `api_version` (always v0 for ApiVersions,
+/// so clients can read it before they know our versions).
+pub fn encode_response(
+    api_key: ApiKey,
+    api_version: i16,
+    correlation_id: i32,
+    body: &ResponseKind,
+) -> Result<Bytes, EncodeError> {
+    let error = |e: anyhow::Error| EncodeError {
+        api_key,
+        api_version,
+        reason: format!("{e:#}"),
+    };
+    let header_version = api_key.response_header_version(api_version);
+    let mut out = BytesMut::new();
+    out.put_i32(0); // size, filled in below
+    ResponseHeader::default()
+        .with_correlation_id(correlation_id)
+        .encode(&mut out, header_version)
+        .map_err(error)?;
+    body.encode(&mut out, api_version).map_err(error)?;
+    let size = out.len() - SIZE_PREFIX_LEN;
+    let size = i32::try_from(size).map_err(|_| EncodeError {
+        api_key,
+        api_version,
+        reason: format!("{size} bytes do not fit a frame"),
+    })?;
+    out[..SIZE_PREFIX_LEN].copy_from_slice(&size.to_be_bytes());
+    Ok(out.freeze())
+}
+
+/// Kafka's UNSUPPORTED_VERSION error code.
+pub const UNSUPPORTED_VERSION: i16 = 35;
+
+/// The answer to an ApiVersions request at a version we do not support: a v0
+/// response (which every client can parse) with UNSUPPORTED_VERSION and only
+/// ApiVersions' own range, so the client retries at a version we know.
+pub fn unsupported_api_versions_response(correlation_id: i32) -> Bytes {
+    let api_keys = versions::api_versions_keys()
+        .into_iter()
+        .filter(|k| k.api_key == ApiKey::ApiVersions as i16)
+        .collect();
+    let body = ApiVersionsResponse::default()
+        .with_error_code(UNSUPPORTED_VERSION)
+        .with_api_keys(api_keys);
+    encode_response(
+        ApiKey::ApiVersions,
+        0,
+        correlation_id,
+        &ResponseKind::ApiVersions(body),
+    )
+    .expect("a v0 ApiVersions response with one key always encodes")
+}

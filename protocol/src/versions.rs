@@ -1,0 +1,109 @@
+//! The one table of APIs this broker serves. The ApiVersions response, the
+//! request decoder's version check and the tests are all built from it.
+
+use kafka_protocol::messages::api_versions_response::ApiVersion;
+use kafka_protocol::messages::ApiKey;
+
+/// One API's advertised version range, and the lowest version actually
+/// accepted (higher than `min_version` only for Produce, see below).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ApiRange {
+    pub api_key: ApiKey,
+    pub min_version: i16,
+    pub max_version: i16,
+    pub min_accepted_version: i16,
+}
+
+impl ApiRange {
+    const fn new(api_key: ApiKey, min_version: i16, max_version: i16) -> Self {
+        Self {
+            api_key,
+            min_version,
+            max_version,
+            min_accepted_version: min_version,
+        }
+    }
+
+    /// Advertises `min_version..` but answers versions below `accepted` with
+    /// UNSUPPORTED_VERSION.
+    const fn accepting_from(self, accepted: i16) -> Self {
+        Self {
+            min_accepted_version: accepted,
+            ..self
+        }
+    }
+
+    pub fn advertises(&self, api_version: i16) -> bool {
+        self.min_version <= api_version && api_version <= self.max_version
+    }
+
+    pub fn accepts(&self, api_version: i16) -> bool {
+        self.min_accepted_version <= api_version && api_version <= self.max_version
+    }
+}
+
+/// The APIs the broker implements, with Kafka 4.x's minimum versions.
+pub const SUPPORTED_APIS: &[ApiRange] = &[
+    // Kafka 4.0 still advertises Produce v0-2 because librdkafka refuses to
+    // produce compressed batches to a broker that does not (KAFKA-18659), but
+    // answers those versions with UNSUPPORTED_VERSION. We do the same.
+    ApiRange::new(ApiKey::Produce, 0, 12).accepting_from(3),
+    ApiRange::new(ApiKey::Fetch, 4, 16),
+    ApiRange::new(ApiKey::ListOffsets, 1, 9),
+    ApiRange::new(ApiKey::Metadata, 0, 12),
+    ApiRange::new(ApiKey::ApiVersions, 0, 4),
+    ApiRange::new(ApiKey::CreateTopics, 2, 7),
+    ApiRange::new(ApiKey::DeleteTopics, 1, 6),
+    ApiRange::new(ApiKey::DeleteRecords, 0, 2),
+    ApiRange::new(ApiKey::InitProducerId, 0, 5),
+    ApiRange::new(ApiKey::DescribeConfigs, 1, 4),
+    ApiRange::new(ApiKey::CreatePartitions, 0, 3),
+    ApiRange::new(ApiKey::DescribeCluster, 0, 1),
+];
+
+/// Consumer-group APIs: guarded and tested, but not advertised until the
+/// broker implements them. Move an entry into [`SUPPORTED_APIS`] to enable it.
+pub const GROUP_APIS: &[ApiRange] = &[
+    ApiRange::new(ApiKey::OffsetCommit, 2, 9),
+    ApiRange::new(ApiKey::OffsetFetch, 1, 9),
+    ApiRange::new(ApiKey::FindCoordinator, 0, 6),
+    ApiRange::new(ApiKey::JoinGroup, 0, 9),
+    ApiRange::new(ApiKey::Heartbeat, 0, 4),
+    ApiRange::new(ApiKey::LeaveGroup, 0, 5),
+    ApiRange::new(ApiKey::SyncGroup, 0, 5),
+    ApiRange::new(ApiKey::DescribeGroups, 0, 5),
+    ApiRange::new(ApiKey::ListGroups, 0, 5),
+    ApiRange::new(ApiKey::DeleteGroups, 0, 2),
+    ApiRange::new(ApiKey::OffsetDelete, 0, 0),
+    ApiRange::new(ApiKey::ConsumerGroupHeartbeat, 0, 1),
+    ApiRange::new(ApiKey::ConsumerGroupDescribe, 0, 1),
+];
+
+/// The entry for `api_key` in [`SUPPORTED_APIS`].
+pub fn range(api_key: i16) -> Option<&'static ApiRange> {
+    SUPPORTED_APIS.iter().find(|r| r.api_key as i16 == api_key)
+}
+
+/// The advertised `(min, max)` versions of `api_key`, if the broker serves it.
+pub fn supported(api_key: i16) -> Option<(i16, i16)> {
+    range(api_key).map(|r| (r.min_version, r.max_version))
+}
+
+/// Whether a request at `api_version` is decoded and handled (rather than
+/// answered with UNSUPPORTED_VERSION).
+pub fn accepted(api_key: i16, api_version: i16) -> bool {
+    range(api_key).is_some_and(|r| r.accepts(api_version))
+}
+
+/// The `api_keys` of the ApiVersions response.
+pub fn api_versions_keys() -> Vec<ApiVersion> {
+    SUPPORTED_APIS
+        .iter()
+        .map(|r| {
+            ApiVersion::default()
+                .with_api_key(r.api_key as i16)
+                .with_min_version(r.min_version)
+                .with_max_version(r.max_version)
+        })
+        .collect()
+}

@@ -1,0 +1,570 @@
+//! Populated requests of every guarded api at any version, encoded with
+//! kafka-protocol's client side, shared by the round-trip and hostile tests.
+#![allow(dead_code)]
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use protocol::versions::{ApiRange, GROUP_APIS, SUPPORTED_APIS};
+
+pub fn s(x: &'static str) -> StrBytes {
+    StrBytes::from_static_str(x)
+}
+fn topic(x: &'static str) -> TopicName {
+    TopicName(s(x))
+}
+fn group(x: &'static str) -> GroupId {
+    GroupId(s(x))
+}
+
+/// Every API the guard covers: the served ones and the group ones.
+pub fn all_apis() -> impl Iterator<Item = &'static ApiRange> {
+    SUPPORTED_APIS.iter().chain(GROUP_APIS.iter())
+}
+
+/// A request of `api_key` at `v` with every array populated (two elements
+/// where it matters) and strings set, using only fields `v` carries.
+pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
+    let id = uuid::Uuid::from_u128;
+    match api_key {
+        ApiKey::Produce => {
+            let partition = |i| {
+                produce_request::PartitionProduceData::default()
+                    .with_index(i)
+                    .with_records(Some(Bytes::from_static(b"opaque record batch bytes")))
+            };
+            let topic_data = |name, n| {
+                let t = produce_request::TopicProduceData::default()
+                    .with_partition_data(vec![partition(0), partition(1)]);
+                if v >= 13 {
+                    t.with_topic_id(id(n))
+                } else {
+                    t.with_name(topic(name))
+                }
+            };
+            ProduceRequest::default()
+                .with_transactional_id(Some(TransactionalId(s("txn"))))
+                .with_acks(-1)
+                .with_timeout_ms(30_000)
+                .with_topic_data(vec![topic_data("a", 1), topic_data("b", 2)])
+                .into()
+        }
+        ApiKey::Fetch => {
+            let partition = |i| {
+                let p = fetch_request::FetchPartition::default()
+                    .with_partition(i)
+                    .with_fetch_offset(100)
+                    .with_partition_max_bytes(1 << 20);
+                let p = if v >= 9 {
+                    p.with_current_leader_epoch(3)
+                } else {
+                    p
+                };
+                let p = if v >= 12 {
+                    p.with_last_fetched_epoch(2)
+                } else {
+                    p
+                };
+                let p = if v >= 5 {
+                    p.with_log_start_offset(7)
+                } else {
+                    p
+                };
+                let p = if v >= 17 {
+                    p.with_replica_directory_id(id(9))
+                } else {
+                    p
+                };
+                if v >= 18 {
+                    p.with_high_watermark(55)
+                } else {
+                    p
+                }
+            };
+            let fetch_topic = |name, n| {
+                let t = fetch_request::FetchTopic::default()
+                    .with_partitions(vec![partition(0), partition(1)]);
+                if v >= 13 {
+                    t.with_topic_id(id(n))
+                } else {
+                    t.with_topic(topic(name))
+                }
+            };
+            let forgotten = |name, n| {
+                let t = fetch_request::ForgottenTopic::default().with_partitions(vec![4, 5]);
+                if v >= 13 {
+                    t.with_topic_id(id(n))
+                } else {
+                    t.with_topic(topic(name))
+                }
+            };
+            let r = FetchRequest::default()
+                .with_max_wait_ms(500)
+                .with_min_bytes(1)
+                .with_max_bytes(1 << 24)
+                .with_isolation_level(1)
+                .with_topics(vec![fetch_topic("a", 1), fetch_topic("b", 2)]);
+            let r = if v <= 14 {
+                r.with_replica_id(BrokerId(-1))
+            } else {
+                r
+            };
+            let r = if v >= 7 {
+                r.with_session_id(12)
+                    .with_session_epoch(1)
+                    .with_forgotten_topics_data(vec![forgotten("c", 3), forgotten("d", 4)])
+            } else {
+                r
+            };
+            let r = if v >= 11 {
+                r.with_rack_id(s("rack-1"))
+            } else {
+                r
+            };
+            let r = if v >= 12 {
+                r.with_cluster_id(Some(s("cluster")))
+            } else {
+                r
+            };
+            let r = if v >= 15 {
+                r.with_replica_state(
+                    fetch_request::ReplicaState::default()
+                        .with_replica_id(BrokerId(-1))
+                        .with_replica_epoch(-1),
+                )
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::ListOffsets => {
+            let partition = |i| {
+                let p = list_offsets_request::ListOffsetsPartition::default()
+                    .with_partition_index(i)
+                    .with_timestamp(-1);
+                if v >= 4 {
+                    p.with_current_leader_epoch(5)
+                } else {
+                    p
+                }
+            };
+            let t = |name| {
+                list_offsets_request::ListOffsetsTopic::default()
+                    .with_name(topic(name))
+                    .with_partitions(vec![partition(0), partition(1)])
+            };
+            let r = ListOffsetsRequest::default()
+                .with_replica_id(BrokerId(-1))
+                .with_topics(vec![t("a"), t("b")]);
+            let r = if v >= 2 { r.with_isolation_level(1) } else { r };
+            let r = if v >= 10 { r.with_timeout_ms(1000) } else { r };
+            r.into()
+        }
+        ApiKey::Metadata => {
+            let t = |name, n| {
+                let t =
+                    metadata_request::MetadataRequestTopic::default().with_name(Some(topic(name)));
+                if v >= 10 {
+                    t.with_topic_id(id(n))
+                } else {
+                    t
+                }
+            };
+            let r = MetadataRequest::default().with_topics(Some(vec![t("a", 1), t("b", 2)]));
+            let r = if v >= 4 {
+                r.with_allow_auto_topic_creation(true)
+            } else {
+                r
+            };
+            let r = if (8..=10).contains(&v) {
+                r.with_include_cluster_authorized_operations(true)
+            } else {
+                r
+            };
+            let r = if v >= 8 {
+                r.with_include_topic_authorized_operations(true)
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::ApiVersions => {
+            let r = ApiVersionsRequest::default();
+            if v >= 3 {
+                r.with_client_software_name(s("client"))
+                    .with_client_software_version(s("1.0"))
+                    .into()
+            } else {
+                r.into()
+            }
+        }
+        ApiKey::CreateTopics => {
+            let assignment = |i| {
+                create_topics_request::CreatableReplicaAssignment::default()
+                    .with_partition_index(i)
+                    .with_broker_ids(vec![BrokerId(1), BrokerId(2)])
+            };
+            let config = |k, val| {
+                create_topics_request::CreatableTopicConfig::default()
+                    .with_name(s(k))
+                    .with_value(Some(s(val)))
+            };
+            let t = |name| {
+                create_topics_request::CreatableTopic::default()
+                    .with_name(topic(name))
+                    .with_num_partitions(-1)
+                    .with_replication_factor(-1)
+                    .with_assignments(vec![assignment(0), assignment(1)])
+                    .with_configs(vec![
+                        config("cleanup.policy", "compact"),
+                        config("retention.ms", "1000"),
+                    ])
+            };
+            CreateTopicsRequest::default()
+                .with_topics(vec![t("a"), t("b")])
+                .with_timeout_ms(5000)
+                .with_validate_only(true)
+                .into()
+        }
+        ApiKey::DeleteTopics => {
+            let r = DeleteTopicsRequest::default().with_timeout_ms(5000);
+            if v >= 6 {
+                let t = |name, n| {
+                    delete_topics_request::DeleteTopicState::default()
+                        .with_name(Some(topic(name)))
+                        .with_topic_id(id(n))
+                };
+                r.with_topics(vec![t("a", 1), t("b", 2)]).into()
+            } else {
+                r.with_topic_names(vec![topic("a"), topic("b")]).into()
+            }
+        }
+        ApiKey::DeleteRecords => {
+            let p = |i| {
+                delete_records_request::DeleteRecordsPartition::default()
+                    .with_partition_index(i)
+                    .with_offset(42)
+            };
+            let t = |name| {
+                delete_records_request::DeleteRecordsTopic::default()
+                    .with_name(topic(name))
+                    .with_partitions(vec![p(0), p(1)])
+            };
+            DeleteRecordsRequest::default()
+                .with_topics(vec![t("a"), t("b")])
+                .with_timeout_ms(5000)
+                .into()
+        }
+        ApiKey::InitProducerId => {
+            let r = InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(s("txn"))))
+                .with_transaction_timeout_ms(60_000);
+            let r = if v >= 3 {
+                r.with_producer_id(ProducerId(77)).with_producer_epoch(3)
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::DescribeConfigs => {
+            let res = |name| {
+                describe_configs_request::DescribeConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s(name))
+                    .with_configuration_keys(Some(vec![s("retention.ms"), s("segment.bytes")]))
+            };
+            let r = DescribeConfigsRequest::default()
+                .with_resources(vec![res("a"), res("b")])
+                .with_include_synonyms(true);
+            let r = if v >= 3 {
+                r.with_include_documentation(true)
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::CreatePartitions => {
+            let a = || {
+                create_partitions_request::CreatePartitionsAssignment::default()
+                    .with_broker_ids(vec![BrokerId(1), BrokerId(2)])
+            };
+            let t = |name| {
+                create_partitions_request::CreatePartitionsTopic::default()
+                    .with_name(topic(name))
+                    .with_count(4)
+                    .with_assignments(Some(vec![a(), a()]))
+            };
+            CreatePartitionsRequest::default()
+                .with_topics(vec![t("a"), t("b")])
+                .with_timeout_ms(5000)
+                .with_validate_only(true)
+                .into()
+        }
+        ApiKey::DescribeCluster => {
+            let r =
+                DescribeClusterRequest::default().with_include_cluster_authorized_operations(true);
+            let r = if v >= 1 { r.with_endpoint_type(1) } else { r };
+            let r = if v >= 2 {
+                r.with_include_fenced_brokers(true)
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::OffsetCommit => {
+            let p = |i| {
+                let p = offset_commit_request::OffsetCommitRequestPartition::default()
+                    .with_partition_index(i)
+                    .with_committed_offset(10)
+                    .with_committed_metadata(Some(s("meta")));
+                if v >= 6 {
+                    p.with_committed_leader_epoch(2)
+                } else {
+                    p
+                }
+            };
+            let t = |name| {
+                offset_commit_request::OffsetCommitRequestTopic::default()
+                    .with_name(topic(name))
+                    .with_partitions(vec![p(0), p(1)])
+            };
+            let r = OffsetCommitRequest::default()
+                .with_group_id(group("g"))
+                .with_generation_id_or_member_epoch(3)
+                .with_member_id(s("m"))
+                .with_topics(vec![t("a"), t("b")]);
+            let r = if v >= 7 {
+                r.with_group_instance_id(Some(s("i")))
+            } else {
+                r
+            };
+            let r = if v <= 4 {
+                r.with_retention_time_ms(1000)
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::OffsetFetch => {
+            if v >= 8 {
+                let t = |name| {
+                    offset_fetch_request::OffsetFetchRequestTopics::default()
+                        .with_name(topic(name))
+                        .with_partition_indexes(vec![0, 1])
+                };
+                let g = |name| {
+                    let g = offset_fetch_request::OffsetFetchRequestGroup::default()
+                        .with_group_id(group(name))
+                        .with_topics(Some(vec![t("a"), t("b")]));
+                    if v >= 9 {
+                        g.with_member_id(Some(s("m"))).with_member_epoch(4)
+                    } else {
+                        g
+                    }
+                };
+                OffsetFetchRequest::default()
+                    .with_groups(vec![g("g1"), g("g2")])
+                    .with_require_stable(true)
+                    .into()
+            } else {
+                let t = |name| {
+                    offset_fetch_request::OffsetFetchRequestTopic::default()
+                        .with_name(topic(name))
+                        .with_partition_indexes(vec![0, 1])
+                };
+                let r = OffsetFetchRequest::default()
+                    .with_group_id(group("g"))
+                    .with_topics(Some(vec![t("a"), t("b")]));
+                let r = if v >= 7 {
+                    r.with_require_stable(true)
+                } else {
+                    r
+                };
+                r.into()
+            }
+        }
+        ApiKey::FindCoordinator => {
+            let r = FindCoordinatorRequest::default();
+            let r = if v <= 3 { r.with_key(s("g")) } else { r };
+            let r = if v >= 1 { r.with_key_type(0) } else { r };
+            let r = if v >= 4 {
+                r.with_coordinator_keys(vec![s("g1"), s("g2")])
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::JoinGroup => {
+            let p = |name| {
+                join_group_request::JoinGroupRequestProtocol::default()
+                    .with_name(s(name))
+                    .with_metadata(Bytes::from_static(b"subscription"))
+            };
+            let r = JoinGroupRequest::default()
+                .with_group_id(group("g"))
+                .with_session_timeout_ms(10_000)
+                .with_member_id(s("m"))
+                .with_protocol_type(s("consumer"))
+                .with_protocols(vec![p("range"), p("roundrobin")]);
+            let r = if v >= 1 {
+                r.with_rebalance_timeout_ms(30_000)
+            } else {
+                r
+            };
+            let r = if v >= 5 {
+                r.with_group_instance_id(Some(s("i")))
+            } else {
+                r
+            };
+            let r = if v >= 8 {
+                r.with_reason(Some(s("why")))
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::Heartbeat => {
+            let r = HeartbeatRequest::default()
+                .with_group_id(group("g"))
+                .with_generation_id(3)
+                .with_member_id(s("m"));
+            let r = if v >= 3 {
+                r.with_group_instance_id(Some(s("i")))
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::LeaveGroup => {
+            let r = LeaveGroupRequest::default().with_group_id(group("g"));
+            if v <= 2 {
+                r.with_member_id(s("m")).into()
+            } else {
+                let m = |id| {
+                    let m = leave_group_request::MemberIdentity::default()
+                        .with_member_id(s(id))
+                        .with_group_instance_id(Some(s("i")));
+                    if v >= 5 {
+                        m.with_reason(Some(s("bye")))
+                    } else {
+                        m
+                    }
+                };
+                r.with_members(vec![m("m1"), m("m2")]).into()
+            }
+        }
+        ApiKey::SyncGroup => {
+            let a = |m| {
+                sync_group_request::SyncGroupRequestAssignment::default()
+                    .with_member_id(s(m))
+                    .with_assignment(Bytes::from_static(b"assignment"))
+            };
+            let r = SyncGroupRequest::default()
+                .with_group_id(group("g"))
+                .with_generation_id(3)
+                .with_member_id(s("m"))
+                .with_assignments(vec![a("m1"), a("m2")]);
+            let r = if v >= 3 {
+                r.with_group_instance_id(Some(s("i")))
+            } else {
+                r
+            };
+            let r = if v >= 5 {
+                r.with_protocol_type(Some(s("consumer")))
+                    .with_protocol_name(Some(s("range")))
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::DescribeGroups => {
+            let r = DescribeGroupsRequest::default().with_groups(vec![group("g1"), group("g2")]);
+            let r = if v >= 3 {
+                r.with_include_authorized_operations(true)
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::ListGroups => {
+            let r = ListGroupsRequest::default();
+            let r = if v >= 4 {
+                r.with_states_filter(vec![s("Stable"), s("Empty")])
+            } else {
+                r
+            };
+            let r = if v >= 5 {
+                r.with_types_filter(vec![s("classic"), s("consumer")])
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::DeleteGroups => DeleteGroupsRequest::default()
+            .with_groups_names(vec![group("g1"), group("g2")])
+            .into(),
+        ApiKey::OffsetDelete => {
+            let t = |name| {
+                offset_delete_request::OffsetDeleteRequestTopic::default()
+                    .with_name(topic(name))
+                    .with_partitions(vec![
+                        offset_delete_request::OffsetDeleteRequestPartition::default()
+                            .with_partition_index(0),
+                        offset_delete_request::OffsetDeleteRequestPartition::default()
+                            .with_partition_index(1),
+                    ])
+            };
+            OffsetDeleteRequest::default()
+                .with_group_id(group("g"))
+                .with_topics(vec![t("a"), t("b")])
+                .into()
+        }
+        ApiKey::ConsumerGroupHeartbeat => {
+            let tp = |n| {
+                consumer_group_heartbeat_request::TopicPartitions::default()
+                    .with_topic_id(id(n))
+                    .with_partitions(vec![0, 1])
+            };
+            let r = ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(group("g"))
+                .with_member_id(s("m"))
+                .with_member_epoch(1)
+                .with_instance_id(Some(s("i")))
+                .with_rack_id(Some(s("r")))
+                .with_rebalance_timeout_ms(30_000)
+                .with_subscribed_topic_names(Some(vec![topic("a"), topic("b")]))
+                .with_server_assignor(Some(s("uniform")))
+                .with_topic_partitions(Some(vec![tp(1), tp(2)]));
+            let r = if v >= 1 {
+                r.with_subscribed_topic_regex(Some(s("a.*")))
+            } else {
+                r
+            };
+            r.into()
+        }
+        ApiKey::ConsumerGroupDescribe => ConsumerGroupDescribeRequest::default()
+            .with_group_ids(vec![group("g1"), group("g2")])
+            .with_include_authorized_operations(true)
+            .into(),
+        other => panic!("no test builder for {other:?}"),
+    }
+}
+
+pub const CORRELATION_ID: i32 = 0x0102_0304;
+
+/// The header (with a client id) and body of `request` at `v`, unframed.
+pub fn encode(api_key: ApiKey, v: i16, body: &RequestKind) -> (Bytes, usize) {
+    let header = RequestHeader::default()
+        .with_request_api_key(api_key as i16)
+        .with_request_api_version(v)
+        .with_correlation_id(CORRELATION_ID)
+        .with_client_id(Some(s("test-client")));
+    let mut out = BytesMut::new();
+    header
+        .encode(&mut out, api_key.request_header_version(v))
+        .expect("header encodes");
+    let header_len = out.len();
+    body.encode(&mut out, v)
+        .unwrap_or_else(|e| panic!("{api_key:?} v{v} encodes: {e:#}"));
+    (out.freeze(), header_len)
+}
