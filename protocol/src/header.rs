@@ -205,3 +205,150 @@ pub fn unsupported_api_versions_response(correlation_id: i32) -> Bytes {
     )
     .expect("a v0 ApiVersions response with one key always encodes")
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::{MetadataResponse, ProduceResponse};
+
+    fn prefix(api_key: i16, api_version: i16, correlation_id: i32) -> Vec<u8> {
+        let mut out = Vec::new();
+        out.extend_from_slice(&api_key.to_be_bytes());
+        out.extend_from_slice(&api_version.to_be_bytes());
+        out.extend_from_slice(&correlation_id.to_be_bytes());
+        out
+    }
+
+    #[test]
+    fn short_header_is_truncated() {
+        assert_eq!(
+            decode_request(Bytes::from_static(&[0, 18, 0, 3, 0, 0, 0])),
+            Err(RequestError::TruncatedHeader(7))
+        );
+    }
+
+    #[test]
+    fn unknown_api_key_carries_the_ids() {
+        assert_eq!(
+            decode_request(Bytes::from(prefix(9999, 1, 42))),
+            Err(RequestError::UnknownApiKey {
+                api_key: 9999,
+                api_version: 1,
+                correlation_id: 42
+            })
+        );
+    }
+
+    #[test]
+    fn known_api_we_do_not_serve_is_not_enabled() {
+        assert_eq!(
+            decode_request(Bytes::from(prefix(ApiKey::JoinGroup as i16, 5, 42))),
+            Err(RequestError::ApiNotEnabled {
+                api_key: ApiKey::JoinGroup,
+                api_version: 5,
+                correlation_id: 42
+            })
+        );
+    }
+
+    #[test]
+    fn api_versions_from_the_future_gets_a_v0_unsupported_version_answer() {
+        // A newer client's ApiVersions v9, flexible header and body we cannot know.
+        let mut frame = prefix(ApiKey::ApiVersions as i16, 9, 77);
+        frame.extend_from_slice(&[0, 4, b'c', b'l', b'i', b'x', 0, 0xAB, 0xCD]);
+        let error = decode_request(Bytes::from(frame)).expect_err("unsupported");
+        assert_eq!(
+            error,
+            RequestError::UnsupportedVersion {
+                api_key: ApiKey::ApiVersions,
+                api_version: 9,
+                correlation_id: 77
+            }
+        );
+        let mut answer = unsupported_api_versions_response(77);
+        let size = i32::from_be_bytes(answer[..4].try_into().expect("prefix"));
+        assert_eq!(size as usize, answer.len() - 4);
+        let _ = answer.split_to(4);
+        let header = ResponseHeader::decode(&mut answer, 0).expect("v0 header");
+        assert_eq!(header.correlation_id, 77);
+        let body = ApiVersionsResponse::decode(&mut answer, 0).expect("v0 body");
+        assert_eq!(body.error_code, UNSUPPORTED_VERSION);
+        assert_eq!(body.api_keys.len(), 1);
+        assert_eq!(body.api_keys[0].api_key, 18);
+        assert_eq!(
+            (body.api_keys[0].min_version, body.api_keys[0].max_version),
+            (0, 4)
+        );
+        assert!(answer.is_empty());
+    }
+
+    #[test]
+    fn malformed_flexible_header_closes() {
+        // Metadata v12 uses header v2; its tagged-field count says 5 but no bytes follow.
+        let mut frame = prefix(ApiKey::Metadata as i16, 12, 3);
+        frame.extend_from_slice(&[0xFF, 0xFF, 5]);
+        assert!(matches!(
+            decode_request(Bytes::from(frame)),
+            Err(RequestError::Malformed {
+                api_key: ApiKey::Metadata,
+                correlation_id: 3,
+                ..
+            })
+        ));
+    }
+
+    fn split(mut frame: Bytes, header_version: i16) -> (ResponseHeader, Bytes) {
+        let size = i32::from_be_bytes(frame[..4].try_into().expect("prefix"));
+        assert_eq!(size as usize, frame.len() - 4);
+        let _ = frame.split_to(4);
+        let header = ResponseHeader::decode(&mut frame, header_version).expect("header");
+        (header, frame)
+    }
+
+    #[test]
+    fn api_versions_responses_always_use_header_v0() {
+        let body = ApiVersionsResponse::default().with_api_keys(versions::api_versions_keys());
+        let frame = encode_response(
+            ApiKey::ApiVersions,
+            3,
+            11,
+            &ResponseKind::ApiVersions(body.clone()),
+        )
+        .expect("encodes");
+        let (header, mut rest) = split(frame, 0);
+        assert_eq!(header.correlation_id, 11);
+        assert_eq!(
+            ApiVersionsResponse::decode(&mut rest, 3).expect("body"),
+            body
+        );
+        assert!(rest.is_empty());
+    }
+
+    #[test]
+    fn flexible_responses_use_header_v1() {
+        let body = MetadataResponse::default().with_cluster_id(Some("c".into()));
+        let frame = encode_response(
+            ApiKey::Metadata,
+            12,
+            5,
+            &ResponseKind::Metadata(body.clone()),
+        )
+        .expect("encodes");
+        let (header, mut rest) = split(frame, 1);
+        assert_eq!(header.correlation_id, 5);
+        assert_eq!(MetadataResponse::decode(&mut rest, 12).expect("body"), body);
+        assert!(rest.is_empty());
+
+        let frame = encode_response(
+            ApiKey::Produce,
+            8,
+            6,
+            &ResponseKind::Produce(ProduceResponse::default()),
+        )
+        .expect("encodes");
+        let (header, mut rest) = split(frame, 0);
+        assert_eq!(header.correlation_id, 6);
+        ProduceResponse::decode(&mut rest, 8).expect("body");
+        assert!(rest.is_empty());
+    }
+}

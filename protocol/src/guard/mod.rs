@@ -14,6 +14,8 @@
 //! every supported version.
 
 mod schema;
+// One field per line reads as a table; rustfmt would wrap the long ones.
+#[rustfmt::skip]
 mod schemas;
 
 use kafka_protocol::messages::ApiKey;
