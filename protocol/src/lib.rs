@@ -15,7 +15,7 @@ pub mod record_batch;
 pub mod versions;
 
 pub use header::{
-    decode_request, encode_response, unsupported_api_versions_response, EncodeError, Request,
-    RequestError,
+    decode_request, encode_response, unsupported_api_versions_response,
+    unsupported_produce_response, EncodeError, Request, RequestError,
 };
 pub use kafka_protocol;

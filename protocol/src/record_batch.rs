@@ -337,3 +337,246 @@ impl<'a> Iterator for BatchIter<'a> {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::protocol::StrBytes;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions,
+        TimestampType,
+    };
+
+    fn record(offset: i64, sequence: i32, transactional: bool) -> Record {
+        let mut headers = kafka_protocol::indexmap::IndexMap::new();
+        headers.insert(
+            StrBytes::from_static_str("h"),
+            Some(Bytes::from_static(b"v")),
+        );
+        Record {
+            transactional,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 5,
+            producer_id: 42,
+            producer_epoch: 3,
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence,
+            timestamp: 1000 + offset,
+            key: Some(Bytes::from(format!("key-{offset}"))),
+            value: Some(Bytes::from(vec![b'x'; 100])),
+            headers,
+        }
+    }
+
+    fn encode(records: &[Record], compression: Compression) -> Vec<u8> {
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .expect("encodes");
+        buf.to_vec()
+    }
+
+    fn three_records() -> Vec<Record> {
+        (0..3).map(|i| record(i, 10 + i as i32, false)).collect()
+    }
+
+    const CODECS: [(Compression, Codec); 5] = [
+        (Compression::None, Codec::None),
+        (Compression::Gzip, Codec::Gzip),
+        (Compression::Snappy, Codec::Snappy),
+        (Compression::Lz4, Codec::Lz4),
+        (Compression::Zstd, Codec::Zstd),
+    ];
+
+    #[test]
+    fn reads_the_header_of_batches_in_every_codec() {
+        for (compression, codec) in CODECS {
+            let bytes = encode(&three_records(), compression);
+            let batch = RecordBatchView::parse(&bytes).expect("parses");
+            batch.verify_crc().expect("crc");
+            assert_eq!(batch.codec(), Ok(codec));
+            assert_eq!(batch.len(), bytes.len());
+            assert_eq!(batch.magic(), MAGIC_V2);
+            assert_eq!(batch.base_offset(), 0);
+            assert_eq!(batch.last_offset_delta(), 2);
+            assert_eq!(batch.last_offset(), 2);
+            assert_eq!(batch.record_count(), 3);
+            assert_eq!(batch.partition_leader_epoch(), 5);
+            assert_eq!(batch.producer_id(), 42);
+            assert_eq!(batch.producer_epoch(), 3);
+            assert_eq!(batch.base_sequence(), 10);
+            assert_eq!(batch.last_sequence(), 12);
+            assert_eq!(batch.base_timestamp(), 1000);
+            assert_eq!(batch.max_timestamp(), 1002);
+            assert!(!batch.is_transactional());
+            assert!(!batch.is_control());
+            assert!(!batch.is_log_append_time());
+            assert_eq!(
+                batch.records_payload().len(),
+                bytes.len() - HEADER_LEN,
+                "{codec:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn transactional_flag_is_read() {
+        let records: Vec<_> = (0..2).map(|i| record(i, i as i32, true)).collect();
+        let bytes = encode(&records, Compression::None);
+        let batch = RecordBatchView::parse(&bytes).expect("parses");
+        assert!(batch.is_transactional());
+    }
+
+    #[test]
+    fn a_flipped_byte_is_a_crc_mismatch() {
+        for (compression, _) in CODECS {
+            let mut bytes = encode(&three_records(), compression);
+            let last = bytes.len() - 1;
+            bytes[last] ^= 0x01;
+            let batch = RecordBatchView::parse(&bytes).expect("still parses");
+            assert!(matches!(
+                batch.verify_crc(),
+                Err(BatchError::CrcMismatch { .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn every_flip_inside_the_crc_range_is_caught() {
+        let original = encode(&three_records(), Compression::None);
+        for at in CRC_START..original.len() {
+            let mut bytes = original.clone();
+            bytes[at] ^= 0x40;
+            // Either the header no longer makes sense, or the CRC says so.
+            if let Ok(batch) = RecordBatchView::parse(&bytes) {
+                assert!(batch.verify_crc().is_err(), "flip at {at} undetected");
+            }
+        }
+    }
+
+    #[test]
+    fn rewrites_keep_the_batch_valid() {
+        for (compression, _) in CODECS {
+            let mut bytes = encode(&three_records(), compression);
+            rewrite::set_base_offset(&mut bytes, 100);
+            rewrite::set_partition_leader_epoch(&mut bytes, 9);
+            // Both live before the CRC range.
+            let batch = RecordBatchView::parse(&bytes).expect("parses");
+            batch.verify_crc().expect("crc unaffected");
+            assert_eq!(batch.base_offset(), 100);
+            assert_eq!(batch.last_offset(), 102);
+            assert_eq!(batch.partition_leader_epoch(), 9);
+
+            rewrite::set_log_append_time(&mut bytes, 5555);
+            let batch = RecordBatchView::parse(&bytes).expect("parses");
+            batch.verify_crc().expect("crc recomputed");
+            assert!(batch.is_log_append_time());
+            assert_eq!(batch.max_timestamp(), 5555);
+
+            // kafka-protocol reads the rewritten batch back.
+            let mut buf = Bytes::from(bytes);
+            let set = RecordBatchDecoder::decode(&mut buf).expect("decodes");
+            let offsets: Vec<i64> = set.records.iter().map(|r| r.offset).collect();
+            assert_eq!(offsets, vec![100, 101, 102]);
+        }
+    }
+
+    #[test]
+    fn last_sequence_wraps_like_kafka() {
+        let records: Vec<_> = [i32::MAX - 1, i32::MAX, i32::MIN]
+            .into_iter()
+            .enumerate()
+            .map(|(i, sequence)| record(i as i64, sequence, false))
+            .collect();
+        let bytes = encode(&records, Compression::None);
+        let batch = RecordBatchView::parse(&bytes).expect("parses");
+        assert_eq!(batch.record_count(), 3);
+        assert_eq!(batch.base_sequence(), i32::MAX - 1);
+        assert_eq!(batch.last_sequence(), 0);
+    }
+
+    #[test]
+    fn iterates_batches_and_reports_a_torn_tail_as_partial() {
+        let first = encode(&three_records(), Compression::None);
+        let second = encode(&three_records(), Compression::Lz4);
+        for cut in 0..second.len() {
+            let mut blob = first.clone();
+            blob.extend_from_slice(&second[..cut]);
+            let items: Vec<_> = BatchIter::new(&blob).collect();
+            assert!(
+                matches!(items[0], BatchIterItem::Batch { position: 0, .. }),
+                "{items:?}"
+            );
+            if cut == 0 {
+                assert_eq!(items.len(), 1);
+            } else {
+                assert_eq!(items.len(), 2);
+                assert!(
+                    matches!(items[1], BatchIterItem::Partial { position, remaining }
+                        if position == first.len() && remaining == cut),
+                    "cut {cut}: {:?}",
+                    items[1]
+                );
+            }
+        }
+        let mut blob = first.clone();
+        blob.extend_from_slice(&second);
+        let positions: Vec<_> = BatchIter::new(&blob)
+            .map(|item| match item {
+                BatchIterItem::Batch { position, batch } => (position, batch.len()),
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(
+            positions,
+            vec![(0, first.len()), (first.len(), second.len())]
+        );
+    }
+
+    #[test]
+    fn refuses_inconsistent_headers() {
+        let bytes = encode(&three_records(), Compression::None);
+        assert_eq!(
+            RecordBatchView::parse(&bytes[..HEADER_LEN - 1]).unwrap_err(),
+            BatchError::TooShort(HEADER_LEN - 1)
+        );
+        assert!(matches!(
+            RecordBatchView::parse(&bytes[..bytes.len() - 1]),
+            Err(BatchError::LengthMismatch { .. })
+        ));
+        let mut bad_magic = bytes.clone();
+        bad_magic[OFF_MAGIC] = 1;
+        assert_eq!(
+            RecordBatchView::parse(&bad_magic).unwrap_err(),
+            BatchError::UnsupportedMagic(1)
+        );
+        let mut bad_codec = bytes.clone();
+        bad_codec[OFF_ATTRIBUTES + 1] |= 0x07;
+        assert_eq!(
+            RecordBatchView::parse(&bad_codec).unwrap_err(),
+            BatchError::UnknownCodec(7)
+        );
+        let mut huge_count = bytes.clone();
+        huge_count[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4].copy_from_slice(&i32::MAX.to_be_bytes());
+        assert_eq!(
+            RecordBatchView::parse(&huge_count).unwrap_err(),
+            BatchError::BadRecordCount(i32::MAX)
+        );
+        let mut negative_count = bytes;
+        negative_count[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4]
+            .copy_from_slice(&(-1i32).to_be_bytes());
+        assert_eq!(
+            RecordBatchView::parse(&negative_count).unwrap_err(),
+            BatchError::BadRecordCount(-1)
+        );
+    }
+}

@@ -107,3 +107,53 @@ pub fn api_versions_keys() -> Vec<ApiVersion> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn api_versions_keys_mirror_the_table() {
+        let keys = api_versions_keys();
+        assert_eq!(keys.len(), SUPPORTED_APIS.len());
+        for (key, range) in keys.iter().zip(SUPPORTED_APIS) {
+            assert_eq!(key.api_key, range.api_key as i16);
+            assert_eq!(
+                (key.min_version, key.max_version),
+                (range.min_version, range.max_version)
+            );
+        }
+        assert!(keys.iter().any(|k| k.api_key == ApiKey::ApiVersions as i16));
+    }
+
+    #[test]
+    fn each_api_appears_once_and_group_apis_are_not_advertised() {
+        let all: Vec<_> = SUPPORTED_APIS.iter().chain(GROUP_APIS).collect();
+        for (i, a) in all.iter().enumerate() {
+            assert!(a.min_version <= a.min_accepted_version);
+            assert!(a.min_accepted_version <= a.max_version);
+            assert!(
+                all[i + 1..].iter().all(|b| b.api_key != a.api_key),
+                "{:?} listed twice",
+                a.api_key
+            );
+        }
+        for g in GROUP_APIS {
+            assert_eq!(supported(g.api_key as i16), None);
+            assert!(!accepted(g.api_key as i16, g.max_version));
+        }
+    }
+
+    #[test]
+    fn produce_advertises_v0_but_accepts_from_v3() {
+        assert_eq!(supported(ApiKey::Produce as i16), Some((0, 12)));
+        assert!(!accepted(ApiKey::Produce as i16, 0));
+        assert!(!accepted(ApiKey::Produce as i16, 2));
+        assert!(accepted(ApiKey::Produce as i16, 3));
+        assert!(accepted(ApiKey::Produce as i16, 12));
+        assert!(!accepted(ApiKey::Produce as i16, 13));
+        assert!(accepted(ApiKey::Fetch as i16, 4));
+        assert!(!accepted(ApiKey::Fetch as i16, 3));
+        assert_eq!(supported(-1), None);
+    }
+}

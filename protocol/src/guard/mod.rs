@@ -14,6 +14,8 @@
 //! every supported version.
 
 mod schema;
+// One field per line reads as a table; rustfmt would wrap the long ones.
+#[rustfmt::skip]
 mod schemas;
 
 use kafka_protocol::messages::ApiKey;
@@ -53,6 +55,38 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         // without a schema must never reach the decoder.
         _ => return None,
     })
+}
+
+/// Produce v0-2, which kafka-protocol no longer decodes but Kafka still
+/// advertises (KAFKA-18659); walked only to answer UNSUPPORTED_VERSION per
+/// partition. Same as v3 without `transactional_id`.
+const PRODUCE_V0_TO_V2: Message = {
+    use schema::*;
+    const PARTITION: &[Field] = &[field("index", 0, 2, INT32), field("records", 0, 2, RECORDS)];
+    const TOPIC: &[Field] = &[
+        field("name", 0, 2, STRING),
+        field("partition_data", 0, 2, array(&Ty::Struct(PARTITION))),
+    ];
+    Message {
+        versions: (0, 2),
+        flexible_from: NEVER,
+        body: &[
+            field("acks", 0, 2, INT16),
+            field("timeout_ms", 0, 2, INT32),
+            field("topic_data", 0, 2, array(&Ty::Struct(TOPIC))),
+        ],
+    }
+};
+
+/// Checks a Produce v0-2 body; see [`crate::header::unsupported_produce_response`].
+pub fn check_produce_v0_to_v2(api_version: i16, body: &[u8]) -> Result<usize, GuardError> {
+    if !(0..=2).contains(&api_version) {
+        return Err(GuardError::NoSchema {
+            api_key: ApiKey::Produce as i16,
+            api_version,
+        });
+    }
+    schema::walk_message(&PRODUCE_V0_TO_V2, api_version, body)
 }
 
 /// The versions the guard has a schema for, if any.

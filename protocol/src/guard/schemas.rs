@@ -13,22 +13,12 @@ const PRODUCE_BODY: &[Field] = &[
     field("transactional_id", 3, MAX, STRING),
     field("acks", 3, MAX, INT16),
     field("timeout_ms", 3, MAX, INT32),
-    field(
-        "topic_data",
-        3,
-        MAX,
-        array(&Ty::Struct(PRODUCE_TOPIC_PRODUCE_DATA)),
-    ),
+    field("topic_data", 3, MAX, array(&Ty::Struct(PRODUCE_TOPIC_PRODUCE_DATA))),
 ];
 const PRODUCE_TOPIC_PRODUCE_DATA: &[Field] = &[
     field("name", 3, 12, STRING),
     field("topic_id", 13, MAX, UUID),
-    field(
-        "partition_data",
-        3,
-        MAX,
-        array(&Ty::Struct(PRODUCE_PARTITION_PRODUCE_DATA)),
-    ),
+    field("partition_data", 3, MAX, array(&Ty::Struct(PRODUCE_PARTITION_PRODUCE_DATA))),
 ];
 const PRODUCE_PARTITION_PRODUCE_DATA: &[Field] = &[
     field("index", 3, MAX, INT32),
@@ -49,12 +39,7 @@ const FETCH_BODY: &[Field] = &[
     field("session_id", 7, MAX, INT32),
     field("session_epoch", 7, MAX, INT32),
     field("topics", 4, MAX, array(&Ty::Struct(FETCH_FETCH_TOPIC))),
-    field(
-        "forgotten_topics_data",
-        7,
-        MAX,
-        array(&Ty::Struct(FETCH_FORGOTTEN_TOPIC)),
-    ),
+    field("forgotten_topics_data", 7, MAX, array(&Ty::Struct(FETCH_FORGOTTEN_TOPIC))),
     field("rack_id", 11, MAX, STRING),
     tagged(0, "cluster_id", 12, MAX, STRING),
     tagged(1, "replica_state", 15, MAX, Ty::Struct(FETCH_REPLICA_STATE)),
@@ -62,12 +47,7 @@ const FETCH_BODY: &[Field] = &[
 const FETCH_FETCH_TOPIC: &[Field] = &[
     field("topic", 4, 12, STRING),
     field("topic_id", 13, MAX, UUID),
-    field(
-        "partitions",
-        4,
-        MAX,
-        array(&Ty::Struct(FETCH_FETCH_PARTITION)),
-    ),
+    field("partitions", 4, MAX, array(&Ty::Struct(FETCH_FETCH_PARTITION))),
 ];
 const FETCH_FORGOTTEN_TOPIC: &[Field] = &[
     field("topic", 7, 12, STRING),
@@ -97,22 +77,12 @@ pub(crate) const LIST_OFFSETS: Message = Message {
 const LIST_OFFSETS_BODY: &[Field] = &[
     field("replica_id", 1, MAX, INT32),
     field("isolation_level", 2, MAX, INT8),
-    field(
-        "topics",
-        1,
-        MAX,
-        array(&Ty::Struct(LIST_OFFSETS_LIST_OFFSETS_TOPIC)),
-    ),
+    field("topics", 1, MAX, array(&Ty::Struct(LIST_OFFSETS_LIST_OFFSETS_TOPIC))),
     field("timeout_ms", 10, MAX, INT32),
 ];
 const LIST_OFFSETS_LIST_OFFSETS_TOPIC: &[Field] = &[
     field("name", 1, MAX, STRING),
-    field(
-        "partitions",
-        1,
-        MAX,
-        array(&Ty::Struct(LIST_OFFSETS_LIST_OFFSETS_PARTITION)),
-    ),
+    field("partitions", 1, MAX, array(&Ty::Struct(LIST_OFFSETS_LIST_OFFSETS_PARTITION))),
 ];
 const LIST_OFFSETS_LIST_OFFSETS_PARTITION: &[Field] = &[
     field("partition_index", 1, MAX, INT32),
@@ -126,12 +96,7 @@ pub(crate) const METADATA: Message = Message {
     body: METADATA_BODY,
 };
 const METADATA_BODY: &[Field] = &[
-    field(
-        "topics",
-        0,
-        MAX,
-        array(&Ty::Struct(METADATA_METADATA_REQUEST_TOPIC)),
-    ),
+    field("topics", 0, MAX, array(&Ty::Struct(METADATA_METADATA_REQUEST_TOPIC))),
     field("allow_auto_topic_creation", 4, MAX, BOOL),
     field("include_cluster_authorized_operations", 8, 10, BOOL),
     field("include_topic_authorized_operations", 8, MAX, BOOL),
@@ -152,21 +117,11 @@ const OFFSET_COMMIT_BODY: &[Field] = &[
     field("member_id", 2, MAX, STRING),
     field("group_instance_id", 7, MAX, STRING),
     field("retention_time_ms", 2, 4, INT64),
-    field(
-        "topics",
-        2,
-        MAX,
-        array(&Ty::Struct(OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_TOPIC)),
-    ),
+    field("topics", 2, MAX, array(&Ty::Struct(OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_TOPIC))),
 ];
 const OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_TOPIC: &[Field] = &[
     field("name", 2, MAX, STRING),
-    field(
-        "partitions",
-        2,
-        MAX,
-        array(&Ty::Struct(OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_PARTITION)),
-    ),
+    field("partitions", 2, MAX, array(&Ty::Struct(OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_PARTITION))),
 ];
 const OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_PARTITION: &[Field] = &[
     field("partition_index", 2, MAX, INT32),
@@ -182,18 +137,8 @@ pub(crate) const OFFSET_FETCH: Message = Message {
 };
 const OFFSET_FETCH_BODY: &[Field] = &[
     field("group_id", 1, 7, STRING),
-    field(
-        "topics",
-        1,
-        7,
-        array(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPIC)),
-    ),
-    field(
-        "groups",
-        8,
-        MAX,
-        array(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_GROUP)),
-    ),
+    field("topics", 1, 7, array(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPIC))),
+    field("groups", 8, MAX, array(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_GROUP))),
     field("require_stable", 7, MAX, BOOL),
 ];
 const OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPIC: &[Field] = &[
@@ -204,12 +149,7 @@ const OFFSET_FETCH_OFFSET_FETCH_REQUEST_GROUP: &[Field] = &[
     field("group_id", 8, MAX, STRING),
     field("member_id", 9, MAX, STRING),
     field("member_epoch", 9, MAX, INT32),
-    field(
-        "topics",
-        8,
-        MAX,
-        array(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPICS)),
-    ),
+    field("topics", 8, MAX, array(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPICS))),
 ];
 const OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPICS: &[Field] = &[
     field("name", 8, MAX, STRING),
@@ -239,12 +179,7 @@ const JOIN_GROUP_BODY: &[Field] = &[
     field("member_id", 0, MAX, STRING),
     field("group_instance_id", 5, MAX, STRING),
     field("protocol_type", 0, MAX, STRING),
-    field(
-        "protocols",
-        0,
-        MAX,
-        array(&Ty::Struct(JOIN_GROUP_JOIN_GROUP_REQUEST_PROTOCOL)),
-    ),
+    field("protocols", 0, MAX, array(&Ty::Struct(JOIN_GROUP_JOIN_GROUP_REQUEST_PROTOCOL))),
     field("reason", 8, MAX, STRING),
 ];
 const JOIN_GROUP_JOIN_GROUP_REQUEST_PROTOCOL: &[Field] = &[
@@ -272,12 +207,7 @@ pub(crate) const LEAVE_GROUP: Message = Message {
 const LEAVE_GROUP_BODY: &[Field] = &[
     field("group_id", 0, MAX, STRING),
     field("member_id", 0, 2, STRING),
-    field(
-        "members",
-        3,
-        MAX,
-        array(&Ty::Struct(LEAVE_GROUP_MEMBER_IDENTITY)),
-    ),
+    field("members", 3, MAX, array(&Ty::Struct(LEAVE_GROUP_MEMBER_IDENTITY))),
 ];
 const LEAVE_GROUP_MEMBER_IDENTITY: &[Field] = &[
     field("member_id", 3, MAX, STRING),
@@ -297,12 +227,7 @@ const SYNC_GROUP_BODY: &[Field] = &[
     field("group_instance_id", 3, MAX, STRING),
     field("protocol_type", 5, MAX, STRING),
     field("protocol_name", 5, MAX, STRING),
-    field(
-        "assignments",
-        0,
-        MAX,
-        array(&Ty::Struct(SYNC_GROUP_SYNC_GROUP_REQUEST_ASSIGNMENT)),
-    ),
+    field("assignments", 0, MAX, array(&Ty::Struct(SYNC_GROUP_SYNC_GROUP_REQUEST_ASSIGNMENT))),
 ];
 const SYNC_GROUP_SYNC_GROUP_REQUEST_ASSIGNMENT: &[Field] = &[
     field("member_id", 0, MAX, STRING),
@@ -345,12 +270,7 @@ pub(crate) const CREATE_TOPICS: Message = Message {
     body: CREATE_TOPICS_BODY,
 };
 const CREATE_TOPICS_BODY: &[Field] = &[
-    field(
-        "topics",
-        2,
-        MAX,
-        array(&Ty::Struct(CREATE_TOPICS_CREATABLE_TOPIC)),
-    ),
+    field("topics", 2, MAX, array(&Ty::Struct(CREATE_TOPICS_CREATABLE_TOPIC))),
     field("timeout_ms", 2, MAX, INT32),
     field("validate_only", 2, MAX, BOOL),
 ];
@@ -358,18 +278,8 @@ const CREATE_TOPICS_CREATABLE_TOPIC: &[Field] = &[
     field("name", 2, MAX, STRING),
     field("num_partitions", 2, MAX, INT32),
     field("replication_factor", 2, MAX, INT16),
-    field(
-        "assignments",
-        2,
-        MAX,
-        array(&Ty::Struct(CREATE_TOPICS_CREATABLE_REPLICA_ASSIGNMENT)),
-    ),
-    field(
-        "configs",
-        2,
-        MAX,
-        array(&Ty::Struct(CREATE_TOPICS_CREATABLE_TOPIC_CONFIG)),
-    ),
+    field("assignments", 2, MAX, array(&Ty::Struct(CREATE_TOPICS_CREATABLE_REPLICA_ASSIGNMENT))),
+    field("configs", 2, MAX, array(&Ty::Struct(CREATE_TOPICS_CREATABLE_TOPIC_CONFIG))),
 ];
 const CREATE_TOPICS_CREATABLE_REPLICA_ASSIGNMENT: &[Field] = &[
     field("partition_index", 2, MAX, INT32),
@@ -386,12 +296,7 @@ pub(crate) const DELETE_TOPICS: Message = Message {
     body: DELETE_TOPICS_BODY,
 };
 const DELETE_TOPICS_BODY: &[Field] = &[
-    field(
-        "topics",
-        6,
-        MAX,
-        array(&Ty::Struct(DELETE_TOPICS_DELETE_TOPIC_STATE)),
-    ),
+    field("topics", 6, MAX, array(&Ty::Struct(DELETE_TOPICS_DELETE_TOPIC_STATE))),
     field("topic_names", 1, 5, array(&STRING)),
     field("timeout_ms", 1, MAX, INT32),
 ];
@@ -406,22 +311,12 @@ pub(crate) const DELETE_RECORDS: Message = Message {
     body: DELETE_RECORDS_BODY,
 };
 const DELETE_RECORDS_BODY: &[Field] = &[
-    field(
-        "topics",
-        0,
-        MAX,
-        array(&Ty::Struct(DELETE_RECORDS_DELETE_RECORDS_TOPIC)),
-    ),
+    field("topics", 0, MAX, array(&Ty::Struct(DELETE_RECORDS_DELETE_RECORDS_TOPIC))),
     field("timeout_ms", 0, MAX, INT32),
 ];
 const DELETE_RECORDS_DELETE_RECORDS_TOPIC: &[Field] = &[
     field("name", 0, MAX, STRING),
-    field(
-        "partitions",
-        0,
-        MAX,
-        array(&Ty::Struct(DELETE_RECORDS_DELETE_RECORDS_PARTITION)),
-    ),
+    field("partitions", 0, MAX, array(&Ty::Struct(DELETE_RECORDS_DELETE_RECORDS_PARTITION))),
 ];
 const DELETE_RECORDS_DELETE_RECORDS_PARTITION: &[Field] = &[
     field("partition_index", 0, MAX, INT32),
@@ -446,12 +341,7 @@ pub(crate) const DESCRIBE_CONFIGS: Message = Message {
     body: DESCRIBE_CONFIGS_BODY,
 };
 const DESCRIBE_CONFIGS_BODY: &[Field] = &[
-    field(
-        "resources",
-        1,
-        MAX,
-        array(&Ty::Struct(DESCRIBE_CONFIGS_DESCRIBE_CONFIGS_RESOURCE)),
-    ),
+    field("resources", 1, MAX, array(&Ty::Struct(DESCRIBE_CONFIGS_DESCRIBE_CONFIGS_RESOURCE))),
     field("include_synonyms", 1, MAX, BOOL),
     field("include_documentation", 3, MAX, BOOL),
 ];
@@ -466,7 +356,9 @@ pub(crate) const DELETE_GROUPS: Message = Message {
     flexible_from: 2,
     body: DELETE_GROUPS_BODY,
 };
-const DELETE_GROUPS_BODY: &[Field] = &[field("groups_names", 0, MAX, array(&STRING))];
+const DELETE_GROUPS_BODY: &[Field] = &[
+    field("groups_names", 0, MAX, array(&STRING)),
+];
 
 pub(crate) const CREATE_PARTITIONS: Message = Message {
     versions: (0, 3),
@@ -474,27 +366,18 @@ pub(crate) const CREATE_PARTITIONS: Message = Message {
     body: CREATE_PARTITIONS_BODY,
 };
 const CREATE_PARTITIONS_BODY: &[Field] = &[
-    field(
-        "topics",
-        0,
-        MAX,
-        array(&Ty::Struct(CREATE_PARTITIONS_CREATE_PARTITIONS_TOPIC)),
-    ),
+    field("topics", 0, MAX, array(&Ty::Struct(CREATE_PARTITIONS_CREATE_PARTITIONS_TOPIC))),
     field("timeout_ms", 0, MAX, INT32),
     field("validate_only", 0, MAX, BOOL),
 ];
 const CREATE_PARTITIONS_CREATE_PARTITIONS_TOPIC: &[Field] = &[
     field("name", 0, MAX, STRING),
     field("count", 0, MAX, INT32),
-    field(
-        "assignments",
-        0,
-        MAX,
-        array(&Ty::Struct(CREATE_PARTITIONS_CREATE_PARTITIONS_ASSIGNMENT)),
-    ),
+    field("assignments", 0, MAX, array(&Ty::Struct(CREATE_PARTITIONS_CREATE_PARTITIONS_ASSIGNMENT))),
 ];
-const CREATE_PARTITIONS_CREATE_PARTITIONS_ASSIGNMENT: &[Field] =
-    &[field("broker_ids", 0, MAX, array(&INT32))];
+const CREATE_PARTITIONS_CREATE_PARTITIONS_ASSIGNMENT: &[Field] = &[
+    field("broker_ids", 0, MAX, array(&INT32)),
+];
 
 pub(crate) const OFFSET_DELETE: Message = Message {
     versions: (0, 0),
@@ -503,24 +386,15 @@ pub(crate) const OFFSET_DELETE: Message = Message {
 };
 const OFFSET_DELETE_BODY: &[Field] = &[
     field("group_id", 0, MAX, STRING),
-    field(
-        "topics",
-        0,
-        MAX,
-        array(&Ty::Struct(OFFSET_DELETE_OFFSET_DELETE_REQUEST_TOPIC)),
-    ),
+    field("topics", 0, MAX, array(&Ty::Struct(OFFSET_DELETE_OFFSET_DELETE_REQUEST_TOPIC))),
 ];
 const OFFSET_DELETE_OFFSET_DELETE_REQUEST_TOPIC: &[Field] = &[
     field("name", 0, MAX, STRING),
-    field(
-        "partitions",
-        0,
-        MAX,
-        array(&Ty::Struct(OFFSET_DELETE_OFFSET_DELETE_REQUEST_PARTITION)),
-    ),
+    field("partitions", 0, MAX, array(&Ty::Struct(OFFSET_DELETE_OFFSET_DELETE_REQUEST_PARTITION))),
 ];
-const OFFSET_DELETE_OFFSET_DELETE_REQUEST_PARTITION: &[Field] =
-    &[field("partition_index", 0, MAX, INT32)];
+const OFFSET_DELETE_OFFSET_DELETE_REQUEST_PARTITION: &[Field] = &[
+    field("partition_index", 0, MAX, INT32),
+];
 
 pub(crate) const DESCRIBE_CLUSTER: Message = Message {
     versions: (0, 2),
@@ -548,12 +422,7 @@ const CONSUMER_GROUP_HEARTBEAT_BODY: &[Field] = &[
     field("subscribed_topic_names", 0, MAX, array(&STRING)),
     field("subscribed_topic_regex", 1, MAX, STRING),
     field("server_assignor", 0, MAX, STRING),
-    field(
-        "topic_partitions",
-        0,
-        MAX,
-        array(&Ty::Struct(CONSUMER_GROUP_HEARTBEAT_TOPIC_PARTITIONS)),
-    ),
+    field("topic_partitions", 0, MAX, array(&Ty::Struct(CONSUMER_GROUP_HEARTBEAT_TOPIC_PARTITIONS))),
 ];
 const CONSUMER_GROUP_HEARTBEAT_TOPIC_PARTITIONS: &[Field] = &[
     field("topic_id", 0, MAX, UUID),
@@ -569,3 +438,4 @@ const CONSUMER_GROUP_DESCRIBE_BODY: &[Field] = &[
     field("group_ids", 0, MAX, array(&STRING)),
     field("include_authorized_operations", 0, MAX, BOOL),
 ];
+
