@@ -12,7 +12,10 @@ use std::time::Instant;
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
-use protocol::{decode_request, encode_response, unsupported_api_versions_response, RequestError};
+use protocol::{
+    decode_request, encode_response, unsupported_api_versions_response, unsupported_produce_response,
+    RequestError,
+};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
@@ -117,8 +120,14 @@ async fn read_frames(
 /// due (acks=0). `Err`: the connection must close.
 async fn handle_frame(broker: &Broker, body: Bytes) -> Result<Option<Bytes>, ConnectionError> {
     let started = Instant::now();
-    let request = match decode_request(body) {
+    let request = match decode_request(body.clone()) {
         Ok(r) => r,
+        // Produce v0-2 are advertised for librdkafka's sake and refused per
+        // partition (KAFKA-18659); acks=0 still gets no answer.
+        Err(RequestError::UnsupportedVersion {
+            api_key: ApiKey::Produce,
+            ..
+        }) => return Ok(unsupported_produce_response(&body).map(Some)?),
         Err(RequestError::UnsupportedVersion {
             api_key: ApiKey::ApiVersions,
             correlation_id,

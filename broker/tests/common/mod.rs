@@ -175,6 +175,7 @@ pub fn batch(values: &[&str], compression: Compression, producer: Option<(i64, i
         .map(|(i, v)| Record {
             transactional: false,
             control: false,
+            delete_horizon: false,
             partition_leader_epoch: 0,
             producer_id: pid,
             producer_epoch: epoch,
