@@ -92,6 +92,54 @@ impl Default for LogConfig {
     }
 }
 
+/// A [`LogConfig`] value Kafka would reject.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LogConfigError {
+    #[error("segment.bytes {0} cannot hold a batch header")]
+    SegmentBytesTooSmall(u64),
+    #[error("segment.ms must be at least 1, got {0}")]
+    SegmentMsTooSmall(i64),
+    #[error("retention.ms must be -1 or more, got {0}")]
+    RetentionMsInvalid(i64),
+    #[error("retention.bytes must be -1 or more, got {0}")]
+    RetentionBytesInvalid(i64),
+    #[error("delete.retention.ms must be 0 or more, got {0}")]
+    DeleteRetentionMsNegative(i64),
+    #[error("flush.messages must be at least 1")]
+    FlushMessagesZero,
+    #[error("flush.ms must be 0 or more, got {0}")]
+    FlushMsNegative(i64),
+}
+
+impl LogConfig {
+    pub fn validate(&self) -> Result<(), LogConfigError> {
+        if self.segment_bytes < protocol::record_batch::HEADER_LEN as u64 {
+            return Err(LogConfigError::SegmentBytesTooSmall(self.segment_bytes));
+        }
+        if self.segment_ms < 1 {
+            return Err(LogConfigError::SegmentMsTooSmall(self.segment_ms));
+        }
+        if self.retention_ms < -1 {
+            return Err(LogConfigError::RetentionMsInvalid(self.retention_ms));
+        }
+        if self.retention_bytes < -1 {
+            return Err(LogConfigError::RetentionBytesInvalid(self.retention_bytes));
+        }
+        if self.delete_retention_ms < 0 {
+            return Err(LogConfigError::DeleteRetentionMsNegative(
+                self.delete_retention_ms,
+            ));
+        }
+        if self.flush_messages == 0 {
+            return Err(LogConfigError::FlushMessagesZero);
+        }
+        if self.flush_ms < 0 {
+            return Err(LogConfigError::FlushMsNegative(self.flush_ms));
+        }
+        Ok(())
+    }
+}
+
 #[derive(Debug, Error)]
 pub enum LogError {
     /// The disk failed or a file changed under us: the node must stop.
@@ -734,8 +782,16 @@ impl Log {
                 break;
             }
             let by_size = size_excess >= seg.size_bytes() as i64;
+            // Kafka falls back to the file's mtime for segments without
+            // timestamps; the time this process created or opened the
+            // segment is the conservative equivalent.
+            let largest_timestamp = if seg.max_timestamp() >= 0 {
+                seg.max_timestamp()
+            } else {
+                seg.created_ms
+            };
             let by_time = self.config.retention_ms >= 0
-                && now_ms.saturating_sub(seg.max_timestamp()) > self.config.retention_ms;
+                && now_ms.saturating_sub(largest_timestamp) > self.config.retention_ms;
             if !(by_size || by_time) {
                 break;
             }

@@ -63,13 +63,19 @@ impl BatchHeader {
         if h[OFF_MAGIC] as i8 != MAGIC_V2 {
             return None;
         }
+        let base_offset = i64_at(h, OFF_BASE_OFFSET);
         let last_offset_delta = i32_at(h, OFF_LAST_OFFSET_DELTA);
         let record_count = i32_at(h, OFF_RECORD_COUNT);
-        if last_offset_delta < 0 || record_count < 0 {
+        // Offsets far from i64::MAX keep `base + delta + 1` from overflowing.
+        if base_offset < 0
+            || base_offset > i64::MAX - (i32::MAX as i64) - 1
+            || last_offset_delta < 0
+            || record_count < 0
+        {
             return None;
         }
         Some(Self {
-            base_offset: i64_at(h, OFF_BASE_OFFSET),
+            base_offset,
             size_bytes,
             last_offset_delta,
             max_timestamp: i64_at(h, OFF_MAX_TIMESTAMP),

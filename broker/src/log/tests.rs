@@ -789,3 +789,55 @@ fn compaction_rewrites_a_partly_retained_batch_keeping_its_header() {
     assert_eq!(got[0], (0, Some("a".into()), Some("1".into())));
     assert_eq!(got[1], (2, Some("c".into()), Some("1".into())));
 }
+
+#[test]
+fn retention_by_time_counts_untimestamped_segments_from_their_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.retention_ms = 1_000;
+    let mut log = Log::open(dir.path().to_path_buf(), cfg, 500_000).unwrap();
+    for _ in 0..30 {
+        let base = log.log_end_offset().0;
+        log.append(&plain(base, 2, -1), 500_000).unwrap();
+    }
+    let end = log.log_end_offset();
+    assert_eq!(log.maintain(500_900, end).unwrap().segments_deleted, 0);
+    assert!(log.maintain(501_001, end).unwrap().segments_deleted > 0);
+    assert_eq!(log.log_start_offset(), end);
+}
+
+#[test]
+fn recovery_rejects_offsets_that_would_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    crashed_log(dir.path());
+    let path = log_file(dir.path(), 0);
+    let mut bytes = fs::read(&path).unwrap();
+    let first_len = RecordBatchView::peek_len(&bytes).unwrap();
+    bytes[first_len..first_len + 8].copy_from_slice(&(i64::MAX - 1).to_be_bytes());
+    fs::write(&path, &bytes).unwrap();
+    let log = Log::open(dir.path().to_path_buf(), LogConfig::default(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(2));
+}
+
+#[test]
+fn config_defaults_are_kafkas_and_validate() {
+    let c = LogConfig::default();
+    assert_eq!(c.segment_bytes, 1_073_741_824);
+    assert_eq!(c.segment_ms, 604_800_000);
+    assert_eq!(c.retention_ms, 604_800_000);
+    assert_eq!(c.retention_bytes, -1);
+    assert_eq!(c.delete_retention_ms, 86_400_000);
+    assert_eq!(c.max_message_bytes, 1_048_588);
+    assert!(c.cleanup_policy.delete && !c.cleanup_policy.compact);
+    assert_eq!(c.validate(), Ok(()));
+    let bad = LogConfig {
+        retention_ms: -2,
+        ..LogConfig::default()
+    };
+    assert_eq!(bad.validate(), Err(LogConfigError::RetentionMsInvalid(-2)));
+    let bad = LogConfig {
+        flush_messages: 0,
+        ..LogConfig::default()
+    };
+    assert_eq!(bad.validate(), Err(LogConfigError::FlushMessagesZero));
+}
