@@ -1,33 +1,89 @@
-//! TEMPORARY in-memory stand-in with the agreed API, so the server compiles
-//! while the segment-file log is written on its own branch. Replaced on merge.
+//! Per-partition log storage, after Kafka's `UnifiedLog`/`LogSegment`.
+//!
+//! A partition directory holds segments `<base_offset:020>.log`, each a run
+//! of v2 record batches stored byte-for-byte as appended, plus
+//! `log-start-offset` (the DeleteRecords/retention floor, written atomically)
+//! and `clean-shutdown` (present only while the log is closed cleanly).
+//!
+//! Invariant: this module knows nothing about replication, producers or
+//! clocks. Callers assign offsets, validate batches, and pass `now_ms`.
+//! Offset and time indexes live in memory and are rebuilt on open from batch
+//! headers (see `segment.rs`); nothing on disk but the `.log` files has to be
+//! trusted.
+
+mod cleaner;
+mod records;
+mod segment;
+#[cfg(test)]
+mod tests;
+
+use std::fs;
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 
 use bytes::Bytes;
+use protocol::record_batch::{BatchError, RecordBatchView};
+use thiserror::Error;
 
 use crate::types::Offset;
+use records::BatchHeader;
+use segment::{corrupt, Segment, LOG_SUFFIX};
 
-#[derive(Clone, Debug)]
+const LOG_START_OFFSET_FILE: &str = "log-start-offset";
+const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
+const TMP_SUFFIX: &str = ".tmp";
+const CLEANED_SUFFIX: &str = ".cleaned";
+
+/// Which of Kafka's `cleanup.policy` values apply; both may be set.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CleanupPolicy {
+    pub delete: bool,
+    pub compact: bool,
+}
+
+impl Default for CleanupPolicy {
+    fn default() -> Self {
+        Self {
+            delete: true,
+            compact: false,
+        }
+    }
+}
+
+/// The topic-level configs that govern a partition's log, with Kafka's names.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct LogConfig {
+    /// `segment.bytes`
     pub segment_bytes: u64,
+    /// `segment.ms`
     pub segment_ms: i64,
+    /// `retention.ms`; -1 keeps data forever.
     pub retention_ms: i64,
+    /// `retention.bytes`; -1 means no size limit.
     pub retention_bytes: i64,
+    /// `cleanup.policy`
     pub cleanup_policy: CleanupPolicy,
+    /// `delete.retention.ms`: how long tombstones outlive compaction.
     pub delete_retention_ms: i64,
+    /// `index.interval.bytes`
     pub index_interval_bytes: u32,
+    /// `flush.messages`; `u64::MAX` leaves flushing to the OS.
     pub flush_messages: u64,
+    /// `flush.ms`; `i64::MAX` leaves flushing to the OS.
     pub flush_ms: i64,
+    /// `max.message.bytes`: the largest batch `append` accepts.
     pub max_message_bytes: u32,
 }
+
 impl Default for LogConfig {
     fn default() -> Self {
         Self {
             segment_bytes: 1 << 30,
-            segment_ms: 604_800_000,
-            retention_ms: 604_800_000,
+            segment_ms: 7 * 24 * 60 * 60 * 1000,
+            retention_ms: 7 * 24 * 60 * 60 * 1000,
             retention_bytes: -1,
-            cleanup_policy: CleanupPolicy { delete: true, compact: false },
-            delete_retention_ms: 86_400_000,
+            cleanup_policy: CleanupPolicy::default(),
+            delete_retention_ms: 24 * 60 * 60 * 1000,
             index_interval_bytes: 4096,
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
@@ -35,95 +91,775 @@ impl Default for LogConfig {
         }
     }
 }
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct CleanupPolicy {
-    pub delete: bool,
-    pub compact: bool,
+
+/// A [`LogConfig`] value Kafka would reject.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum LogConfigError {
+    #[error("segment.bytes {0} cannot hold a batch header")]
+    SegmentBytesTooSmall(u64),
+    #[error("segment.ms must be at least 1, got {0}")]
+    SegmentMsTooSmall(i64),
+    #[error("retention.ms must be -1 or more, got {0}")]
+    RetentionMsInvalid(i64),
+    #[error("retention.bytes must be -1 or more, got {0}")]
+    RetentionBytesInvalid(i64),
+    #[error("delete.retention.ms must be 0 or more, got {0}")]
+    DeleteRetentionMsNegative(i64),
+    #[error("flush.messages must be at least 1")]
+    FlushMessagesZero,
+    #[error("flush.ms must be 0 or more, got {0}")]
+    FlushMsNegative(i64),
 }
-#[derive(Debug, thiserror::Error)]
+
+impl LogConfig {
+    pub fn validate(&self) -> Result<(), LogConfigError> {
+        if self.segment_bytes < protocol::record_batch::HEADER_LEN as u64 {
+            return Err(LogConfigError::SegmentBytesTooSmall(self.segment_bytes));
+        }
+        if self.segment_ms < 1 {
+            return Err(LogConfigError::SegmentMsTooSmall(self.segment_ms));
+        }
+        if self.retention_ms < -1 {
+            return Err(LogConfigError::RetentionMsInvalid(self.retention_ms));
+        }
+        if self.retention_bytes < -1 {
+            return Err(LogConfigError::RetentionBytesInvalid(self.retention_bytes));
+        }
+        if self.delete_retention_ms < 0 {
+            return Err(LogConfigError::DeleteRetentionMsNegative(
+                self.delete_retention_ms,
+            ));
+        }
+        if self.flush_messages == 0 {
+            return Err(LogConfigError::FlushMessagesZero);
+        }
+        if self.flush_ms < 0 {
+            return Err(LogConfigError::FlushMsNegative(self.flush_ms));
+        }
+        Ok(())
+    }
+}
+
+#[derive(Debug, Error)]
 pub enum LogError {
-    #[error("io: {0}")]
-    Io(#[from] std::io::Error),
-    #[error("offset {requested} out of range [{log_start}, {log_end}]")]
-    OffsetOutOfRange { requested: Offset, log_start: Offset, log_end: Offset },
-    #[error("non-monotonic offset")]
-    NonMonotonicOffset { expected: Offset, got: Offset },
+    /// The disk failed or a file changed under us: the node must stop.
+    #[error("log storage failed: {0}")]
+    Io(#[from] io::Error),
+    #[error("offset {requested} is outside the log [{log_start}, {log_end}]")]
+    OffsetOutOfRange {
+        requested: Offset,
+        log_start: Offset,
+        log_end: Offset,
+    },
+    #[error("invalid record batch: {0}")]
+    InvalidBatch(#[from] BatchError),
+    #[error("batch base offset {base_offset} is not the log end offset {log_end}")]
+    NonMonotonicOffset {
+        base_offset: Offset,
+        log_end: Offset,
+    },
+    #[error("batch of {size_bytes} bytes exceeds max.message.bytes {max_message_bytes}")]
+    RecordBatchTooLarge {
+        size_bytes: usize,
+        max_message_bytes: u32,
+    },
+    /// A stored batch whose records cannot be decoded (only the cleaner and
+    /// timestamp lookups look inside batches). Like `Io`, this is fatal.
+    #[error("stored batch at offset {base_offset} is corrupt: {reason}")]
+    CorruptBatch { base_offset: Offset, reason: String },
 }
-#[derive(Debug, Default)]
-pub struct MaintenanceReport {}
+
+/// What one `maintain` call did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct MaintenanceReport {
+    pub rolled: bool,
+    pub segments_deleted: usize,
+    pub bytes_deleted: u64,
+    pub compacted: bool,
+    pub flushed: bool,
+    pub log_start_offset: Offset,
+}
+
 pub struct Log {
     dir: PathBuf,
     config: LogConfig,
-    batches: Vec<(i64, i64, Bytes)>,
-    start: i64,
-    end: i64,
+    /// Ascending by base offset; never empty; the last is the active segment.
+    segments: Vec<Segment>,
+    log_start_offset: i64,
+    unflushed_messages: u64,
+    last_flush_ms: i64,
+    /// Everything below this offset has been compacted with everything else
+    /// below it (Kafka's cleaner checkpoint, kept in memory only).
+    cleaned_up_to: i64,
+    /// When the earliest tombstone the cleaner kept becomes removable.
+    next_tombstone_expiry_ms: Option<i64>,
 }
-impl Log {
-    pub fn open(dir: PathBuf, config: LogConfig, _now_ms: i64) -> Result<Log, LogError> {
-        std::fs::create_dir_all(&dir)?;
-        Ok(Log { dir, config, batches: vec![], start: 0, end: 0 })
+
+fn sync_dir(dir: &Path) -> io::Result<()> {
+    fs::File::open(dir)?.sync_all()
+}
+
+/// Replaces `dir/name` with `contents` so a crash leaves the old or the new
+/// file, never a torn one.
+fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(format!("{name}{TMP_SUFFIX}"));
+    {
+        let mut f = fs::File::create(&tmp)?;
+        f.write_all(contents)?;
+        f.sync_all()?;
     }
-    pub fn log_start_offset(&self) -> Offset { Offset(self.start) }
-    pub fn log_end_offset(&self) -> Offset { Offset(self.end) }
-    pub fn size_bytes(&self) -> u64 { self.batches.iter().map(|b| b.2.len() as u64).sum() }
-    pub fn dir(&self) -> &Path { &self.dir }
-    pub fn config(&self) -> &LogConfig { &self.config }
-    pub fn set_config(&mut self, c: LogConfig) { self.config = c }
-    pub fn append(&mut self, batch: &[u8], _now_ms: i64) -> Result<(), LogError> {
-        let v = protocol::record_batch::RecordBatchView::parse(batch).expect("validated");
-        if v.base_offset() != self.end {
-            return Err(LogError::NonMonotonicOffset { expected: Offset(self.end), got: Offset(v.base_offset()) });
+    fs::rename(&tmp, dir.join(name))?;
+    sync_dir(dir)
+}
+
+fn parse_segment_base(name: &str) -> Option<i64> {
+    let stem = name.strip_suffix(LOG_SUFFIX)?;
+    if stem.len() != 20 || !stem.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    stem.parse().ok()
+}
+
+fn read_log_start_offset(dir: &Path) -> io::Result<Option<i64>> {
+    let path = dir.join(LOG_START_OFFSET_FILE);
+    match fs::read_to_string(&path) {
+        Ok(s) => s
+            .trim()
+            .parse::<i64>()
+            .ok()
+            .filter(|o| *o >= 0)
+            .map(Some)
+            .ok_or_else(|| corrupt(format!("{}: not an offset: {s:?}", path.display()))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e),
+    }
+}
+
+impl Log {
+    /// Opens (creating if missing) the log in `dir` and recovers it. After a
+    /// clean shutdown the segments' batch headers are walked; otherwise the
+    /// active segment is also CRC-checked batch by batch. Earlier segments
+    /// were fsynced when they were rolled, so only the active one can hold a
+    /// torn write. The first invalid batch ends the log: the file is cut
+    /// there and any later segments are removed, as Kafka's recovery does.
+    pub fn open(dir: PathBuf, config: LogConfig, now_ms: i64) -> Result<Log, LogError> {
+        fs::create_dir_all(&dir)?;
+        let mut bases = Vec::new();
+        for entry in fs::read_dir(&dir)? {
+            let entry = entry?;
+            let name = entry.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.ends_with(TMP_SUFFIX) || name.ends_with(CLEANED_SUFFIX) {
+                // Leftovers of an interrupted atomic write or cleaning: the
+                // file they were to replace is still intact.
+                fs::remove_file(entry.path())?;
+            } else if let Some(base) = parse_segment_base(name) {
+                bases.push(base);
+            }
         }
-        self.end = v.last_offset() + 1;
-        self.batches.push((v.base_offset(), v.last_offset(), Bytes::copy_from_slice(batch)));
+        bases.sort_unstable();
+        let marker = dir.join(CLEAN_SHUTDOWN_FILE);
+        let clean = marker.exists();
+
+        let mut segments: Vec<Segment> = Vec::with_capacity(bases.len());
+        let mut next_offset = 0i64;
+        for (i, &base) in bases.iter().enumerate() {
+            let is_last = i + 1 == bases.len();
+            let path = segment::log_path(&dir, base);
+            if base < next_offset {
+                // A segment starting inside its predecessor: the log is not
+                // something this code wrote. Refuse rather than guess.
+                return Err(corrupt(format!(
+                    "{}: base offset {base} below the previous segment's end {next_offset}",
+                    path.display()
+                ))
+                .into());
+            }
+            let (seg, outcome) = Segment::load(
+                path,
+                base,
+                next_offset,
+                !clean && is_last,
+                config.index_interval_bytes,
+                now_ms,
+            )?;
+            next_offset = seg.next_offset();
+            segments.push(seg);
+            if outcome.truncated_bytes > 0 && !is_last {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    base_offset = base,
+                    "corrupt batch in a closed segment; removing the segments after it"
+                );
+                for &later in &bases[i + 1..] {
+                    fs::remove_file(segment::log_path(&dir, later))?;
+                }
+                break;
+            }
+            if outcome.truncated_bytes > 0 {
+                tracing::warn!(
+                    dir = %dir.display(),
+                    base_offset = base,
+                    truncated_bytes = outcome.truncated_bytes,
+                    "truncated a torn or corrupt log tail"
+                );
+            }
+        }
+
+        let persisted_start = read_log_start_offset(&dir)?;
+        if segments.is_empty() {
+            segments.push(Segment::create(&dir, persisted_start.unwrap_or(0), now_ms)?);
+            sync_dir(&dir)?;
+        }
+        let first_base = segments[0].base_offset;
+        let log_start_offset = persisted_start.unwrap_or(first_base).max(first_base);
+        let mut log = Log {
+            dir,
+            config,
+            segments,
+            log_start_offset,
+            unflushed_messages: 0,
+            last_flush_ms: now_ms,
+            cleaned_up_to: log_start_offset,
+            next_tombstone_expiry_ms: None,
+        };
+        if log.log_start_offset > log.log_end_offset().0 {
+            // Data at and above the persisted log start was lost (a torn
+            // tail); offsets below it were handed out already, so continue
+            // from it rather than reuse them.
+            log.truncate_fully_and_start_at(log.log_start_offset, now_ms)?;
+        }
+        if clean {
+            // From now on a crash must be treated as unclean.
+            fs::remove_file(&marker)?;
+            sync_dir(&log.dir)?;
+        }
+        Ok(log)
+    }
+
+    pub fn log_start_offset(&self) -> Offset {
+        Offset(self.log_start_offset)
+    }
+    pub fn log_end_offset(&self) -> Offset {
+        Offset(self.active().next_offset())
+    }
+    pub fn size_bytes(&self) -> u64 {
+        self.segments.iter().map(|s| s.size_bytes()).sum()
+    }
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+    pub fn config(&self) -> &LogConfig {
+        &self.config
+    }
+    pub fn set_config(&mut self, config: LogConfig) {
+        self.config = config;
+    }
+    /// Base offsets of the segments, oldest first (for tests and metrics).
+    pub fn segment_base_offsets(&self) -> Vec<Offset> {
+        self.segments
+            .iter()
+            .map(|s| Offset(s.base_offset))
+            .collect()
+    }
+
+    fn active(&self) -> &Segment {
+        self.segments.last().expect("a log always has a segment")
+    }
+    fn active_mut(&mut self) -> &mut Segment {
+        self.segments
+            .last_mut()
+            .expect("a log always has a segment")
+    }
+
+    fn out_of_range(&self, requested: i64) -> LogError {
+        LogError::OffsetOutOfRange {
+            requested: Offset(requested),
+            log_start: self.log_start_offset(),
+            log_end: self.log_end_offset(),
+        }
+    }
+
+    /// Appends one batch whose offsets the caller assigned, starting at the
+    /// log end offset. The batch is written with a single `write_all`.
+    pub fn append(&mut self, batch: &[u8], now_ms: i64) -> Result<(), LogError> {
+        let view = RecordBatchView::parse(batch)?;
+        if batch.len() > self.config.max_message_bytes as usize {
+            return Err(LogError::RecordBatchTooLarge {
+                size_bytes: batch.len(),
+                max_message_bytes: self.config.max_message_bytes,
+            });
+        }
+        let log_end = self.log_end_offset();
+        if view.base_offset() != log_end.0 {
+            return Err(LogError::NonMonotonicOffset {
+                base_offset: Offset(view.base_offset()),
+                log_end,
+            });
+        }
+        let header = BatchHeader::from_view(&view);
+        if self.should_roll_for(&header, now_ms) {
+            self.roll(now_ms)?;
+        }
+        let interval = self.config.index_interval_bytes;
+        self.active_mut().append(batch, interval)?;
+        self.unflushed_messages = self
+            .unflushed_messages
+            .saturating_add(header.record_count.max(0) as u64);
+        if self.unflushed_messages >= self.config.flush_messages {
+            self.flush()?;
+            self.last_flush_ms = now_ms;
+        } else {
+            self.maybe_flush_by_time(now_ms)?;
+        }
         Ok(())
     }
-    pub fn read(&self, offset: Offset, max_bytes: usize, max_offset: Offset, min_one_batch: bool) -> Result<Bytes, LogError> {
-        if offset.0 < self.start || offset.0 > self.end {
-            return Err(LogError::OffsetOutOfRange { requested: offset, log_start: Offset(self.start), log_end: Offset(self.end) });
+
+    /// Kafka's `LogSegment.shouldRoll`: the batch would overflow
+    /// `segment.bytes`, or `segment.ms` passed since the segment's first
+    /// batch (by record timestamps, or by wall clock when they are missing).
+    fn should_roll_for(&self, header: &BatchHeader, now_ms: i64) -> bool {
+        let active = self.active();
+        if active.is_empty() {
+            return false;
         }
-        let mut out = Vec::new();
-        for (b, l, bytes) in &self.batches {
-            if *l < offset.0 { continue; }
-            if *b >= max_offset.0 { break; }
-            if out.len() + bytes.len() > max_bytes && !(out.is_empty() && min_one_batch) { break; }
-            out.extend_from_slice(bytes);
-        }
-        Ok(Bytes::from(out))
+        let full = active.size_bytes() + header.size_bytes > self.config.segment_bytes;
+        let waited_ms = match active.first_batch_max_timestamp() {
+            Some(ts) if ts >= 0 => header.max_timestamp.saturating_sub(ts),
+            _ => now_ms.saturating_sub(active.created_ms),
+        };
+        full || waited_ms > self.config.segment_ms
     }
-    pub fn offset_for_timestamp(&self, ts: i64) -> Result<Option<(Offset, i64)>, LogError> {
-        for (b, _, bytes) in &self.batches {
-            let v = protocol::record_batch::RecordBatchView::parse(bytes).expect("stored");
-            if v.max_timestamp() >= ts { return Ok(Some((Offset(*b), v.max_timestamp()))); }
+
+    /// Starts a new active segment at the log end offset. The old one is
+    /// fsynced first, which is what lets recovery CRC-check only the active
+    /// segment.
+    fn roll(&mut self, now_ms: i64) -> Result<(), LogError> {
+        let next = self.active().next_offset();
+        self.active().sync()?;
+        let seg = Segment::create(&self.dir, next, now_ms)?;
+        sync_dir(&self.dir)?;
+        self.segments.push(seg);
+        Ok(())
+    }
+
+    fn maybe_flush_by_time(&mut self, now_ms: i64) -> Result<bool, LogError> {
+        if self.unflushed_messages > 0
+            && now_ms.saturating_sub(self.last_flush_ms) >= self.config.flush_ms
+        {
+            self.flush()?;
+            self.last_flush_ms = now_ms;
+            return Ok(true);
+        }
+        Ok(false)
+    }
+
+    /// Index of the segment whose range holds `offset` (the last one with
+    /// base offset <= `offset`), or 0.
+    fn segment_index_for(&self, offset: i64) -> usize {
+        self.segments
+            .partition_point(|s| s.base_offset <= offset)
+            .saturating_sub(1)
+    }
+
+    /// (segment index, position, header) of the first batch whose last
+    /// offset is >= `offset`, looking forward across segments (compaction
+    /// may leave gaps and empty segments).
+    fn locate(&self, offset: i64) -> Result<Option<(usize, u64, BatchHeader)>, LogError> {
+        let mut i = self.segment_index_for(offset);
+        while i < self.segments.len() {
+            if let Some((pos, h)) = self.segments[i].find_batch(offset)? {
+                return Ok(Some((i, pos, h)));
+            }
+            i += 1;
         }
         Ok(None)
     }
-    pub fn max_timestamp(&self) -> (i64, Offset) {
-        let mut best = (-1, Offset(-1));
-        for (b, _, bytes) in &self.batches {
-            let v = protocol::record_batch::RecordBatchView::parse(bytes).expect("stored");
-            if v.max_timestamp() > best.0 { best = (v.max_timestamp(), Offset(*b)); }
+
+    /// Whole batches from the one containing `offset`, up to `max_bytes`
+    /// (at least one batch if `min_one_batch`), stopping before any batch
+    /// whose base offset is >= `max_offset`.
+    pub fn read(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+        min_one_batch: bool,
+    ) -> Result<Bytes, LogError> {
+        let log_end = self.log_end_offset().0;
+        if offset.0 < self.log_start_offset || offset.0 > log_end {
+            return Err(self.out_of_range(offset.0));
         }
-        best
+        let Some((mut seg_idx, mut position, _)) = self.locate(offset.0)? else {
+            return Ok(Bytes::new());
+        };
+        let mut out: Vec<u8> = Vec::new();
+        'segments: while seg_idx < self.segments.len() {
+            let seg = &self.segments[seg_idx];
+            // Batches are contiguous within a segment: find the run to copy,
+            // then read it with one positioned read.
+            let start = position;
+            let mut end = position;
+            while let Some(h) = seg.header_at(end)? {
+                let budget_ok = (out.len() as u64 + (end - start) + h.size_bytes)
+                    <= max_bytes as u64
+                    || (min_one_batch && out.is_empty() && end == start);
+                if h.base_offset >= max_offset.0 || !budget_ok {
+                    if end > start {
+                        out.extend_from_slice(&seg.read_at(start, end - start)?);
+                    }
+                    break 'segments;
+                }
+                end += h.size_bytes;
+            }
+            if end > start {
+                out.extend_from_slice(&seg.read_at(start, end - start)?);
+            }
+            seg_idx += 1;
+            position = 0;
+        }
+        Ok(Bytes::from(out))
     }
-    pub fn batches_from(&self, offset: Offset) -> impl Iterator<Item = Result<Bytes, LogError>> + '_ {
-        self.batches.iter().filter(move |b| b.1 >= offset.0).map(|b| Ok(b.2.clone()))
+
+    /// Every batch from the one containing `offset` (or the first batch at
+    /// or after it) to the log end, one `Bytes` per batch.
+    pub fn batches_from(
+        &self,
+        offset: Offset,
+    ) -> impl Iterator<Item = Result<Bytes, LogError>> + '_ {
+        let start = match self.locate(offset.0.max(self.log_start_offset)) {
+            Ok(found) => Ok(found.map(|(i, pos, _)| (i, pos))),
+            Err(e) => Err(e),
+        };
+        BatchesFrom {
+            log: self,
+            cursor: start,
+        }
     }
+
+    /// Kafka's ListOffsets by timestamp: the earliest record at or above the
+    /// log start offset whose timestamp is >= `timestamp_ms`, with that
+    /// timestamp.
+    pub fn offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Result<Option<(Offset, i64)>, LogError> {
+        let Some(first) = self
+            .segments
+            .iter()
+            .position(|s| s.max_timestamp() >= timestamp_ms)
+        else {
+            return Ok(None);
+        };
+        let mut seg_idx = first;
+        let mut position = self.segments[first].start_position_for_timestamp(timestamp_ms);
+        while seg_idx < self.segments.len() {
+            let seg = &self.segments[seg_idx];
+            while let Some(h) = seg.header_at(position)? {
+                if h.max_timestamp >= timestamp_ms && h.last_offset() >= self.log_start_offset {
+                    let bytes = seg.read_at(position, h.size_bytes)?;
+                    for (offset, ts) in self.record_timestamps(&bytes)? {
+                        if ts >= timestamp_ms && offset >= self.log_start_offset {
+                            return Ok(Some((Offset(offset), ts)));
+                        }
+                    }
+                }
+                position += h.size_bytes;
+            }
+            seg_idx += 1;
+            position = 0;
+        }
+        Ok(None)
+    }
+
+    fn record_timestamps(&self, batch: &[u8]) -> Result<Vec<(i64, i64)>, LogError> {
+        let view = RecordBatchView::parse(batch)?;
+        records::record_timestamps(&view).map_err(|reason| LogError::CorruptBatch {
+            base_offset: Offset(view.base_offset()),
+            reason,
+        })
+    }
+
+    /// For ListOffsets MAX_TIMESTAMP: the largest record timestamp in the
+    /// log and the offset of the first record carrying it; `(-1, -1)` for a
+    /// log without records. Batch max timestamps locate the batch; its
+    /// records are then read to find the record.
+    pub fn max_timestamp(&self) -> Result<(i64, Offset), LogError> {
+        let mut best: Option<&Segment> = None;
+        for seg in &self.segments {
+            if seg.max_timestamp() >= 0
+                && best.is_none_or(|b| seg.max_timestamp() > b.max_timestamp())
+            {
+                best = Some(seg);
+            }
+        }
+        let Some(seg) = best else {
+            return Ok((-1, Offset(-1)));
+        };
+        let position = seg.max_timestamp_position();
+        let Some(h) = seg.header_at(position)? else {
+            return Ok((-1, Offset(-1)));
+        };
+        let bytes = seg.read_at(position, h.size_bytes)?;
+        let found = self
+            .record_timestamps(&bytes)?
+            .into_iter()
+            .find(|&(_, ts)| ts == h.max_timestamp);
+        // An emptied batch kept by the cleaner has no records; its header
+        // still names the timestamp, so report its last offset.
+        let (offset, ts) = found.unwrap_or((h.last_offset(), h.max_timestamp));
+        Ok((ts, Offset(offset)))
+    }
+
+    /// Removes every batch at or above `offset`. A batch straddling
+    /// `offset` goes entirely, so the log end offset may end up below
+    /// `offset`; below the log start the log is emptied and restarted at
+    /// `offset`, as Kafka's `truncateFullyAndStartAt`.
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
-        self.batches.retain(|b| b.0 < offset.0);
-        self.end = self.end.min(offset.0);
+        let offset = offset.0;
+        // Truncation takes no clock; a segment it recreates counts its age
+        // from the active segment's.
+        let now_ms = self.active().created_ms;
+        if offset >= self.log_end_offset().0 {
+            return Ok(());
+        }
+        if offset < self.log_start_offset {
+            return self.truncate_fully_and_start_at(offset, now_ms);
+        }
+        while self.segments.len() > 1 && self.active().base_offset >= offset {
+            let seg = self.segments.pop().expect("checked length");
+            seg.delete()?;
+        }
+        let interval = self.config.index_interval_bytes;
+        if let Some((pos, _)) = self.active().find_batch(offset)? {
+            let seg = self.segments.pop().expect("a log always has a segment");
+            self.segments.push(seg.truncate_at(pos, interval, now_ms)?);
+        }
+        sync_dir(&self.dir)?;
+        if self.log_end_offset().0 < self.log_start_offset {
+            let start = self.log_start_offset;
+            self.truncate_fully_and_start_at(start, now_ms)?;
+        }
+        self.cleaned_up_to = self.cleaned_up_to.min(self.log_end_offset().0);
         Ok(())
     }
-    pub fn delete_records_before(&mut self, offset: Offset) -> Result<Offset, LogError> {
-        if offset.0 > self.end {
-            return Err(LogError::OffsetOutOfRange { requested: offset, log_start: Offset(self.start), log_end: Offset(self.end) });
+
+    fn truncate_fully_and_start_at(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
+        for seg in self.segments.drain(..) {
+            seg.delete()?;
         }
-        self.start = self.start.max(offset.0);
-        self.batches.retain(|b| b.1 >= offset.0);
-        Ok(Offset(self.start))
+        self.segments
+            .push(Segment::create(&self.dir, offset, now_ms)?);
+        sync_dir(&self.dir)?;
+        self.set_log_start_offset(offset)?;
+        self.cleaned_up_to = offset;
+        Ok(())
     }
-    pub fn maintain(&mut self, _now_ms: i64) -> Result<MaintenanceReport, LogError> { Ok(MaintenanceReport {}) }
-    pub fn flush(&mut self) -> Result<(), LogError> { Ok(()) }
-    pub fn close(self) -> Result<(), LogError> { Ok(()) }
-    pub fn delete(self) -> Result<(), LogError> { std::fs::remove_dir_all(&self.dir)?; Ok(()) }
+
+    fn set_log_start_offset(&mut self, offset: i64) -> Result<(), LogError> {
+        if offset != self.log_start_offset || !self.dir.join(LOG_START_OFFSET_FILE).exists() {
+            write_atomically(
+                &self.dir,
+                LOG_START_OFFSET_FILE,
+                format!("{offset}\n").as_bytes(),
+            )?;
+        }
+        self.log_start_offset = offset;
+        Ok(())
+    }
+
+    /// DeleteRecords: moves the log start offset up to `offset` (persisted
+    /// before returning) and deletes the segments wholly below it. Returns
+    /// the new log start offset.
+    pub fn delete_records_before(&mut self, offset: Offset) -> Result<Offset, LogError> {
+        if offset.0 > self.log_end_offset().0 || offset.0 < 0 {
+            return Err(self.out_of_range(offset.0));
+        }
+        if offset.0 > self.log_start_offset {
+            self.set_log_start_offset(offset.0)?;
+        }
+        self.delete_segments_below_log_start()?;
+        Ok(self.log_start_offset())
+    }
+
+    /// Kafka's `deleteLogStartOffsetBreachedSegments`: a segment goes when
+    /// the next one starts at or below the log start offset.
+    fn delete_segments_below_log_start(&mut self) -> Result<(usize, u64), LogError> {
+        let mut n = 0;
+        while n + 1 < self.segments.len()
+            && self.segments[n + 1].base_offset <= self.log_start_offset
+        {
+            n += 1;
+        }
+        self.delete_oldest_segments(n)
+    }
+
+    /// Deletes the `n` oldest segments (never all of them: a log always has
+    /// an active segment) and raises the log
+    /// start offset to the first remaining segment.
+    fn delete_oldest_segments(&mut self, n: usize) -> Result<(usize, u64), LogError> {
+        if n == 0 {
+            return Ok((0, 0));
+        }
+        assert!(
+            n < self.segments.len(),
+            "callers roll before deleting the active segment"
+        );
+        let mut bytes = 0;
+        let removed: Vec<Segment> = self.segments.drain(..n).collect();
+        let first_base = self.segments[0].base_offset;
+        if first_base > self.log_start_offset {
+            // Persist the new start before the data below it disappears, so
+            // a crash in between cannot expose a log start below the data.
+            self.set_log_start_offset(first_base)?;
+        }
+        for seg in removed {
+            bytes += seg.size_bytes();
+            seg.delete()?;
+        }
+        sync_dir(&self.dir)?;
+        self.cleaned_up_to = self.cleaned_up_to.max(self.log_start_offset);
+        Ok((n, bytes))
+    }
+
+    /// Periodic housekeeping, as Kafka's LogManager tasks: roll an old
+    /// active segment, delete segments by log start offset, retention.bytes
+    /// and retention.ms, compact, and flush by flush.ms. Deletion and
+    /// compaction never touch data at or above `high_watermark`, which
+    /// replication may still truncate.
+    pub fn maintain(
+        &mut self,
+        now_ms: i64,
+        high_watermark: Offset,
+    ) -> Result<MaintenanceReport, LogError> {
+        let mut report = MaintenanceReport::default();
+        let active = self.active();
+        if !active.is_empty() && now_ms.saturating_sub(active.created_ms) > self.config.segment_ms {
+            self.roll(now_ms)?;
+            report.rolled = true;
+        }
+        let (n, bytes) = self.delete_segments_below_log_start()?;
+        report.segments_deleted += n;
+        report.bytes_deleted += bytes;
+        if self.config.cleanup_policy.delete {
+            let (n, bytes) = self.delete_by_retention(now_ms, high_watermark.0)?;
+            report.segments_deleted += n;
+            report.bytes_deleted += bytes;
+        }
+        if self.config.cleanup_policy.compact && self.needs_compaction(now_ms, high_watermark.0) {
+            self.compact(now_ms, high_watermark)?;
+            report.compacted = true;
+        }
+        report.flushed = self.maybe_flush_by_time(now_ms)?;
+        report.log_start_offset = self.log_start_offset();
+        Ok(report)
+    }
+
+    /// Kafka's `deleteRetentionSizeBreachedSegments` and
+    /// `deleteRetentionMsBreachedSegments`: the oldest segments go while they
+    /// breach a limit, including the active one (after a roll) when it is
+    /// old enough and wholly below the high watermark.
+    fn delete_by_retention(
+        &mut self,
+        now_ms: i64,
+        high_watermark: i64,
+    ) -> Result<(usize, u64), LogError> {
+        let mut size_excess = if self.config.retention_bytes >= 0 {
+            self.size_bytes() as i64 - self.config.retention_bytes
+        } else {
+            -1
+        };
+        let log_end = self.log_end_offset().0;
+        let mut n = 0;
+        for (i, seg) in self.segments.iter().enumerate() {
+            let upper = self
+                .segments
+                .get(i + 1)
+                .map(|s| s.base_offset)
+                .unwrap_or(log_end);
+            let is_last = i + 1 == self.segments.len();
+            if (is_last && seg.is_empty()) || high_watermark < upper {
+                break;
+            }
+            let by_size = size_excess >= seg.size_bytes() as i64;
+            // Kafka falls back to the file's mtime for segments without
+            // timestamps; the time this process created or opened the
+            // segment is the conservative equivalent.
+            let largest_timestamp = if seg.max_timestamp() >= 0 {
+                seg.max_timestamp()
+            } else {
+                seg.created_ms
+            };
+            let by_time = self.config.retention_ms >= 0
+                && now_ms.saturating_sub(largest_timestamp) > self.config.retention_ms;
+            if !(by_size || by_time) {
+                break;
+            }
+            if by_size {
+                size_excess -= seg.size_bytes() as i64;
+            }
+            n += 1;
+        }
+        if n == self.segments.len() {
+            self.roll(now_ms)?;
+        }
+        self.delete_oldest_segments(n)
+    }
+
+    pub fn flush(&mut self) -> Result<(), LogError> {
+        self.active().sync()?;
+        self.unflushed_messages = 0;
+        Ok(())
+    }
+
+    /// Flushes and leaves the clean-shutdown marker, so the next open
+    /// skips CRC checks.
+    pub fn close(mut self) -> Result<(), LogError> {
+        self.flush()?;
+        write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
+        Ok(())
+    }
+
+    /// Removes the partition directory and everything in it.
+    pub fn delete(self) -> Result<(), LogError> {
+        let dir = self.dir.clone();
+        drop(self);
+        fs::remove_dir_all(&dir)?;
+        Ok(())
+    }
+}
+
+struct BatchesFrom<'a> {
+    log: &'a Log,
+    cursor: Result<Option<(usize, u64)>, LogError>,
+}
+
+impl Iterator for BatchesFrom<'_> {
+    type Item = Result<Bytes, LogError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        let (mut seg_idx, mut position) = match std::mem::replace(&mut self.cursor, Ok(None)) {
+            Ok(Some(c)) => c,
+            Ok(None) => return None,
+            Err(e) => return Some(Err(e)),
+        };
+        while seg_idx < self.log.segments.len() {
+            let seg = &self.log.segments[seg_idx];
+            match seg.header_at(position) {
+                Ok(Some(h)) => {
+                    let item = seg.read_at(position, h.size_bytes).map(Bytes::from);
+                    if item.is_ok() {
+                        self.cursor = Ok(Some((seg_idx, position + h.size_bytes)));
+                    }
+                    return Some(item.map_err(LogError::from));
+                }
+                Ok(None) => {
+                    seg_idx += 1;
+                    position = 0;
+                }
+                Err(e) => return Some(Err(e.into())),
+            }
+        }
+        None
+    }
 }

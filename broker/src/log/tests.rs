@@ -1,0 +1,843 @@
+use std::fs;
+use std::path::Path;
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::indexmap::IndexMap;
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+use protocol::record_batch::{rewrite, BatchIter, BatchIterItem, RecordBatchView};
+
+use super::*;
+
+/// A record for a test batch: key, value (None = tombstone), timestamp.
+type Rec<'a> = (Option<&'a str>, Option<&'a str>, i64);
+
+fn encode(base: i64, recs: &[Rec<'_>], compression: Compression, producer_id: i64) -> Vec<u8> {
+    let records: Vec<Record> = recs
+        .iter()
+        .enumerate()
+        .map(|(i, (k, v, ts))| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id,
+            producer_epoch: if producer_id >= 0 { 0 } else { -1 },
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: i as i32,
+            timestamp: *ts,
+            key: k.map(|k| Bytes::copy_from_slice(k.as_bytes())),
+            value: v.map(|v| Bytes::copy_from_slice(v.as_bytes())),
+            headers: IndexMap::new(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .expect("encode");
+    let mut bytes = buf.to_vec();
+    rewrite::set_base_offset(&mut bytes, base);
+    bytes
+}
+
+fn plain(base: i64, n: usize, ts: i64) -> Vec<u8> {
+    let recs: Vec<Rec<'_>> = (0..n).map(|_| (None, Some("value-bytes"), ts)).collect();
+    encode(base, &recs, Compression::None, -1)
+}
+
+fn config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 1000,
+        index_interval_bytes: 200,
+        ..LogConfig::default()
+    }
+}
+
+/// Appends `count` batches of `n` records with timestamps `ts0 + i`,
+/// returning their bytes.
+fn fill(log: &mut Log, count: usize, n: usize, ts0: i64) -> Vec<Vec<u8>> {
+    (0..count)
+        .map(|i| {
+            let b = plain(log.log_end_offset().0, n, ts0 + i as i64);
+            log.append(&b, 0).expect("append");
+            b
+        })
+        .collect()
+}
+
+fn all(log: &Log, from: i64) -> Bytes {
+    log.read(Offset(from), usize::MAX, Offset(i64::MAX), true)
+        .expect("read")
+}
+
+fn batches(blob: &[u8]) -> Vec<RecordBatchView<'_>> {
+    BatchIter::new(blob)
+        .map(|item| match item {
+            BatchIterItem::Batch { batch, .. } => batch,
+            other => panic!("unexpected {other:?}"),
+        })
+        .collect()
+}
+
+/// (offset, key, value) of every record in a blob.
+fn decoded(blob: &Bytes) -> Vec<(i64, Option<String>, Option<String>)> {
+    let mut buf = blob.clone();
+    let sets = RecordBatchDecoder::decode_all(&mut buf).expect("decode");
+    let s = |b: &Option<Bytes>| b.as_ref().map(|b| String::from_utf8(b.to_vec()).unwrap());
+    sets.iter()
+        .flat_map(|set| set.records.iter())
+        .map(|r| (r.offset, s(&r.key), s(&r.value)))
+        .collect()
+}
+
+fn log_file(dir: &Path, base: i64) -> std::path::PathBuf {
+    dir.join(format!("{base:020}.log"))
+}
+
+#[test]
+fn append_and_read_round_trip_across_segment_rolls() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().join("p"), config(), 0).unwrap();
+    let appended = fill(&mut log, 40, 3, 1_000);
+    assert_eq!(log.log_end_offset(), Offset(120));
+    assert!(
+        log.segment_base_offsets().len() > 3,
+        "{:?}",
+        log.segment_base_offsets()
+    );
+    assert_eq!(all(&log, 0).to_vec(), appended.concat());
+    // Every offset reads from the batch containing it.
+    for offset in 0..120 {
+        let got = log.read(Offset(offset), 1, Offset(i64::MAX), true).unwrap();
+        assert_eq!(
+            got.to_vec(),
+            appended[(offset / 3) as usize],
+            "offset {offset}"
+        );
+    }
+    assert_eq!(
+        log.size_bytes(),
+        appended.iter().map(|b| b.len() as u64).sum::<u64>()
+    );
+    let batches_seen: Vec<Bytes> = log.batches_from(Offset(61)).map(|b| b.unwrap()).collect();
+    assert_eq!(batches_seen.len(), 20);
+    assert_eq!(batches_seen[0].to_vec(), appended[20]);
+}
+
+#[test]
+fn append_rejects_a_base_offset_other_than_the_log_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    fill(&mut log, 1, 2, 0);
+    for base in [0, 1, 3] {
+        assert!(matches!(
+            log.append(&plain(base, 1, 0), 0),
+            Err(LogError::NonMonotonicOffset { .. })
+        ));
+    }
+    let mut big = config();
+    big.max_message_bytes = 50;
+    log.set_config(big);
+    assert!(matches!(
+        log.append(&plain(2, 1, 0), 0),
+        Err(LogError::RecordBatchTooLarge { .. })
+    ));
+    assert!(matches!(
+        log.append(&[0u8; 10], 0),
+        Err(LogError::InvalidBatch(_))
+    ));
+}
+
+#[test]
+fn read_honours_max_bytes_min_one_batch_and_max_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    let b = fill(&mut log, 6, 2, 0);
+    let len = b[0].len();
+    let read = |o, max_bytes, max_offset, min_one| {
+        log.read(Offset(o), max_bytes, Offset(max_offset), min_one)
+            .unwrap()
+            .to_vec()
+    };
+    // max_bytes below one batch: one batch only if min_one_batch.
+    assert_eq!(read(3, 1, 100, true), b[1]);
+    assert!(read(3, 1, 100, false).is_empty());
+    // Budget for exactly two batches.
+    assert_eq!(
+        read(2, 2 * len + len / 2, 100, false),
+        [&b[1][..], &b[2][..]].concat()
+    );
+    // max_offset is exclusive on batch base offsets.
+    assert_eq!(
+        read(0, usize::MAX, 4, true),
+        [&b[0][..], &b[1][..]].concat()
+    );
+    assert_eq!(read(0, usize::MAX, 5, true), b[..3].concat());
+    assert!(read(4, usize::MAX, 4, true).is_empty());
+    // At the log end: empty; beyond it or below the start: out of range.
+    assert!(read(12, usize::MAX, 100, true).is_empty());
+    assert!(matches!(
+        log.read(Offset(13), 100, Offset(100), true),
+        Err(LogError::OffsetOutOfRange {
+            requested: Offset(13),
+            log_start: Offset(0),
+            log_end: Offset(12)
+        })
+    ));
+    log.delete_records_before(Offset(5)).unwrap();
+    assert!(matches!(
+        log.read(Offset(4), 100, Offset(100), true),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    // The batch containing the log start offset is returned whole.
+    assert_eq!(
+        log.read(Offset(5), 1, Offset(100), true).unwrap().to_vec(),
+        b[2]
+    );
+}
+
+/// Writes three batches, then leaves the log as a crash would (no close).
+fn crashed_log(dir: &Path) -> Vec<Vec<u8>> {
+    let mut log = Log::open(dir.to_path_buf(), LogConfig::default(), 0).unwrap();
+    let b = fill(&mut log, 3, 2, 0);
+    drop(log);
+    b
+}
+
+#[test]
+fn recovery_truncates_a_torn_tail_at_every_byte_position() {
+    let root = tempfile::tempdir().unwrap();
+    let last_len = plain(4, 2, 2).len();
+    for cut in 1..=last_len {
+        let dir = root.path().join(format!("cut-{cut}"));
+        let b = crashed_log(&dir);
+        let file = fs::OpenOptions::new()
+            .write(true)
+            .open(log_file(&dir, 0))
+            .unwrap();
+        let full = (b[0].len() + b[1].len() + b[2].len()) as u64;
+        file.set_len(full - cut as u64).unwrap();
+        let log = Log::open(dir.clone(), LogConfig::default(), 0).unwrap();
+        assert_eq!(log.log_end_offset(), Offset(4), "cut {cut}");
+        assert_eq!(all(&log, 0).to_vec(), b[..2].concat(), "cut {cut}");
+        assert_eq!(
+            fs::metadata(log_file(&dir, 0)).unwrap().len(),
+            full - last_len as u64
+        );
+    }
+}
+
+#[test]
+fn recovery_drops_a_last_batch_whose_crc_does_not_match() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = crashed_log(dir.path());
+    let path = log_file(dir.path(), 0);
+    let mut bytes = fs::read(&path).unwrap();
+    let i = bytes.len() - 3; // inside the last record: only the CRC notices
+    bytes[i] ^= 0xff;
+    fs::write(&path, &bytes).unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), LogConfig::default(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(4));
+    assert_eq!(all(&log, 0).to_vec(), b[..2].concat());
+    // The log continues from the truncation point.
+    log.append(&plain(4, 1, 0), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(5));
+}
+
+#[test]
+fn recovery_removes_garbage_after_the_last_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = crashed_log(dir.path());
+    let path = log_file(dir.path(), 0);
+    let mut bytes = fs::read(&path).unwrap();
+    bytes.extend_from_slice(&[0xab; 100]);
+    fs::write(&path, &bytes).unwrap();
+    // Also leftovers of interrupted atomic writes and cleaning.
+    fs::write(dir.path().join("00000000000000000000.log.cleaned"), b"x").unwrap();
+    fs::write(dir.path().join("log-start-offset.tmp"), b"x").unwrap();
+    let log = Log::open(dir.path().to_path_buf(), LogConfig::default(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(6));
+    assert_eq!(all(&log, 0).to_vec(), b.concat());
+    assert!(!dir.path().join("00000000000000000000.log.cleaned").exists());
+    assert!(!dir.path().join("log-start-offset.tmp").exists());
+}
+
+#[test]
+fn recovery_of_a_corrupt_closed_segment_removes_later_segments() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    fill(&mut log, 30, 2, 0);
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 3);
+    drop(log);
+    // A header that cannot parse in the middle of the first segment.
+    let path = log_file(dir.path(), 0);
+    let mut bytes = fs::read(&path).unwrap();
+    let first_len = RecordBatchView::peek_len(&bytes).unwrap();
+    bytes[first_len + 16] = 7; // magic of the second batch
+    fs::write(&path, &bytes).unwrap();
+    let log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![Offset(0)]);
+    assert_eq!(log.log_end_offset(), Offset(2));
+    for base in &bases[1..] {
+        assert!(!log_file(dir.path(), base.0).exists());
+    }
+}
+
+#[test]
+fn reopen_after_clean_close_keeps_everything_and_indexes_work() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    let b = fill(&mut log, 40, 3, 0);
+    log.close().unwrap();
+    assert!(dir.path().join(CLEAN_SHUTDOWN_FILE).exists());
+    // There are no index files to lose: indexes are rebuilt on open.
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    assert!(!dir.path().join(CLEAN_SHUTDOWN_FILE).exists());
+    assert_eq!(log.log_end_offset(), Offset(120));
+    assert_eq!(all(&log, 0).to_vec(), b.concat());
+    for offset in [0, 1, 50, 77, 119] {
+        let got = log.read(Offset(offset), 1, Offset(i64::MAX), true).unwrap();
+        assert_eq!(got.to_vec(), b[(offset / 3) as usize]);
+    }
+    log.append(&plain(120, 1, 0), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(121));
+}
+
+#[test]
+fn segment_ms_rolls_by_record_timestamps() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.segment_bytes = 1 << 20;
+    cfg.segment_ms = 100;
+    let mut log = Log::open(dir.path().to_path_buf(), cfg, 0).unwrap();
+    log.append(&plain(0, 1, 1_000), 0).unwrap();
+    log.append(&plain(1, 1, 1_100), 0).unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![Offset(0)]);
+    log.append(&plain(2, 1, 1_101), 0).unwrap();
+    assert_eq!(log.segment_base_offsets(), vec![Offset(0), Offset(2)]);
+    // maintain rolls a non-empty active segment older than segment.ms.
+    let report = log.maintain(50, Offset(0)).unwrap();
+    assert!(!report.rolled);
+    let report = log.maintain(101, Offset(0)).unwrap();
+    assert!(report.rolled);
+    assert_eq!(log.segment_base_offsets().len(), 3);
+}
+
+#[test]
+fn retention_by_time_deletes_old_segments_and_advances_the_log_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.retention_ms = 1_000;
+    let mut log = Log::open(dir.path().to_path_buf(), cfg, 0).unwrap();
+    fill(&mut log, 20, 3, 0); // timestamps 0..19
+    let old_bases = log.segment_base_offsets();
+    fill(&mut log, 20, 3, 5_000);
+    let end = log.log_end_offset();
+    // Nothing is old yet.
+    let r = log.maintain(1_000, end).unwrap();
+    assert_eq!(r.segments_deleted, 0);
+    // Segments whose max timestamp is older than retention.ms go, and only
+    // up to the high watermark.
+    let r = log.maintain(2_000, Offset(old_bases[1].0)).unwrap();
+    assert_eq!(r.segments_deleted, 1);
+    assert_eq!(log.log_start_offset(), old_bases[1]);
+    // The segment holding the last old batch (57..59) also holds new ones.
+    let holding_last_old = *log
+        .segment_base_offsets()
+        .iter()
+        .rfind(|b| b.0 <= 57)
+        .unwrap();
+    let r = log.maintain(2_000, end).unwrap();
+    assert!(r.segments_deleted >= 1);
+    assert_eq!(log.log_start_offset(), holding_last_old);
+    assert_eq!(r.log_start_offset, log.log_start_offset());
+    // When everything is old, the active segment goes too, after a roll.
+    let r = log.maintain(100_000, end).unwrap();
+    assert!(r.segments_deleted >= 1);
+    assert_eq!(log.log_start_offset(), end);
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(log.segment_base_offsets(), vec![end]);
+    assert_eq!(log.size_bytes(), 0);
+    // The log start survives a reopen and appends continue from it.
+    drop(log);
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    assert_eq!(log.log_start_offset(), end);
+    log.append(&plain(end.0, 1, 0), 0).unwrap();
+}
+
+#[test]
+fn retention_by_bytes_keeps_the_log_under_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.retention_ms = -1;
+    cfg.retention_bytes = 2_500;
+    let mut log = Log::open(dir.path().to_path_buf(), cfg, 0).unwrap();
+    fill(&mut log, 60, 3, 0);
+    let before = log.size_bytes();
+    assert!(before > 5_000);
+    let end = log.log_end_offset();
+    let r = log.maintain(0, end).unwrap();
+    assert!(r.segments_deleted > 0);
+    assert_eq!(r.bytes_deleted, before - log.size_bytes());
+    // As Kafka: a segment goes only if the log stays at or above
+    // retention.bytes without it, so less than one segment (<= 1000 bytes)
+    // of excess remains.
+    assert!(log.size_bytes() >= 2_500, "{}", log.size_bytes());
+    assert!(log.size_bytes() < 2_500 + 1_000, "{}", log.size_bytes());
+    assert_eq!(log.log_start_offset(), log.segment_base_offsets()[0]);
+    assert_eq!(log.log_end_offset(), end);
+    // Not with cleanup.policy=compact alone.
+    let mut cfg = log.config().clone();
+    cfg.cleanup_policy = CleanupPolicy {
+        delete: false,
+        compact: true,
+    };
+    cfg.retention_bytes = 0;
+    log.set_config(cfg);
+    let r = log.maintain(0, end).unwrap();
+    assert_eq!(r.segments_deleted, 0);
+}
+
+#[test]
+fn delete_records_before_persists_across_reopen() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    fill(&mut log, 30, 2, 0);
+    let bases = log.segment_base_offsets();
+    let target = bases[2].0 + 1;
+    assert_eq!(
+        log.delete_records_before(Offset(target)).unwrap(),
+        Offset(target)
+    );
+    assert_eq!(log.segment_base_offsets()[0], bases[2]);
+    // Moving backwards is a no-op; past the end is an error.
+    assert_eq!(
+        log.delete_records_before(Offset(0)).unwrap(),
+        Offset(target)
+    );
+    assert!(matches!(
+        log.delete_records_before(Offset(61)),
+        Err(LogError::OffsetOutOfRange { .. })
+    ));
+    drop(log);
+    let log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    assert_eq!(log.log_start_offset(), Offset(target));
+    assert_eq!(log.log_end_offset(), Offset(60));
+    let first = all(&log, target);
+    assert_eq!(batches(&first)[0].base_offset(), target - 1);
+}
+
+#[test]
+fn truncate_to_drops_batches_at_and_above_the_offset() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    let b = fill(&mut log, 40, 3, 0);
+    // A batch boundary inside an earlier segment removes later segments.
+    log.truncate_to(Offset(30)).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(30));
+    assert_eq!(all(&log, 0).to_vec(), b[..10].concat());
+    // Inside a batch: the whole batch goes.
+    log.truncate_to(Offset(28)).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(27));
+    // At or beyond the end: nothing.
+    log.truncate_to(Offset(100)).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(27));
+    log.append(&plain(27, 2, 0), 0).unwrap();
+    drop(log);
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(29));
+    assert_eq!(
+        all(&log, 0).len(),
+        b[..9].concat().len() + plain(27, 2, 0).len()
+    );
+    // Below the log start: the log restarts there.
+    log.delete_records_before(Offset(10)).unwrap();
+    log.truncate_to(Offset(5)).unwrap();
+    assert_eq!(log.log_start_offset(), Offset(5));
+    assert_eq!(log.log_end_offset(), Offset(5));
+    assert_eq!(log.size_bytes(), 0);
+    log.append(&plain(5, 1, 0), 0).unwrap();
+    // To offset 0 of a segment starting there.
+    log.truncate_to(Offset(5)).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(5));
+}
+
+fn timestamp_lookups(compression: Compression) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    assert_eq!(log.max_timestamp().unwrap(), (-1, Offset(-1)));
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), None);
+    // Timestamps out of order within batches, as clients may send them.
+    for i in 0..20i64 {
+        let t = i * 100;
+        let recs: Vec<Rec<'_>> = vec![
+            (Some("k"), Some("v"), t + 50),
+            (Some("k"), Some("v"), t + 10),
+            (Some("k"), Some("v"), t + 90),
+        ];
+        let base = log.log_end_offset().0;
+        log.append(&encode(base, &recs, compression, -1), 0)
+            .unwrap();
+    }
+    assert!(log.segment_base_offsets().len() > 1 || compression != Compression::None);
+    // Earliest record with timestamp >= target.
+    assert_eq!(log.offset_for_timestamp(0).unwrap(), Some((Offset(0), 50)));
+    assert_eq!(log.offset_for_timestamp(51).unwrap(), Some((Offset(2), 90)));
+    assert_eq!(
+        log.offset_for_timestamp(505).unwrap(),
+        Some((Offset(15), 550))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(550).unwrap(),
+        Some((Offset(15), 550))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(591).unwrap(),
+        Some((Offset(18), 650))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(1_990).unwrap(),
+        Some((Offset(59), 1_990))
+    );
+    assert_eq!(log.offset_for_timestamp(1_991).unwrap(), None);
+    assert_eq!(log.max_timestamp().unwrap(), (1_990, Offset(59)));
+    // A later batch with an older max does not change the max record.
+    let base = log.log_end_offset().0;
+    log.append(
+        &encode(base, &[(Some("k"), Some("v"), 5)], compression, -1),
+        0,
+    )
+    .unwrap();
+    assert_eq!(log.max_timestamp().unwrap(), (1_990, Offset(59)));
+    // Records below the log start are not answers.
+    log.delete_records_before(Offset(16)).unwrap();
+    assert_eq!(
+        log.offset_for_timestamp(505).unwrap(),
+        Some((Offset(16), 510))
+    );
+    assert_eq!(
+        log.offset_for_timestamp(511).unwrap(),
+        Some((Offset(17), 590))
+    );
+}
+
+#[test]
+fn timestamp_lookups_uncompressed() {
+    timestamp_lookups(Compression::None);
+}
+
+#[test]
+fn timestamp_lookups_compressed() {
+    for c in [
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ] {
+        timestamp_lookups(c);
+    }
+}
+
+#[test]
+fn log_append_time_batches_use_the_batch_timestamp_for_every_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    let mut b = encode(
+        0,
+        &[(None, Some("a"), 1), (None, Some("b"), 2)],
+        Compression::None,
+        -1,
+    );
+    rewrite::set_log_append_time(&mut b, 777);
+    log.append(&b, 0).unwrap();
+    assert_eq!(
+        log.offset_for_timestamp(700).unwrap(),
+        Some((Offset(0), 777))
+    );
+    assert_eq!(log.max_timestamp().unwrap(), (777, Offset(0)));
+}
+
+fn compacted_config() -> LogConfig {
+    LogConfig {
+        segment_bytes: 400,
+        cleanup_policy: CleanupPolicy {
+            delete: false,
+            compact: true,
+        },
+        delete_retention_ms: 1_000,
+        ..config()
+    }
+}
+
+/// Appends one single-record batch per (key, value) with timestamp `ts`.
+fn put(log: &mut Log, kvs: &[(&str, Option<&str>)], ts: i64, compression: Compression) {
+    for (k, v) in kvs {
+        let base = log.log_end_offset().0;
+        log.append(&encode(base, &[(Some(k), *v, ts)], compression, -1), 0)
+            .unwrap();
+    }
+}
+
+#[test]
+fn compaction_keeps_the_latest_value_per_key_and_preserves_offsets() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), compacted_config(), 0).unwrap();
+    // A multi-record compressed batch, then single-record batches.
+    let recs: Vec<Rec<'_>> = vec![
+        (Some("a"), Some("a0"), 0),
+        (Some("b"), Some("b0"), 0),
+        (Some("c"), Some("c0"), 0),
+    ];
+    log.append(&encode(0, &recs, Compression::Gzip, -1), 0)
+        .unwrap();
+    put(
+        &mut log,
+        &[("a", Some("a1")), ("b", None), ("d", Some("d0"))],
+        0,
+        Compression::None,
+    );
+    for i in 0..10 {
+        put(
+            &mut log,
+            &[("x", Some(&format!("x{i}")))],
+            0,
+            Compression::Lz4,
+        );
+    }
+    let end = log.log_end_offset();
+    assert_eq!(end, Offset(16));
+    let active_base = *log.segment_base_offsets().last().unwrap();
+    assert!(active_base.0 > 6, "{:?}", log.segment_base_offsets());
+    let before = log.size_bytes();
+    // Within delete.retention.ms: the tombstone for b stays.
+    let r = log.maintain(500, end).unwrap();
+    assert!(r.compacted);
+    assert!(log.size_bytes() < before);
+    let got = decoded(&all(&log, 0));
+    let cleaned: Vec<_> = got
+        .iter()
+        .filter(|r| r.0 < active_base.0)
+        .cloned()
+        .collect();
+    let s = |v: &str| Some(v.to_string());
+    assert_eq!(
+        cleaned[..4].to_vec(),
+        vec![
+            (2, s("c"), s("c0")),
+            (3, s("a"), s("a1")),
+            (4, s("b"), None),
+            (5, s("d"), s("d0")),
+        ]
+    );
+    // Only the newest x below the active segment survives there; the active
+    // segment is untouched.
+    let xs_cleaned: Vec<_> = cleaned[4..].to_vec();
+    assert_eq!(xs_cleaned.len(), 1);
+    assert_eq!(xs_cleaned[0].0, active_base.0 - 1);
+    let active: Vec<_> = got.iter().filter(|r| r.0 >= active_base.0).collect();
+    assert_eq!(active.len() as i64, end.0 - active_base.0);
+    // Offsets and the log end are unchanged; reads inside gaps move forward.
+    assert_eq!(log.log_end_offset(), end);
+    assert_eq!(log.log_start_offset(), Offset(0));
+    let from_gap = decoded(&log.read(Offset(1), 1, Offset(100), true).unwrap());
+    assert_eq!(from_gap[0].0, 2);
+    let from_gap = decoded(&log.read(Offset(6), 1, Offset(100), true).unwrap());
+    assert_eq!(from_gap[0].0, xs_cleaned[0].0);
+    // Every stored batch still has a valid CRC.
+    for b in batches(&all(&log, 0)) {
+        b.verify_crc().unwrap();
+    }
+    // Nothing new to clean: maintain does not compact again.
+    assert!(!log.maintain(600, end).unwrap().compacted);
+    // After delete.retention.ms the tombstone goes.
+    let r = log.maintain(1_000, end).unwrap();
+    assert!(r.compacted);
+    let got = decoded(&all(&log, 0));
+    assert!(got.iter().all(|r| r.1.as_deref() != Some("b")), "{got:?}");
+    // Reopen: same content.
+    drop(log);
+    let log = Log::open(dir.path().to_path_buf(), compacted_config(), 0).unwrap();
+    assert_eq!(decoded(&all(&log, 0)), got);
+    assert_eq!(log.log_end_offset(), end);
+}
+
+#[test]
+fn compaction_stops_at_the_high_watermark() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), compacted_config(), 0).unwrap();
+    for i in 0..20 {
+        put(
+            &mut log,
+            &[("k", Some(&format!("v{i}")))],
+            0,
+            Compression::None,
+        );
+    }
+    let bases = log.segment_base_offsets();
+    assert!(bases.len() >= 3);
+    // With the high watermark at the second segment's start, only the first
+    // segment is cleanable, and values above it do not count.
+    log.compact(0, bases[1]).unwrap();
+    let got = decoded(&all(&log, 0));
+    assert_eq!(got.len(), 20 - bases[1].0 as usize + 1);
+    assert_eq!(got[0].0, bases[1].0 - 1);
+}
+
+#[test]
+fn compaction_keeps_the_header_of_a_producers_last_batch() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), compacted_config(), 0).unwrap();
+    // Producer 7 writes key k twice; the last write of producer 7 is then
+    // superseded by a non-idempotent write of k.
+    log.append(
+        &encode(
+            0,
+            &[(Some("k"), Some("p0"), 0), (Some("j"), Some("p0"), 0)],
+            Compression::Zstd,
+            7,
+        ),
+        0,
+    )
+    .unwrap();
+    log.append(
+        &encode(
+            2,
+            &[(Some("k"), Some("p1"), 0), (Some("j"), Some("p1"), 0)],
+            Compression::Snappy,
+            7,
+        ),
+        0,
+    )
+    .unwrap();
+    put(
+        &mut log,
+        &[("k", Some("n")), ("j", Some("n"))],
+        0,
+        Compression::None,
+    );
+    for i in 0..8 {
+        put(
+            &mut log,
+            &[("other", Some(&format!("{i}")))],
+            0,
+            Compression::None,
+        );
+    }
+    let end = log.log_end_offset();
+    log.compact(0, end).unwrap();
+    let blob = all(&log, 0);
+    let views = batches(&blob);
+    // Producer 7's first batch is gone; its last batch is an empty header
+    // with the same offsets and sequence.
+    let p7: Vec<_> = views.iter().filter(|b| b.producer_id() == 7).collect();
+    assert_eq!(p7.len(), 1);
+    assert_eq!(p7[0].base_offset(), 2);
+    assert_eq!(p7[0].last_offset(), 3);
+    assert_eq!(p7[0].record_count(), 0);
+    assert_eq!(p7[0].base_sequence(), 0);
+    assert_eq!(p7[0].last_sequence(), 1);
+    p7[0].verify_crc().unwrap();
+    assert_eq!(decoded(&blob)[0].0, 4);
+    // Reading the empty batch's offsets lands on it.
+    let r = log.read(Offset(3), 1, Offset(100), true).unwrap();
+    assert_eq!(batches(&r)[0].base_offset(), 2);
+}
+
+#[test]
+fn compaction_rewrites_a_partly_retained_batch_keeping_its_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), compacted_config(), 0).unwrap();
+    let recs: Vec<Rec<'_>> = vec![
+        (Some("a"), Some("1"), 10),
+        (Some("b"), Some("1"), 30),
+        (Some("c"), Some("1"), 20),
+    ];
+    let original = encode(0, &recs, Compression::Gzip, 9);
+    log.append(&original, 0).unwrap();
+    put(&mut log, &[("b", Some("2"))], 0, Compression::None);
+    for i in 0..8 {
+        put(
+            &mut log,
+            &[("z", Some(&format!("{i}")))],
+            0,
+            Compression::None,
+        );
+    }
+    let end = log.log_end_offset();
+    log.compact(0, end).unwrap();
+    let blob = all(&log, 0);
+    let first = batches(&blob)[0];
+    let orig = RecordBatchView::parse(&original).unwrap();
+    assert_eq!(first.base_offset(), 0);
+    assert_eq!(first.last_offset_delta(), 2);
+    assert_eq!(first.base_sequence(), orig.base_sequence());
+    assert_eq!(first.producer_id(), 9);
+    assert_eq!(first.codec().unwrap(), orig.codec().unwrap());
+    assert_eq!(first.record_count(), 2);
+    assert_eq!(first.max_timestamp(), 20);
+    first.verify_crc().unwrap();
+    let got = decoded(&blob);
+    assert_eq!(got[0], (0, Some("a".into()), Some("1".into())));
+    assert_eq!(got[1], (2, Some("c".into()), Some("1".into())));
+}
+
+#[test]
+fn retention_by_time_counts_untimestamped_segments_from_their_opening() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = config();
+    cfg.retention_ms = 1_000;
+    let mut log = Log::open(dir.path().to_path_buf(), cfg, 500_000).unwrap();
+    for _ in 0..30 {
+        let base = log.log_end_offset().0;
+        log.append(&plain(base, 2, -1), 500_000).unwrap();
+    }
+    let end = log.log_end_offset();
+    assert_eq!(log.maintain(500_900, end).unwrap().segments_deleted, 0);
+    assert!(log.maintain(501_001, end).unwrap().segments_deleted > 0);
+    assert_eq!(log.log_start_offset(), end);
+}
+
+#[test]
+fn recovery_rejects_offsets_that_would_overflow() {
+    let dir = tempfile::tempdir().unwrap();
+    crashed_log(dir.path());
+    let path = log_file(dir.path(), 0);
+    let mut bytes = fs::read(&path).unwrap();
+    let first_len = RecordBatchView::peek_len(&bytes).unwrap();
+    bytes[first_len..first_len + 8].copy_from_slice(&(i64::MAX - 1).to_be_bytes());
+    fs::write(&path, &bytes).unwrap();
+    let log = Log::open(dir.path().to_path_buf(), LogConfig::default(), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(2));
+}
+
+#[test]
+fn config_defaults_are_kafkas_and_validate() {
+    let c = LogConfig::default();
+    assert_eq!(c.segment_bytes, 1_073_741_824);
+    assert_eq!(c.segment_ms, 604_800_000);
+    assert_eq!(c.retention_ms, 604_800_000);
+    assert_eq!(c.retention_bytes, -1);
+    assert_eq!(c.delete_retention_ms, 86_400_000);
+    assert_eq!(c.max_message_bytes, 1_048_588);
+    assert!(c.cleanup_policy.delete && !c.cleanup_policy.compact);
+    assert_eq!(c.validate(), Ok(()));
+    let bad = LogConfig {
+        retention_ms: -2,
+        ..LogConfig::default()
+    };
+    assert_eq!(bad.validate(), Err(LogConfigError::RetentionMsInvalid(-2)));
+    let bad = LogConfig {
+        flush_messages: 0,
+        ..LogConfig::default()
+    };
+    assert_eq!(bad.validate(), Err(LogConfigError::FlushMessagesZero));
+}
