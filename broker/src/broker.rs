@@ -72,6 +72,7 @@ pub fn metadata_error(e: &MetadataError) -> ResponseError {
         MetadataError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
         MetadataError::UnknownTopic(_) => ResponseError::UnknownTopicOrPartition,
         MetadataError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
+        MetadataError::InvalidProducerIdCount(_) => ResponseError::UnknownServerError,
         MetadataError::NotController { .. } => ResponseError::NotController,
         MetadataError::Fatal(_) => ResponseError::UnknownServerError,
     }

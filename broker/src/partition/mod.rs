@@ -229,7 +229,7 @@ impl Partition {
             -1 => Ok(Some((self.high_watermark, -1))),
             -2 | -4 => Ok(Some((self.log.log_start_offset(), -1))),
             -3 => {
-                let (ts, off) = self.log.max_timestamp();
+                let (ts, off) = self.log.max_timestamp()?;
                 Ok(if off.0 < 0 { None } else { Some((off, ts)) })
             }
             t if t < 0 => Err(PartitionError::InvalidTimestamp(t)),
@@ -257,7 +257,7 @@ impl Partition {
     /// Periodic work: retention, rolling, compaction, flush, producer expiry,
     /// and a producer-state snapshot so a restart replays little of the log.
     pub fn maintain(&mut self, now_ms: i64) -> Result<(), PartitionError> {
-        self.log.maintain(now_ms)?;
+        self.log.maintain(now_ms, self.high_watermark)?;
         self.producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
         self.snapshot_producers()
     }
