@@ -75,10 +75,10 @@ async fn produce_fetch_and_list_offsets_round_trip_in_every_codec() {
 
     assert_eq!(c.list_offset("rt", 1, -2).await.offset, 0);
     assert_eq!(c.list_offset("rt", 1, -1).await.offset, 50);
-    let by_time = c.list_offset("rt", 1, 1_700_000_000_005).await;
+    let by_time = c.list_offset("rt", 1, common::BASE_TIMESTAMP_MS + 5).await;
     assert_eq!(by_time.error_code, 0);
     assert!(by_time.offset >= 0 && by_time.offset <= 5, "{by_time:?}");
-    assert_eq!(c.list_offset("rt", 1, 1_800_000_000_000).await.offset, -1);
+    assert_eq!(c.list_offset("rt", 1, common::BASE_TIMESTAMP_MS + 1_000_000).await.offset, -1);
 
     let oor = c.fetch("rt", 1, 51, 0).await;
     assert_eq!(oor.error_code, ResponseError::OffsetOutOfRange.code());
@@ -124,7 +124,7 @@ async fn idempotent_producer_dedupes_retries_and_rejects_gaps() {
     let mut c = Client::connect(b.running.local_addr).await;
     assert_eq!(c.create_topic("idem", 1, &[]).await, 0);
     let init: InitProducerIdResponse = c
-        .call(ApiKey::InitProducerId, 4, &InitProducerIdRequest::default().with_transaction_timeout_ms(60_000))
+        .call(ApiKey::InitProducerId, 4, &InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000))
         .await;
     assert_eq!(init.error_code, 0);
     let pid = init.producer_id.0;
@@ -147,7 +147,9 @@ async fn idempotent_producer_dedupes_retries_and_rejects_gaps() {
         )
         .await;
     assert_ne!(txn.error_code, 0);
-    let next: InitProducerIdResponse = c.call(ApiKey::InitProducerId, 4, &InitProducerIdRequest::default()).await;
+    let next: InitProducerIdResponse = c
+        .call(ApiKey::InitProducerId, 4, &InitProducerIdRequest::default().with_transactional_id(None))
+        .await;
     assert!(next.producer_id.0 > pid, "producer ids are never reused");
     b.running.shutdown().await;
 }
@@ -192,6 +194,7 @@ async fn metadata_auto_creates_and_topics_can_be_deleted_and_grown() {
     let mut grow = create_partitions_request::CreatePartitionsTopic::default();
     grow.name = TopicName(StrBytes::from_static_str("auto"));
     grow.count = 5;
+    grow.assignments = None;
     let resp: CreatePartitionsResponse = c
         .call(ApiKey::CreatePartitions, 3, &CreatePartitionsRequest::default().with_topics(vec![grow.clone()]))
         .await;

@@ -376,3 +376,48 @@ fn read_varint(b: &[u8]) -> Option<(i64, usize)> {
     }
     None
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+
+    fn encode(values: &[&str], compression: Compression) -> Bytes {
+        let records: Vec<Record> = values
+            .iter()
+            .enumerate()
+            .map(|(i, v)| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: i as i32 - 1,
+                timestamp: 1_000 + i as i64,
+                key: Some(Bytes::from(format!("k{i}"))),
+                value: Some(Bytes::from(v.to_string())),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression }).unwrap();
+        buf.freeze()
+    }
+
+    #[test]
+    fn client_batches_are_validated() {
+        let good = encode(&["a", "bb", "ccc"], Compression::None);
+        single_client_batch(&good).unwrap();
+        single_client_batch(&encode(&["a"], Compression::Gzip)).unwrap();
+        let two = Bytes::from([&good[..], &good[..]].concat());
+        assert!(matches!(single_client_batch(&two), Err(PartitionError::InvalidRecord(_))));
+        let mut offset = BytesMut::from(&good[..]);
+        rewrite::set_base_offset(&mut offset, 5);
+        assert!(matches!(single_client_batch(&offset.freeze()), Err(PartitionError::InvalidRecord(_))));
+        let truncated = good.slice(..good.len() - 1);
+        assert!(matches!(single_client_batch(&truncated), Err(PartitionError::CorruptMessage(_))));
+    }
+}

@@ -166,6 +166,10 @@ impl Client {
     }
 }
 
+/// Record timestamps in test batches: recent, so that idle-producer expiry
+/// (24 h after the producer's last timestamp, as in Kafka) leaves them alone.
+pub const BASE_TIMESTAMP_MS: i64 = 4_000_000_000_000;
+
 /// Encodes `values` as one v2 batch (base offset 0) with keys and a header.
 pub fn batch(values: &[&str], compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
     let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
@@ -181,8 +185,10 @@ pub fn batch(values: &[&str], compression: Compression, producer: Option<(i64, i
             producer_epoch: epoch,
             timestamp_type: TimestampType::Creation,
             offset: i as i64,
-            sequence: if seq < 0 { -1 } else { seq + i as i32 },
-            timestamp: 1_700_000_000_000 + i as i64,
+            // kafka-protocol's encoder starts a new batch whenever offset minus
+            // sequence changes, so non-idempotent records count up from -1.
+            sequence: if seq < 0 { i as i32 - 1 } else { seq + i as i32 },
+            timestamp: BASE_TIMESTAMP_MS + i as i64,
             key: Some(Bytes::from(format!("key-{i}"))),
             value: Some(Bytes::from(v.to_string())),
             headers: [(StrBytes::from_static_str("h"), Some(Bytes::from_static(b"1")))]
