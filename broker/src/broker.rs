@@ -57,8 +57,12 @@ impl CreateTopicError {
             CreateTopicError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
             CreateTopicError::InvalidTopic(_) => ResponseError::InvalidTopicException,
             CreateTopicError::InvalidPartitions => ResponseError::InvalidPartitions,
-            CreateTopicError::InvalidReplicationFactor(_) => ResponseError::InvalidReplicationFactor,
-            CreateTopicError::InvalidReplicaAssignment(_) => ResponseError::InvalidReplicaAssignment,
+            CreateTopicError::InvalidReplicationFactor(_) => {
+                ResponseError::InvalidReplicationFactor
+            }
+            CreateTopicError::InvalidReplicaAssignment(_) => {
+                ResponseError::InvalidReplicaAssignment
+            }
             CreateTopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
             CreateTopicError::Metadata(e) => metadata_error(e),
         }

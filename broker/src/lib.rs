@@ -47,13 +47,18 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| StartError::DataDir(data_dir.display().to_string(), e))?;
     let listener_cfg = &config.listeners[0];
-    let addr = listener_cfg
-        .socket_addr()
-        .map_err(|e| StartError::Listen(format!("{}:{}", listener_cfg.host, listener_cfg.port), std::io::Error::other(e)))?;
+    let addr = listener_cfg.socket_addr().map_err(|e| {
+        StartError::Listen(
+            format!("{}:{}", listener_cfg.host, listener_cfg.port),
+            std::io::Error::other(e),
+        )
+    })?;
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|e| StartError::Listen(addr.to_string(), e))?;
-    let local_addr = listener.local_addr().map_err(|e| StartError::Listen(addr.to_string(), e))?;
+    let local_addr = listener
+        .local_addr()
+        .map_err(|e| StartError::Listen(addr.to_string(), e))?;
 
     let metadata = MetadataController::open(
         &data_dir.join("__cluster_metadata"),
@@ -76,8 +81,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         rack: None,
     };
     let registered = metadata.image().brokers.get(&config.node_id).cloned();
-    if registered.as_ref().map(|b| (&b.host, b.port)) != Some((&registration.host, registration.port)) {
-        metadata.propose(MetadataCommand::RegisterBroker(registration)).await?;
+    if registered.as_ref().map(|b| (&b.host, b.port))
+        != Some((&registration.host, registration.port))
+    {
+        metadata
+            .propose(MetadataCommand::RegisterBroker(registration))
+            .await?;
     }
     let retention_check_ms = config.log_retention_check_interval_ms;
     let broker = Arc::new(Broker::new(config, metadata));
@@ -117,7 +126,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         let broker = broker.clone();
         let mut rx = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
-            let mut tick = tokio::time::interval(Duration::from_millis(retention_check_ms.max(1) as u64));
+            let mut tick =
+                tokio::time::interval(Duration::from_millis(retention_check_ms.max(1) as u64));
             tick.tick().await;
             loop {
                 tokio::select! {
@@ -144,7 +154,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
 fn publish_partition_metrics(broker: &Broker) {
     for (tp, part) in broker.replicas.all() {
         let p = part.lock().expect("poisoned");
-        let labels = [("topic", tp.topic.to_string()), ("partition", tp.partition.to_string())];
+        let labels = [
+            ("topic", tp.topic.to_string()),
+            ("partition", tp.partition.to_string()),
+        ];
         metrics::gauge!("kafka_log_end_offset", &labels).set(p.log_end_offset().0 as f64);
         metrics::gauge!("kafka_log_start_offset", &labels).set(p.log_start_offset().0 as f64);
         metrics::gauge!("kafka_log_size_bytes", &labels).set(p.size_bytes() as f64);

@@ -113,10 +113,18 @@ impl ReplicaManager {
             if let Some(on_disk) = read_partition_metadata(&dir) {
                 if on_disk != *topic_id {
                     tracing::info!(%tp, "removing directory of an older topic with this name");
-                    std::fs::remove_dir_all(&dir).map_err(|e| PartitionError::Storage(e.to_string()))?;
+                    std::fs::remove_dir_all(&dir)
+                        .map_err(|e| PartitionError::Storage(e.to_string()))?;
                 }
             }
-            let part = Partition::open(dir, tp.clone(), *topic_id, pimg.leader_epoch, configs, now_ms)?;
+            let part = Partition::open(
+                dir,
+                tp.clone(),
+                *topic_id,
+                pimg.leader_epoch,
+                configs,
+                now_ms,
+            )?;
             self.partitions
                 .write()
                 .expect("poisoned")
@@ -126,7 +134,10 @@ impl ReplicaManager {
         Ok(())
     }
 
-    fn remove_stray_dirs(&self, wanted: &HashMap<TopicPartition, (Uuid, &crate::metadata::PartitionImage)>) {
+    fn remove_stray_dirs(
+        &self,
+        wanted: &HashMap<TopicPartition, (Uuid, &crate::metadata::PartitionImage)>,
+    ) {
         let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
             return;
         };
@@ -174,7 +185,9 @@ impl ReplicaManager {
                         tracing::error!(%tp, error = %e, "closing partition failed");
                     }
                 }
-                Err(_) => tracing::warn!(%tp, "partition still in use at shutdown; recovery will run"),
+                Err(_) => {
+                    tracing::warn!(%tp, "partition still in use at shutdown; recovery will run")
+                }
             }
         }
     }

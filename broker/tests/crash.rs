@@ -20,7 +20,11 @@ const PRODUCERS: usize = 4;
 const ROUNDS: usize = 3;
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 fn spawn_broker(dir: &std::path::Path, port: u16) -> Child {
@@ -45,9 +49,13 @@ fn spawn_broker(dir: &std::path::Path, port: u16) -> Child {
 async fn wait_ready(addr: std::net::SocketAddr) {
     let deadline = Instant::now() + Duration::from_secs(30);
     loop {
-        if let Ok(Ok(_)) = tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await {
+        if let Ok(Ok(_)) =
+            tokio::time::timeout(Duration::from_secs(1), tokio::net::TcpStream::connect(addr)).await
+        {
             let mut c = Client::connect(addr).await;
-            let r: ApiVersionsResponse = c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+            let r: ApiVersionsResponse = c
+                .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+                .await;
             if r.error_code == 0 {
                 return;
             }
@@ -61,19 +69,30 @@ async fn wait_ready(addr: std::net::SocketAddr) {
 type Acked = Arc<Mutex<BTreeMap<(i32, i64), Vec<String>>>>;
 
 async fn produce_until_killed(addr: std::net::SocketAddr, round: usize, id: usize, acked: Acked) {
-    let Ok(stream) = tokio::net::TcpStream::connect(addr).await else { return };
+    let Ok(stream) = tokio::net::TcpStream::connect(addr).await else {
+        return;
+    };
     drop(stream);
     let mut c = Client::connect(addr).await;
     for n in 0.. {
         let partition = ((id + n) % PARTITIONS as usize) as i32;
         let vals: Vec<String> = (0..5).map(|k| format!("r{round}-p{id}-b{n}-{k}")).collect();
         let refs: Vec<&str> = vals.iter().map(String::as_str).collect();
-        let codec = if n % 2 == 0 { Compression::None } else { Compression::Lz4 };
+        let codec = if n % 2 == 0 {
+            Compression::None
+        } else {
+            Compression::Lz4
+        };
         // The broker dies mid-call at some point: the task then ends (panics
         // inside the client are caught by the JoinHandle).
-        let r = c.produce("crash", partition, -1, batch(&refs, codec, None)).await;
+        let r = c
+            .produce("crash", partition, -1, batch(&refs, codec, None))
+            .await;
         if r.error_code == 0 {
-            acked.lock().unwrap().insert((partition, r.base_offset), vals);
+            acked
+                .lock()
+                .unwrap()
+                .insert((partition, r.base_offset), vals);
         }
     }
 }
@@ -95,7 +114,10 @@ async fn verify(addr: std::net::SocketAddr, acked: &Acked, seed: u64) {
             log.extend(v);
         }
         for (i, (o, _)) in log.iter().enumerate() {
-            assert_eq!(*o, i as i64, "seed {seed}: offsets in partition {p} are not contiguous");
+            assert_eq!(
+                *o, i as i64,
+                "seed {seed}: offsets in partition {p} are not contiguous"
+            );
         }
         for ((ap, base), vals) in acked.iter().filter(|((ap, _), _)| *ap == p) {
             for (k, v) in vals.iter().enumerate() {
@@ -115,7 +137,12 @@ async fn acked_batches_survive_kill_9() {
     let seed: u64 = std::env::var("CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
     eprintln!("crash test seed: {seed} (replay with CRASH_SEED={seed})");
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();

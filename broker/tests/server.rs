@@ -14,10 +14,18 @@ use kafka_protocol::ResponseError;
 async fn api_versions_advertises_the_table_and_answers_unknown_versions_with_v0() {
     let b = start(&[]).await;
     let mut c = Client::connect(b.running.local_addr).await;
-    let resp: ApiVersionsResponse = c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+    let resp: ApiVersionsResponse = c
+        .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+        .await;
     assert_eq!(resp.error_code, 0);
     let keys: Vec<i16> = resp.api_keys.iter().map(|k| k.api_key).collect();
-    assert_eq!(keys, protocol::versions::api_versions_keys().iter().map(|k| k.api_key).collect::<Vec<_>>());
+    assert_eq!(
+        keys,
+        protocol::versions::api_versions_keys()
+            .iter()
+            .map(|k| k.api_key)
+            .collect::<Vec<_>>()
+    );
     assert!(keys.contains(&(ApiKey::Produce as i16)));
 
     // ApiVersions v99: a v0 response with UNSUPPORTED_VERSION and key 18's range.
@@ -46,16 +54,26 @@ async fn produce_fetch_and_list_offsets_round_trip_in_every_codec() {
     let mut c = Client::connect(b.running.local_addr).await;
     assert_eq!(c.create_topic("rt", 2, &[]).await, 0);
     let mut expected = Vec::new();
-    for (i, codec) in [Compression::None, Compression::Gzip, Compression::Snappy, Compression::Lz4, Compression::Zstd]
-        .into_iter()
-        .enumerate()
+    for (i, codec) in [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ]
+    .into_iter()
+    .enumerate()
     {
         let vals: Vec<String> = (0..10).map(|j| format!("{i}-{j}")).collect();
         let refs: Vec<&str> = vals.iter().map(String::as_str).collect();
         let r = c.produce("rt", 1, -1, batch(&refs, codec, None)).await;
         assert_eq!(r.error_code, 0, "codec {codec:?}");
         assert_eq!(r.base_offset, (i * 10) as i64);
-        expected.extend(vals.into_iter().enumerate().map(|(j, v)| ((i * 10 + j) as i64, v)));
+        expected.extend(
+            vals.into_iter()
+                .enumerate()
+                .map(|(j, v)| ((i * 10 + j) as i64, v)),
+        );
     }
     let mut got = Vec::new();
     let mut offset = 0;
@@ -78,12 +96,20 @@ async fn produce_fetch_and_list_offsets_round_trip_in_every_codec() {
     let by_time = c.list_offset("rt", 1, common::BASE_TIMESTAMP_MS + 5).await;
     assert_eq!(by_time.error_code, 0);
     assert!(by_time.offset >= 0 && by_time.offset <= 5, "{by_time:?}");
-    assert_eq!(c.list_offset("rt", 1, common::BASE_TIMESTAMP_MS + 1_000_000).await.offset, -1);
+    assert_eq!(
+        c.list_offset("rt", 1, common::BASE_TIMESTAMP_MS + 1_000_000)
+            .await
+            .offset,
+        -1
+    );
 
     let oor = c.fetch("rt", 1, 51, 0).await;
     assert_eq!(oor.error_code, ResponseError::OffsetOutOfRange.code());
     let unknown = c.fetch("nope", 0, 0, 0).await;
-    assert_eq!(unknown.error_code, ResponseError::UnknownTopicOrPartition.code());
+    assert_eq!(
+        unknown.error_code,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
     b.running.shutdown().await;
 }
 
@@ -91,7 +117,11 @@ async fn produce_fetch_and_list_offsets_round_trip_in_every_codec() {
 async fn produce_rejects_bad_batches_per_partition() {
     let b = start(&[]).await;
     let mut c = Client::connect(b.running.local_addr).await;
-    assert_eq!(c.create_topic("bad", 1, &[("max.message.bytes", "2000")]).await, 0);
+    assert_eq!(
+        c.create_topic("bad", 1, &[("max.message.bytes", "2000")])
+            .await,
+        0
+    );
     let good = batch(&["a", "b"], Compression::None, None);
     let mut corrupt = good.to_vec();
     let last = corrupt.len() - 1;
@@ -102,7 +132,9 @@ async fn produce_rejects_bad_batches_per_partition() {
     );
     let big = "x".repeat(3000);
     assert_eq!(
-        c.produce("bad", 0, 1, batch(&[&big], Compression::None, None)).await.error_code,
+        c.produce("bad", 0, 1, batch(&[&big], Compression::None, None))
+            .await
+            .error_code,
         ResponseError::MessageTooLarge.code()
     );
     assert_eq!(
@@ -110,7 +142,9 @@ async fn produce_rejects_bad_batches_per_partition() {
         ResponseError::UnknownTopicOrPartition.code()
     );
     assert_eq!(
-        c.produce("bad", 0, 1, good.slice(..good.len() - 3)).await.error_code,
+        c.produce("bad", 0, 1, good.slice(..good.len() - 3))
+            .await
+            .error_code,
         ResponseError::CorruptMessage.code()
     );
     // Nothing bad was appended; a good batch still lands at offset 0.
@@ -124,31 +158,73 @@ async fn idempotent_producer_dedupes_retries_and_rejects_gaps() {
     let mut c = Client::connect(b.running.local_addr).await;
     assert_eq!(c.create_topic("idem", 1, &[]).await, 0);
     let init: InitProducerIdResponse = c
-        .call(ApiKey::InitProducerId, 4, &InitProducerIdRequest::default().with_transactional_id(None).with_transaction_timeout_ms(60_000))
+        .call(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(60_000),
+        )
         .await;
     assert_eq!(init.error_code, 0);
     let pid = init.producer_id.0;
     assert!(pid >= 0);
-    let first = c.produce("idem", 0, -1, batch(&["a", "b", "c"], Compression::None, Some((pid, 0, 0)))).await;
+    let first = c
+        .produce(
+            "idem",
+            0,
+            -1,
+            batch(&["a", "b", "c"], Compression::None, Some((pid, 0, 0))),
+        )
+        .await;
     assert_eq!((first.error_code, first.base_offset), (0, 0));
-    let second = c.produce("idem", 0, -1, batch(&["d"], Compression::None, Some((pid, 0, 3)))).await;
+    let second = c
+        .produce(
+            "idem",
+            0,
+            -1,
+            batch(&["d"], Compression::None, Some((pid, 0, 3))),
+        )
+        .await;
     assert_eq!((second.error_code, second.base_offset), (0, 3));
     // A retry of the first batch: success with the original offset, no append.
-    let retry = c.produce("idem", 0, -1, batch(&["a", "b", "c"], Compression::None, Some((pid, 0, 0)))).await;
+    let retry = c
+        .produce(
+            "idem",
+            0,
+            -1,
+            batch(&["a", "b", "c"], Compression::None, Some((pid, 0, 0))),
+        )
+        .await;
     assert_eq!((retry.error_code, retry.base_offset), (0, 0));
     assert_eq!(c.list_offset("idem", 0, -1).await.offset, 4);
-    let gap = c.produce("idem", 0, -1, batch(&["e"], Compression::None, Some((pid, 0, 9)))).await;
-    assert_eq!(gap.error_code, ResponseError::OutOfOrderSequenceNumber.code());
+    let gap = c
+        .produce(
+            "idem",
+            0,
+            -1,
+            batch(&["e"], Compression::None, Some((pid, 0, 9))),
+        )
+        .await;
+    assert_eq!(
+        gap.error_code,
+        ResponseError::OutOfOrderSequenceNumber.code()
+    );
     let txn: InitProducerIdResponse = c
         .call(
             ApiKey::InitProducerId,
             4,
-            &InitProducerIdRequest::default().with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("t")))),
+            &InitProducerIdRequest::default()
+                .with_transactional_id(Some(TransactionalId(StrBytes::from_static_str("t")))),
         )
         .await;
     assert_ne!(txn.error_code, 0);
     let next: InitProducerIdResponse = c
-        .call(ApiKey::InitProducerId, 4, &InitProducerIdRequest::default().with_transactional_id(None))
+        .call(
+            ApiKey::InitProducerId,
+            4,
+            &InitProducerIdRequest::default().with_transactional_id(None),
+        )
         .await;
     assert!(next.producer_id.0 > pid, "producer ids are never reused");
     b.running.shutdown().await;
@@ -161,7 +237,14 @@ async fn data_and_producer_state_survive_restart() {
     let running = broker::start(cfg.clone()).await.unwrap();
     let mut c = Client::connect(running.local_addr).await;
     assert_eq!(c.create_topic("keep", 1, &[]).await, 0);
-    let r = c.produce("keep", 0, -1, batch(&["x", "y"], Compression::Lz4, Some((1000, 0, 0)))).await;
+    let r = c
+        .produce(
+            "keep",
+            0,
+            -1,
+            batch(&["x", "y"], Compression::Lz4, Some((1000, 0, 0))),
+        )
+        .await;
     assert_eq!(r.error_code, 0);
     drop(c);
     running.shutdown().await;
@@ -170,8 +253,19 @@ async fn data_and_producer_state_survive_restart() {
     let mut c = Client::connect(running.local_addr).await;
     let p = c.fetch("keep", 0, 0, 0).await;
     assert_eq!(values(&p.records), vec![(0, "x".into()), (1, "y".into())]);
-    let retry = c.produce("keep", 0, -1, batch(&["x", "y"], Compression::Lz4, Some((1000, 0, 0)))).await;
-    assert_eq!((retry.error_code, retry.base_offset), (0, 0), "dedupe survives restart");
+    let retry = c
+        .produce(
+            "keep",
+            0,
+            -1,
+            batch(&["x", "y"], Compression::Lz4, Some((1000, 0, 0))),
+        )
+        .await;
+    assert_eq!(
+        (retry.error_code, retry.base_offset),
+        (0, 0),
+        "dedupe survives restart"
+    );
     running.shutdown().await;
 }
 
@@ -196,18 +290,43 @@ async fn metadata_auto_creates_and_topics_can_be_deleted_and_grown() {
     grow.count = 5;
     grow.assignments = None;
     let resp: CreatePartitionsResponse = c
-        .call(ApiKey::CreatePartitions, 3, &CreatePartitionsRequest::default().with_topics(vec![grow.clone()]))
+        .call(
+            ApiKey::CreatePartitions,
+            3,
+            &CreatePartitionsRequest::default().with_topics(vec![grow.clone()]),
+        )
         .await;
     assert_eq!(resp.results[0].error_code, 0);
     let resp: CreatePartitionsResponse = c
-        .call(ApiKey::CreatePartitions, 3, &CreatePartitionsRequest::default().with_topics(vec![grow]))
+        .call(
+            ApiKey::CreatePartitions,
+            3,
+            &CreatePartitionsRequest::default().with_topics(vec![grow]),
+        )
         .await;
-    assert_eq!(resp.results[0].error_code, ResponseError::InvalidPartitions.code());
-    assert_eq!(c.produce("auto", 4, 1, batch(&["p4"], Compression::None, None)).await.error_code, 0);
+    assert_eq!(
+        resp.results[0].error_code,
+        ResponseError::InvalidPartitions.code()
+    );
+    assert_eq!(
+        c.produce("auto", 4, 1, batch(&["p4"], Compression::None, None))
+            .await
+            .error_code,
+        0
+    );
 
-    assert_eq!(c.create_topic("auto", 1, &[]).await, ResponseError::TopicAlreadyExists.code());
-    assert_eq!(c.create_topic("bad/name", 1, &[]).await, ResponseError::InvalidTopicException.code());
-    assert_eq!(c.create_topic("cfg", 1, &[("no.such", "1")]).await, ResponseError::InvalidConfig.code());
+    assert_eq!(
+        c.create_topic("auto", 1, &[]).await,
+        ResponseError::TopicAlreadyExists.code()
+    );
+    assert_eq!(
+        c.create_topic("bad/name", 1, &[]).await,
+        ResponseError::InvalidTopicException.code()
+    );
+    assert_eq!(
+        c.create_topic("cfg", 1, &[("no.such", "1")]).await,
+        ResponseError::InvalidConfig.code()
+    );
 
     let mut del = DeleteTopicsRequest::default();
     del.topic_names = vec![TopicName(StrBytes::from_static_str("auto"))];
@@ -215,7 +334,10 @@ async fn metadata_auto_creates_and_topics_can_be_deleted_and_grown() {
     assert_eq!(resp.responses[0].error_code, 0);
     req.allow_auto_topic_creation = false;
     let resp: MetadataResponse = c.call(ApiKey::Metadata, 12, &req).await;
-    assert_eq!(resp.topics[0].error_code, ResponseError::UnknownTopicOrPartition.code());
+    assert_eq!(
+        resp.topics[0].error_code,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
     b.running.shutdown().await;
 }
 
@@ -223,18 +345,29 @@ async fn metadata_auto_creates_and_topics_can_be_deleted_and_grown() {
 async fn describe_configs_reports_overrides_and_defaults() {
     let b = start(&[]).await;
     let mut c = Client::connect(b.running.local_addr).await;
-    assert_eq!(c.create_topic("conf", 1, &[("retention.ms", "12345")]).await, 0);
+    assert_eq!(
+        c.create_topic("conf", 1, &[("retention.ms", "12345")])
+            .await,
+        0
+    );
     let mut res = describe_configs_request::DescribeConfigsResource::default();
     res.resource_type = 2;
     res.resource_name = StrBytes::from_static_str("conf");
     let resp: DescribeConfigsResponse = c
-        .call(ApiKey::DescribeConfigs, 4, &DescribeConfigsRequest::default().with_resources(vec![res]))
+        .call(
+            ApiKey::DescribeConfigs,
+            4,
+            &DescribeConfigsRequest::default().with_resources(vec![res]),
+        )
         .await;
     let configs = &resp.results[0].configs;
     let retention = configs.iter().find(|c| &*c.name == "retention.ms").unwrap();
     assert_eq!(retention.value.as_deref(), Some("12345"));
     assert_eq!(retention.config_source, 1);
-    let segment = configs.iter().find(|c| &*c.name == "segment.bytes").unwrap();
+    let segment = configs
+        .iter()
+        .find(|c| &*c.name == "segment.bytes")
+        .unwrap();
     assert_eq!(segment.config_source, 5);
     b.running.shutdown().await;
 }
@@ -245,7 +378,8 @@ async fn delete_records_advances_the_log_start_offset() {
     let mut c = Client::connect(b.running.local_addr).await;
     assert_eq!(c.create_topic("dr", 1, &[]).await, 0);
     for _ in 0..3 {
-        c.produce("dr", 0, 1, batch(&["a", "b"], Compression::None, None)).await;
+        c.produce("dr", 0, 1, batch(&["a", "b"], Compression::None, None))
+            .await;
     }
     let mut p = delete_records_request::DeleteRecordsPartition::default();
     p.partition_index = 0;
@@ -254,12 +388,19 @@ async fn delete_records_advances_the_log_start_offset() {
     t.name = TopicName(StrBytes::from_static_str("dr"));
     t.partitions = vec![p];
     let resp: DeleteRecordsResponse = c
-        .call(ApiKey::DeleteRecords, 2, &DeleteRecordsRequest::default().with_topics(vec![t]))
+        .call(
+            ApiKey::DeleteRecords,
+            2,
+            &DeleteRecordsRequest::default().with_topics(vec![t]),
+        )
         .await;
     assert_eq!(resp.topics[0].partitions[0].error_code, 0);
     assert_eq!(resp.topics[0].partitions[0].low_watermark, 2);
     assert_eq!(c.list_offset("dr", 0, -2).await.offset, 2);
-    assert_eq!(c.fetch("dr", 0, 0, 0).await.error_code, ResponseError::OffsetOutOfRange.code());
+    assert_eq!(
+        c.fetch("dr", 0, 0, 0).await.error_code,
+        ResponseError::OffsetOutOfRange.code()
+    );
     b.running.shutdown().await;
 }
 
@@ -275,8 +416,12 @@ async fn fetch_long_polls_until_data_arrives() {
     });
     tokio::time::sleep(Duration::from_millis(200)).await;
     assert!(!waiter.is_finished(), "an empty fetch waits for data");
-    c.produce("poll", 0, 1, batch(&["wake"], Compression::None, None)).await;
-    let p = tokio::time::timeout(Duration::from_secs(5), waiter).await.unwrap().unwrap();
+    c.produce("poll", 0, 1, batch(&["wake"], Compression::None, None))
+        .await;
+    let p = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(values(&p.records), vec![(0, "wake".into())]);
     b.running.shutdown().await;
 }
@@ -291,9 +436,18 @@ async fn hostile_frames_close_one_connection_and_the_broker_serves_others() {
         // Negative length.
         (-5i32).to_be_bytes().to_vec(),
         // Unknown api key.
-        [&10i32.to_be_bytes()[..], &[0x7f, 0x7f, 0, 0, 0, 0, 0, 1, 0, 0]].concat(),
+        [
+            &10i32.to_be_bytes()[..],
+            &[0x7f, 0x7f, 0, 0, 0, 0, 0, 1, 0, 0],
+        ]
+        .concat(),
         // Metadata v12 whose topic array claims 2^31-1 entries.
-        [&16i32.to_be_bytes()[..], &[0, 3, 0, 12, 0, 0, 0, 1, 0xff, 0xff, 0], &[0xff, 0xff, 0xff, 0xff, 0x0f]].concat(),
+        [
+            &16i32.to_be_bytes()[..],
+            &[0, 3, 0, 12, 0, 0, 0, 1, 0xff, 0xff, 0],
+            &[0xff, 0xff, 0xff, 0xff, 0x0f],
+        ]
+        .concat(),
         // Truncated frame: header promises more than arrives before close.
         [&100i32.to_be_bytes()[..], &[0, 18, 0, 3]].concat(),
     ];
@@ -303,7 +457,9 @@ async fn hostile_frames_close_one_connection_and_the_broker_serves_others() {
         // The broker either answers or closes; it must not hang the test.
         drop(tokio::time::timeout(Duration::from_secs(5), bad.read_frame()).await);
         let mut good = Client::connect(addr).await;
-        let resp: ApiVersionsResponse = good.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()).await;
+        let resp: ApiVersionsResponse = good
+            .call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default())
+            .await;
         assert_eq!(resp.error_code, 0);
     }
     b.running.shutdown().await;

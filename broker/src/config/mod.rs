@@ -8,4 +8,4 @@ mod server;
 mod topic;
 
 pub use server::{ConfigError, Listener, ServerConfig};
-pub use topic::{TopicConfigs, TopicConfigEntry, TopicConfigError, TOPIC_CONFIGS};
+pub use topic::{TopicConfigEntry, TopicConfigError, TopicConfigs, TOPIC_CONFIGS};

@@ -226,7 +226,12 @@ impl ServerConfig {
         Ok(cfg)
     }
 
-    fn set(&mut self, key: &str, value: &str, advertised_set: &mut bool) -> Result<(), ConfigError> {
+    fn set(
+        &mut self,
+        key: &str,
+        value: &str,
+        advertised_set: &mut bool,
+    ) -> Result<(), ConfigError> {
         let v = value.trim();
         match key {
             "node.id" | "broker.id" => {
@@ -327,19 +332,35 @@ impl ServerConfig {
             );
         }
         if self.log_segment_bytes < 14 {
-            return n("log.segment.bytes", &self.log_segment_bytes, "must be at least 14");
+            return n(
+                "log.segment.bytes",
+                &self.log_segment_bytes,
+                "must be at least 14",
+            );
         }
         if self.log_retention_ms < -1 {
-            return n("log.retention.ms", &self.log_retention_ms, "must be -1 or more");
+            return n(
+                "log.retention.ms",
+                &self.log_retention_ms,
+                "must be -1 or more",
+            );
         }
         if self.log_roll_ms < 1 {
             return n("log.roll.ms", &self.log_roll_ms, "must be at least 1");
         }
         if self.message_max_bytes < 1 {
-            return n("message.max.bytes", &self.message_max_bytes, "must be at least 1");
+            return n(
+                "message.max.bytes",
+                &self.message_max_bytes,
+                "must be at least 1",
+            );
         }
         if self.min_insync_replicas < 1 {
-            return n("min.insync.replicas", &self.min_insync_replicas, "must be at least 1");
+            return n(
+                "min.insync.replicas",
+                &self.min_insync_replicas,
+                "must be at least 1",
+            );
         }
         if self.socket_request_max_bytes < 1024 {
             return n(
@@ -349,10 +370,18 @@ impl ServerConfig {
             );
         }
         if self.queued_max_requests < 1 {
-            return n("queued.max.requests", &self.queued_max_requests, "must be at least 1");
+            return n(
+                "queued.max.requests",
+                &self.queued_max_requests,
+                "must be at least 1",
+            );
         }
         if self.log_flush_interval_ms < 1 {
-            return n("log.flush.interval.ms", &self.log_flush_interval_ms, "must be at least 1");
+            return n(
+                "log.flush.interval.ms",
+                &self.log_flush_interval_ms,
+                "must be at least 1",
+            );
         }
         if self.log_retention_check_interval_ms < 1 {
             return n(
@@ -363,7 +392,11 @@ impl ServerConfig {
         }
         for l in &self.listeners {
             if let Err(e) = l.socket_addr() {
-                return n("listeners", &format!("{}://{}:{}", l.name, l.host, l.port), &e);
+                return n(
+                    "listeners",
+                    &format!("{}://{}:{}", l.name, l.host, l.port),
+                    &e,
+                );
             }
         }
         if self.listeners.len() != self.advertised_listeners.len() {
@@ -428,7 +461,10 @@ mod tests {
     #[test]
     fn no_arguments_is_a_local_single_node() {
         let c = ServerConfig::from_args(&[]).unwrap();
-        assert_eq!(c.listeners[0].socket_addr().unwrap().to_string(), "127.0.0.1:9092");
+        assert_eq!(
+            c.listeners[0].socket_addr().unwrap().to_string(),
+            "127.0.0.1:9092"
+        );
         assert_eq!(c.advertised_listeners, c.listeners);
         assert_eq!(c.data_dir(), &PathBuf::from("data"));
         assert_eq!(c.node_id, NodeId(1));

@@ -30,18 +30,50 @@ enum Kind {
 pub const TOPIC_CONFIGS: &[TopicConfigEntry] = &[
     entry("cleanup.policy", "log.cleanup.policy", Kind::CleanupPolicy),
     entry("compression.type", "compression.type", Kind::Compression),
-    entry("delete.retention.ms", "log.cleaner.delete.retention.ms", Kind::Long { min: 0 }),
-    entry("flush.messages", "log.flush.interval.messages", Kind::Long { min: 1 }),
+    entry(
+        "delete.retention.ms",
+        "log.cleaner.delete.retention.ms",
+        Kind::Long { min: 0 },
+    ),
+    entry(
+        "flush.messages",
+        "log.flush.interval.messages",
+        Kind::Long { min: 1 },
+    ),
     entry("flush.ms", "log.flush.interval.ms", Kind::Long { min: 0 }),
-    entry("index.interval.bytes", "log.index.interval.bytes", Kind::Int { min: 0 }),
-    entry("max.message.bytes", "message.max.bytes", Kind::Int { min: 0 }),
-    entry("message.timestamp.type", "log.message.timestamp.type", Kind::TimestampType),
-    entry("min.insync.replicas", "min.insync.replicas", Kind::Int { min: 1 }),
-    entry("retention.bytes", "log.retention.bytes", Kind::Long { min: -1 }),
+    entry(
+        "index.interval.bytes",
+        "log.index.interval.bytes",
+        Kind::Int { min: 0 },
+    ),
+    entry(
+        "max.message.bytes",
+        "message.max.bytes",
+        Kind::Int { min: 0 },
+    ),
+    entry(
+        "message.timestamp.type",
+        "log.message.timestamp.type",
+        Kind::TimestampType,
+    ),
+    entry(
+        "min.insync.replicas",
+        "min.insync.replicas",
+        Kind::Int { min: 1 },
+    ),
+    entry(
+        "retention.bytes",
+        "log.retention.bytes",
+        Kind::Long { min: -1 },
+    ),
     entry("retention.ms", "log.retention.ms", Kind::Long { min: -1 }),
     entry("segment.bytes", "log.segment.bytes", Kind::Int { min: 14 }),
     entry("segment.ms", "log.roll.ms", Kind::Long { min: 1 }),
-    entry("unclean.leader.election.enable", "unclean.leader.election.enable", Kind::Bool),
+    entry(
+        "unclean.leader.election.enable",
+        "unclean.leader.election.enable",
+        Kind::Bool,
+    ),
 ];
 
 const fn entry(name: &'static str, broker_key: &'static str, kind: Kind) -> TopicConfigEntry {
@@ -74,7 +106,11 @@ pub(super) fn validate_cleanup_policy(v: &str) -> Result<CleanupPolicy, String> 
         match part {
             "delete" => policy.delete = true,
             "compact" => policy.compact = true,
-            other => return Err(format!("String must be one of: compact, delete (got {other:?})")),
+            other => {
+                return Err(format!(
+                    "String must be one of: compact, delete (got {other:?})"
+                ))
+            }
         }
     }
     Ok(policy)
@@ -84,7 +120,10 @@ impl TopicConfigEntry {
     fn check(&self, value: &str) -> Result<(), String> {
         match self.kind {
             Kind::Long { min } | Kind::Int { min } => {
-                let n: i64 = value.trim().parse().map_err(|_| "not a number".to_string())?;
+                let n: i64 = value
+                    .trim()
+                    .parse()
+                    .map_err(|_| "not a number".to_string())?;
                 if matches!(self.kind, Kind::Int { .. }) && i32::try_from(n).is_err() {
                     return Err("not a 32-bit integer".into());
                 }

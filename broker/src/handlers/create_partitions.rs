@@ -9,7 +9,11 @@ use crate::broker::{metadata_error, Broker};
 use crate::metadata::{MetadataCommand, PartitionImage};
 use crate::types::{LeaderEpoch, NodeId};
 
-pub async fn handle(broker: &Broker, _version: i16, req: CreatePartitionsRequest) -> CreatePartitionsResponse {
+pub async fn handle(
+    broker: &Broker,
+    _version: i16,
+    req: CreatePartitionsRequest,
+) -> CreatePartitionsResponse {
     let mut resp = CreatePartitionsResponse::default();
     for topic in req.topics {
         let name = topic.name.0.to_string();
@@ -46,13 +50,17 @@ pub async fn handle(broker: &Broker, _version: i16, req: CreatePartitionsRequest
         for (i, p) in (have..topic.count).enumerate() {
             let replicas: Vec<NodeId> = match &topic.assignments {
                 Some(a) => match a.get(i) {
-                    Some(ids) if !ids.broker_ids.is_empty() => ids.broker_ids.iter().map(|b| NodeId(b.0)).collect(),
+                    Some(ids) if !ids.broker_ids.is_empty() => {
+                        ids.broker_ids.iter().map(|b| NodeId(b.0)).collect()
+                    }
                     _ => {
                         bad = Some("Assignments must be given for every new partition".to_string());
                         break;
                     }
                 },
-                None => (0..rf).map(|r| brokers[(p as usize + r) % brokers.len()]).collect(),
+                None => (0..rf)
+                    .map(|r| brokers[(p as usize + r) % brokers.len()])
+                    .collect(),
             };
             if let Some(u) = replicas.iter().find(|r| !brokers.contains(r)) {
                 bad = Some(format!("Unknown broker {u} in the replica assignment"));
@@ -76,7 +84,10 @@ pub async fn handle(broker: &Broker, _version: i16, req: CreatePartitionsRequest
         if !req.validate_only {
             match broker
                 .metadata
-                .propose(MetadataCommand::CreatePartitions { name: name.clone(), partitions: new })
+                .propose(MetadataCommand::CreatePartitions {
+                    name: name.clone(),
+                    partitions: new,
+                })
                 .await
             {
                 Ok(_) => {

@@ -2,7 +2,9 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use kafka_protocol::messages::create_topics_response::{CreatableTopicConfigs, CreatableTopicResult};
+use kafka_protocol::messages::create_topics_response::{
+    CreatableTopicConfigs, CreatableTopicResult,
+};
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse};
 use kafka_protocol::ResponseError;
 
@@ -11,7 +13,11 @@ use super::str_bytes;
 use crate::broker::{Broker, NewTopic};
 use crate::config::TopicConfigs;
 
-pub async fn handle(broker: &Broker, version: i16, req: CreateTopicsRequest) -> CreateTopicsResponse {
+pub async fn handle(
+    broker: &Broker,
+    version: i16,
+    req: CreateTopicsRequest,
+) -> CreateTopicsResponse {
     let mut resp = CreateTopicsResponse::default();
     let mut seen = HashSet::new();
     let duplicates: HashSet<String> = req
@@ -46,7 +52,9 @@ pub async fn handle(broker: &Broker, version: i16, req: CreateTopicsRequest) -> 
         }
         if let Some(key) = null_value {
             r.error_code = ResponseError::InvalidConfig.code();
-            r.error_message = Some(str_bytes(format!("Null value not supported for topic configs: {key}")));
+            r.error_message = Some(str_bytes(format!(
+                "Null value not supported for topic configs: {key}"
+            )));
             resp.topics.push(r);
             continue;
         }
@@ -57,7 +65,12 @@ pub async fn handle(broker: &Broker, version: i16, req: CreateTopicsRequest) -> 
             assignments: topic
                 .assignments
                 .iter()
-                .map(|a| (a.partition_index, a.broker_ids.iter().map(|b| b.0).collect()))
+                .map(|a| {
+                    (
+                        a.partition_index,
+                        a.broker_ids.iter().map(|b| b.0).collect(),
+                    )
+                })
                 .collect(),
             configs: configs.clone(),
         };

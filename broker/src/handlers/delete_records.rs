@@ -22,7 +22,10 @@ pub fn handle(broker: &Broker, _version: i16, req: DeleteRecordsRequest) -> Dele
             let tp = TopicPartition::new(name.as_str(), p.partition_index);
             let result = match broker.replicas.get(&tp) {
                 None => Err(PartitionError::UnknownTopicOrPartition),
-                Some(part) => part.lock().expect("poisoned").delete_records_before(p.offset),
+                Some(part) => part
+                    .lock()
+                    .expect("poisoned")
+                    .delete_records_before(p.offset),
             };
             match result {
                 Ok(low) => r.low_watermark = low.0,

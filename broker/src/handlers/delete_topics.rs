@@ -8,7 +8,11 @@ use super::str_bytes;
 use crate::broker::{metadata_error, Broker};
 use crate::metadata::MetadataCommand;
 
-pub async fn handle(broker: &Broker, version: i16, req: DeleteTopicsRequest) -> DeleteTopicsResponse {
+pub async fn handle(
+    broker: &Broker,
+    version: i16,
+    req: DeleteTopicsRequest,
+) -> DeleteTopicsResponse {
     let mut resp = DeleteTopicsResponse::default();
     let targets: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
         req.topics

@@ -10,7 +10,11 @@ use crate::broker::Broker;
 /// Kafka's "authorized operations not requested" sentinel.
 const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
-pub fn handle(broker: &Broker, _version: i16, req: DescribeClusterRequest) -> DescribeClusterResponse {
+pub fn handle(
+    broker: &Broker,
+    _version: i16,
+    req: DescribeClusterRequest,
+) -> DescribeClusterResponse {
     let mut resp = DescribeClusterResponse::default();
     resp.endpoint_type = req.endpoint_type;
     // A broker answers for brokers (1); asking it for controllers (2) is

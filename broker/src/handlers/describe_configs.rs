@@ -26,13 +26,29 @@ const TYPE_LIST: i8 = 7;
 
 fn config_type(name: &str) -> i8 {
     match name {
-        "cleanup.policy" | "log.cleanup.policy" | "listeners" | "advertised.listeners" | "log.dirs" => TYPE_LIST,
-        "compression.type" | "message.timestamp.type" | "log.message.timestamp.type" | "metrics.listen.address" => TYPE_STRING,
+        "cleanup.policy"
+        | "log.cleanup.policy"
+        | "listeners"
+        | "advertised.listeners"
+        | "log.dirs" => TYPE_LIST,
+        "compression.type"
+        | "message.timestamp.type"
+        | "log.message.timestamp.type"
+        | "metrics.listen.address" => TYPE_STRING,
         "unclean.leader.election.enable" | "auto.create.topics.enable" => TYPE_BOOLEAN,
-        "index.interval.bytes" | "max.message.bytes" | "min.insync.replicas" | "segment.bytes"
-        | "node.id" | "num.partitions" | "message.max.bytes" | "log.index.interval.bytes"
-        | "log.segment.bytes" | "socket.request.max.bytes" | "queued.max.requests"
-        | "max.connections" | "default.replication.factor" => TYPE_INT,
+        "index.interval.bytes"
+        | "max.message.bytes"
+        | "min.insync.replicas"
+        | "segment.bytes"
+        | "node.id"
+        | "num.partitions"
+        | "message.max.bytes"
+        | "log.index.interval.bytes"
+        | "log.segment.bytes"
+        | "socket.request.max.bytes"
+        | "queued.max.requests"
+        | "max.connections"
+        | "default.replication.factor" => TYPE_INT,
         _ => TYPE_LONG,
     }
 }
@@ -58,15 +74,27 @@ pub fn broker_configs(c: &ServerConfig) -> Vec<(&'static str, String)> {
                 .join(","),
         ),
         ("num.partitions", c.num_partitions.to_string()),
-        ("default.replication.factor", c.default_replication_factor.to_string()),
-        ("auto.create.topics.enable", c.auto_create_topics_enable.to_string()),
+        (
+            "default.replication.factor",
+            c.default_replication_factor.to_string(),
+        ),
+        (
+            "auto.create.topics.enable",
+            c.auto_create_topics_enable.to_string(),
+        ),
         ("log.retention.ms", c.log_retention_ms.to_string()),
         ("log.retention.bytes", c.log_retention_bytes.to_string()),
         ("log.segment.bytes", c.log_segment_bytes.to_string()),
         ("log.roll.ms", c.log_roll_ms.to_string()),
-        ("log.index.interval.bytes", c.log_index_interval_bytes.to_string()),
+        (
+            "log.index.interval.bytes",
+            c.log_index_interval_bytes.to_string(),
+        ),
         ("log.cleanup.policy", c.log_cleanup_policy.clone()),
-        ("log.cleaner.delete.retention.ms", c.log_cleaner_delete_retention_ms.to_string()),
+        (
+            "log.cleaner.delete.retention.ms",
+            c.log_cleaner_delete_retention_ms.to_string(),
+        ),
         (
             "log.flush.interval.messages",
             if c.log_flush_interval_messages == u64::MAX {
@@ -76,16 +104,27 @@ pub fn broker_configs(c: &ServerConfig) -> Vec<(&'static str, String)> {
             },
         ),
         ("log.flush.interval.ms", c.log_flush_interval_ms.to_string()),
-        ("log.retention.check.interval.ms", c.log_retention_check_interval_ms.to_string()),
-        ("log.message.timestamp.type", c.log_message_timestamp_type.clone()),
+        (
+            "log.retention.check.interval.ms",
+            c.log_retention_check_interval_ms.to_string(),
+        ),
+        (
+            "log.message.timestamp.type",
+            c.log_message_timestamp_type.clone(),
+        ),
         ("message.max.bytes", c.message_max_bytes.to_string()),
         ("min.insync.replicas", c.min_insync_replicas.to_string()),
-        ("socket.request.max.bytes", c.socket_request_max_bytes.to_string()),
+        (
+            "socket.request.max.bytes",
+            c.socket_request_max_bytes.to_string(),
+        ),
         ("queued.max.requests", c.queued_max_requests.to_string()),
         ("max.connections", c.max_connections.to_string()),
         (
             "metrics.listen.address",
-            c.metrics_listen.map(|a| a.to_string()).unwrap_or_else(|| "none".into()),
+            c.metrics_listen
+                .map(|a| a.to_string())
+                .unwrap_or_else(|| "none".into()),
         ),
     ]
 }
@@ -105,7 +144,11 @@ fn wanted(keys: &Option<Vec<kafka_protocol::protocol::StrBytes>>, name: &str) ->
         .is_none_or(|ks| ks.is_empty() || ks.iter().any(|k| &**k == name))
 }
 
-pub fn handle(broker: &Broker, _version: i16, req: DescribeConfigsRequest) -> DescribeConfigsResponse {
+pub fn handle(
+    broker: &Broker,
+    _version: i16,
+    req: DescribeConfigsRequest,
+) -> DescribeConfigsResponse {
     let mut resp = DescribeConfigsResponse::default();
     for res in req.resources {
         let mut r = DescribeConfigsResult::default();
@@ -143,7 +186,11 @@ pub fn handle(broker: &Broker, _version: i16, req: DescribeConfigsRequest) -> De
                             c.synonyms.push(synonym(e.name, v.clone(), SOURCE_TOPIC));
                         }
                         let default = e.broker_default(&broker.config);
-                        let src = if explicit_broker { SOURCE_STATIC_BROKER } else { SOURCE_DEFAULT };
+                        let src = if explicit_broker {
+                            SOURCE_STATIC_BROKER
+                        } else {
+                            SOURCE_DEFAULT
+                        };
                         c.synonyms.push(synonym(e.broker_key, default, src));
                     }
                     r.configs.push(c);

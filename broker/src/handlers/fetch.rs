@@ -54,7 +54,10 @@ fn account(broker: &Broker, resp: FetchResponse) -> FetchResponse {
     let image = broker.metadata.image();
     for t in &resp.responses {
         let name = if t.topic.0.is_empty() {
-            image.topic_by_id(t.topic_id).map(|i| i.name.clone()).unwrap_or_default()
+            image
+                .topic_by_id(t.topic_id)
+                .map(|i| i.name.clone())
+                .unwrap_or_default()
         } else {
             t.topic.0.to_string()
         };
@@ -64,7 +67,8 @@ fn account(broker: &Broker, resp: FetchResponse) -> FetchResponse {
             .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
             .sum();
         if bytes > 0 {
-            metrics::counter!("kafka_broker_bytes_out_total", "topic" => name).increment(bytes as u64);
+            metrics::counter!("kafka_broker_bytes_out_total", "topic" => name)
+                .increment(bytes as u64);
         }
         for p in t.partitions.iter().filter(|p| p.error_code != 0) {
             metrics::counter!("kafka_broker_partition_errors_total", "api" => "Fetch", "code" => p.error_code.to_string())
@@ -76,7 +80,11 @@ fn account(broker: &Broker, resp: FetchResponse) -> FetchResponse {
 
 fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchResponse, usize, bool) {
     let mut resp = FetchResponse::default();
-    let max_bytes = if req.max_bytes <= 0 { i32::MAX } else { req.max_bytes } as usize;
+    let max_bytes = if req.max_bytes <= 0 {
+        i32::MAX
+    } else {
+        req.max_bytes
+    } as usize;
     let mut total = 0usize;
     let mut had_error = false;
     let image = broker.metadata.image();

@@ -6,7 +6,11 @@ use kafka_protocol::ResponseError;
 
 use crate::broker::{metadata_error, Broker};
 
-pub async fn handle(broker: &Broker, _version: i16, req: InitProducerIdRequest) -> InitProducerIdResponse {
+pub async fn handle(
+    broker: &Broker,
+    _version: i16,
+    req: InitProducerIdRequest,
+) -> InitProducerIdResponse {
     let mut resp = InitProducerIdResponse::default();
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;

@@ -10,7 +10,7 @@ use crate::broker::Broker;
 use crate::error::PartitionError;
 use crate::types::TopicPartition;
 
-pub fn handle(broker: &Broker, _version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
+pub fn handle(broker: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
     for topic in req.topics {
         let name = topic.name.0.to_string();
@@ -38,7 +38,10 @@ pub fn handle(broker: &Broker, _version: i16, req: ListOffsetsRequest) -> ListOf
                         t.partitions.push(r);
                         continue;
                     }
-                    r.leader_epoch = epoch;
+                    // The field exists from v4; older versions must leave it at -1.
+                    if version >= 4 {
+                        r.leader_epoch = epoch;
+                    }
                     part.list_offset(p.timestamp)
                 }
             };

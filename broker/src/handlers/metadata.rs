@@ -120,12 +120,20 @@ pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> Meta
                         Ok(_) | Err(crate::broker::CreateTopicError::TopicAlreadyExists(_)) => {
                             match broker.metadata.image().topics.get(&n) {
                                 Some(img) => topic_response(img),
-                                None => error_topic(Some(n), Uuid::nil(), ResponseError::LeaderNotAvailable),
+                                None => error_topic(
+                                    Some(n),
+                                    Uuid::nil(),
+                                    ResponseError::LeaderNotAvailable,
+                                ),
                             }
                         }
                         Err(e) => {
                             tracing::warn!(topic = %n, error = %e, "auto-create failed");
-                            let mut t = error_topic(Some(n), Uuid::nil(), ResponseError::UnknownTopicOrPartition);
+                            let mut t = error_topic(
+                                Some(n),
+                                Uuid::nil(),
+                                ResponseError::UnknownTopicOrPartition,
+                            );
                             t.error_code = e.code();
                             t
                         }

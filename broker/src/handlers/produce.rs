@@ -59,7 +59,10 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
                     (Some(_), None) => Err(PartitionError::InvalidRecord("null records".into())),
                     (Some(part), Some(records)) => {
                         let size = records.len();
-                        let r = part.lock().expect("poisoned").append_as_leader(&records, acks, now);
+                        let r = part
+                            .lock()
+                            .expect("poisoned")
+                            .append_as_leader(&records, acks, now);
                         if r.is_ok() {
                             appended = true;
                             metrics::counter!("kafka_broker_bytes_in_total", "topic" => name.clone())

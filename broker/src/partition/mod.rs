@@ -79,7 +79,8 @@ impl Partition {
         configs: TopicConfigs,
         now_ms: i64,
     ) -> Result<Self, PartitionError> {
-        write_partition_metadata(&dir, topic_id).map_err(|e| PartitionError::Storage(e.to_string()))?;
+        write_partition_metadata(&dir, topic_id)
+            .map_err(|e| PartitionError::Storage(e.to_string()))?;
         let log = Log::open(dir.clone(), configs.log_config(), now_ms)?;
         let (mut producers, from) = match producer_state::read_snapshot(&dir) {
             Some(s) if s.offset <= log.log_end_offset() && s.offset >= log.log_start_offset() => {
@@ -183,7 +184,8 @@ impl Partition {
             -1
         };
         self.log.append(&batch, now_ms)?;
-        let stored = RecordBatchView::parse(&batch).map_err(|e| PartitionError::Storage(e.to_string()))?;
+        let stored =
+            RecordBatchView::parse(&batch).map_err(|e| PartitionError::Storage(e.to_string()))?;
         self.producers.update(&stored);
         // One replica in sync: the high watermark follows the log end.
         self.high_watermark = self.log.log_end_offset();
@@ -243,7 +245,11 @@ impl Partition {
     /// DeleteRecords: moves the log start offset up to `offset` (-1 means
     /// the high watermark).
     pub fn delete_records_before(&mut self, offset: i64) -> Result<Offset, PartitionError> {
-        let target = if offset == -1 { self.high_watermark } else { Offset(offset) };
+        let target = if offset == -1 {
+            self.high_watermark
+        } else {
+            Offset(offset)
+        };
         if target > self.high_watermark || target.0 < 0 {
             return Err(PartitionError::OffsetOutOfRange {
                 requested: offset,
@@ -293,7 +299,9 @@ fn single_client_batch(records: &Bytes) -> Result<RecordBatchView<'_>, Partition
     let view = match iter.next() {
         Some(BatchIterItem::Batch { batch, .. }) => batch,
         Some(BatchIterItem::Partial { .. }) => {
-            return Err(PartitionError::CorruptMessage("truncated record batch".into()))
+            return Err(PartitionError::CorruptMessage(
+                "truncated record batch".into(),
+            ))
         }
         Some(BatchIterItem::Invalid { error, .. }) => {
             return Err(match error {
@@ -319,7 +327,9 @@ fn single_client_batch(records: &Bytes) -> Result<RecordBatchView<'_>, Partition
         ));
     }
     if view.is_control() {
-        return Err(PartitionError::InvalidRecord("clients may not send control batches".into()));
+        return Err(PartitionError::InvalidRecord(
+            "clients may not send control batches".into(),
+        ));
     }
     if view.is_transactional() {
         return Err(PartitionError::TransactionsUnsupported);
@@ -380,7 +390,9 @@ fn read_varint(b: &[u8]) -> Option<(i64, usize)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use kafka_protocol::records::{Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
 
     fn encode(values: &[&str], compression: Compression) -> Bytes {
         let records: Vec<Record> = values
@@ -403,7 +415,15 @@ mod tests {
             })
             .collect();
         let mut buf = BytesMut::new();
-        RecordBatchEncoder::encode(&mut buf, &records, &RecordEncodeOptions { version: 2, compression }).unwrap();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
         buf.freeze()
     }
 
@@ -413,11 +433,20 @@ mod tests {
         single_client_batch(&good).unwrap();
         single_client_batch(&encode(&["a"], Compression::Gzip)).unwrap();
         let two = Bytes::from([&good[..], &good[..]].concat());
-        assert!(matches!(single_client_batch(&two), Err(PartitionError::InvalidRecord(_))));
+        assert!(matches!(
+            single_client_batch(&two),
+            Err(PartitionError::InvalidRecord(_))
+        ));
         let mut offset = BytesMut::from(&good[..]);
         rewrite::set_base_offset(&mut offset, 5);
-        assert!(matches!(single_client_batch(&offset.freeze()), Err(PartitionError::InvalidRecord(_))));
+        assert!(matches!(
+            single_client_batch(&offset.freeze()),
+            Err(PartitionError::InvalidRecord(_))
+        ));
         let truncated = good.slice(..good.len() - 1);
-        assert!(matches!(single_client_batch(&truncated), Err(PartitionError::CorruptMessage(_))));
+        assert!(matches!(
+            single_client_batch(&truncated),
+            Err(PartitionError::CorruptMessage(_))
+        ));
     }
 }

@@ -267,7 +267,10 @@ mod tests {
             Err(ProducerError::OutOfOrderSequence { .. })
         ));
         // ... and then resets the window.
-        assert_eq!(s.check(&view(&batch(7, 2, 0, 1, 0))), Ok(ProducerCheck::Append));
+        assert_eq!(
+            s.check(&view(&batch(7, 2, 0, 1, 0))),
+            Ok(ProducerCheck::Append)
+        );
     }
 
     #[test]
@@ -276,7 +279,10 @@ mod tests {
         for i in 0..7 {
             s.update(&view(&batch(1, 0, i, 1, i as i64)));
         }
-        assert_eq!(s.entry(ProducerId(1)).unwrap().batches.len(), NUM_BATCHES_TO_RETAIN);
+        assert_eq!(
+            s.entry(ProducerId(1)).unwrap().batches.len(),
+            NUM_BATCHES_TO_RETAIN
+        );
         // Seq 0 fell out of the window: neither a duplicate nor in sequence.
         assert!(s.check(&view(&batch(1, 0, 0, 1, 0))).is_err());
         assert!(matches!(
@@ -290,7 +296,10 @@ mod tests {
         let mut s = ProducerStateManager::default();
         s.update(&view(&batch(1, 0, i32::MAX - 1, 2, 0)));
         assert_eq!(s.entry(ProducerId(1)).unwrap().last_seq(), i32::MAX);
-        assert_eq!(s.check(&view(&batch(1, 0, 0, 1, 2))), Ok(ProducerCheck::Append));
+        assert_eq!(
+            s.check(&view(&batch(1, 0, 0, 1, 2))),
+            Ok(ProducerCheck::Append)
+        );
         // A batch crossing the wrap has its last sequence wrapped too.
         let mut s = ProducerStateManager::default();
         s.update(&view(&batch(1, 0, i32::MAX, 3, 0)));
@@ -300,7 +309,10 @@ mod tests {
     #[test]
     fn unknown_producers_start_anywhere_and_idle_ones_expire() {
         let mut s = ProducerStateManager::default();
-        assert_eq!(s.check(&view(&batch(9, 3, 42, 1, 0))), Ok(ProducerCheck::Append));
+        assert_eq!(
+            s.check(&view(&batch(9, 3, 42, 1, 0))),
+            Ok(ProducerCheck::Append)
+        );
         let mut b = batch(9, 3, 42, 1, 0);
         b[35..43].copy_from_slice(&1_000i64.to_be_bytes());
         s.update(&view(&b));
@@ -315,8 +327,14 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let mut s = ProducerStateManager::default();
         s.update(&view(&batch(5, 0, 0, 4, 10)));
-        write_snapshot(dir.path(), &ProducerSnapshot { offset: Offset(14), state: s.clone() })
-            .unwrap();
+        write_snapshot(
+            dir.path(),
+            &ProducerSnapshot {
+                offset: Offset(14),
+                state: s.clone(),
+            },
+        )
+        .unwrap();
         let back = read_snapshot(dir.path()).unwrap();
         assert_eq!(back.offset, Offset(14));
         assert_eq!(back.state, s);

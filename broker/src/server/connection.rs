@@ -13,8 +13,8 @@ use std::time::Instant;
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use protocol::{
-    decode_request, encode_response, unsupported_api_versions_response, unsupported_produce_response,
-    RequestError,
+    decode_request, encode_response, unsupported_api_versions_response,
+    unsupported_produce_response, RequestError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::TcpStream;
@@ -46,7 +46,8 @@ pub async fn run(
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
     let (read_half, write_half) = stream.into_split();
-    let (tx, mut rx) = mpsc::channel::<Result<Frame, ConnectionError>>(broker.config.queued_max_requests);
+    let (tx, mut rx) =
+        mpsc::channel::<Result<Frame, ConnectionError>>(broker.config.queued_max_requests);
     let max_bytes = broker.config.socket_request_max_bytes;
     let reader = tokio::spawn(read_frames(read_half, tx, max_bytes, memory));
     let mut out = BufWriter::with_capacity(64 * 1024, write_half);
@@ -149,7 +150,8 @@ async fn handle_frame(broker: &Broker, body: Bytes) -> Result<Option<Bytes>, Con
             Ok(bytes) => Ok(Some(bytes)),
             Err(e) => {
                 tracing::error!(error = %e, "response encoding failed");
-                metrics::counter!("kafka_broker_request_errors_total", "api" => key_label.clone()).increment(1);
+                metrics::counter!("kafka_broker_request_errors_total", "api" => key_label.clone())
+                    .increment(1);
                 Err(ConnectionError::Io(std::io::Error::other(e.to_string())))
             }
         },

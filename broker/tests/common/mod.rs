@@ -21,7 +21,10 @@ pub struct TestBroker {
 
 pub fn config(dir: &std::path::Path, extra: &[(&str, &str)]) -> ServerConfig {
     let mut pairs = vec![
-        ("listeners".to_string(), "PLAINTEXT://127.0.0.1:0".to_string()),
+        (
+            "listeners".to_string(),
+            "PLAINTEXT://127.0.0.1:0".to_string(),
+        ),
         ("log.dirs".to_string(), dir.display().to_string()),
         ("metrics.listen.address".to_string(), "none".to_string()),
     ];
@@ -31,7 +34,9 @@ pub fn config(dir: &std::path::Path, extra: &[(&str, &str)]) -> ServerConfig {
 
 pub async fn start(extra: &[(&str, &str)]) -> TestBroker {
     let dir = tempfile::tempdir().unwrap();
-    let running = broker::start(config(dir.path(), extra)).await.expect("broker starts");
+    let running = broker::start(config(dir.path(), extra))
+        .await
+        .expect("broker starts");
     TestBroker { running, dir }
 }
 
@@ -61,14 +66,17 @@ impl Client {
             .with_correlation_id(self.correlation_id)
             .with_client_id(Some(StrBytes::from_static_str("test")));
         let mut buf = BytesMut::new();
-        header.encode(&mut buf, key.request_header_version(version)).unwrap();
+        header
+            .encode(&mut buf, key.request_header_version(version))
+            .unwrap();
         req.encode(&mut buf, version).unwrap();
         let mut framed = BytesMut::new();
         framed.extend_from_slice(&(buf.len() as i32).to_be_bytes());
         framed.extend_from_slice(&buf);
         self.stream.write_all(&framed).await.unwrap();
         let mut resp = self.read_frame().await.expect("response");
-        let header = ResponseHeader::decode(&mut resp, key.response_header_version(version)).unwrap();
+        let header =
+            ResponseHeader::decode(&mut resp, key.response_header_version(version)).unwrap();
         assert_eq!(header.correlation_id, self.correlation_id);
         resp
     }
@@ -83,12 +91,22 @@ impl Client {
         Some(Bytes::from(body))
     }
 
-    pub async fn call<R: Encodable, S: Decodable>(&mut self, key: ApiKey, version: i16, req: &R) -> S {
+    pub async fn call<R: Encodable, S: Decodable>(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        req: &R,
+    ) -> S {
         let mut body = self.call_raw(key, version, req).await;
         S::decode(&mut body, version).unwrap()
     }
 
-    pub async fn create_topic(&mut self, name: &str, partitions: i32, configs: &[(&str, &str)]) -> i16 {
+    pub async fn create_topic(
+        &mut self,
+        name: &str,
+        partitions: i32,
+        configs: &[(&str, &str)],
+    ) -> i16 {
         let mut t = create_topics_request::CreatableTopic::default();
         t.name = TopicName(StrBytes::from_string(name.into()));
         t.num_partitions = partitions;
@@ -130,7 +148,13 @@ impl Client {
         resp.responses[0].partition_responses[0].clone()
     }
 
-    pub async fn fetch(&mut self, topic: &str, partition: i32, offset: i64, max_wait_ms: i32) -> fetch_response::PartitionData {
+    pub async fn fetch(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        max_wait_ms: i32,
+    ) -> fetch_response::PartitionData {
         let mut fp = fetch_request::FetchPartition::default();
         fp.partition = partition;
         fp.fetch_offset = offset;
@@ -150,7 +174,12 @@ impl Client {
         resp.responses[0].partitions[0].clone()
     }
 
-    pub async fn list_offset(&mut self, topic: &str, partition: i32, timestamp: i64) -> list_offsets_response::ListOffsetsPartitionResponse {
+    pub async fn list_offset(
+        &mut self,
+        topic: &str,
+        partition: i32,
+        timestamp: i64,
+    ) -> list_offsets_response::ListOffsetsPartitionResponse {
         let mut p = list_offsets_request::ListOffsetsPartition::default();
         p.partition_index = partition;
         p.timestamp = timestamp;
@@ -171,7 +200,11 @@ impl Client {
 pub const BASE_TIMESTAMP_MS: i64 = 4_000_000_000_000;
 
 /// Encodes `values` as one v2 batch (base offset 0) with keys and a header.
-pub fn batch(values: &[&str], compression: Compression, producer: Option<(i64, i16, i32)>) -> Bytes {
+pub fn batch(
+    values: &[&str],
+    compression: Compression,
+    producer: Option<(i64, i16, i32)>,
+) -> Bytes {
     let (pid, epoch, seq) = producer.unwrap_or((-1, -1, -1));
     let records: Vec<Record> = values
         .iter()
@@ -187,13 +220,20 @@ pub fn batch(values: &[&str], compression: Compression, producer: Option<(i64, i
             offset: i as i64,
             // kafka-protocol's encoder starts a new batch whenever offset minus
             // sequence changes, so non-idempotent records count up from -1.
-            sequence: if seq < 0 { i as i32 - 1 } else { seq + i as i32 },
+            sequence: if seq < 0 {
+                i as i32 - 1
+            } else {
+                seq + i as i32
+            },
             timestamp: BASE_TIMESTAMP_MS + i as i64,
             key: Some(Bytes::from(format!("key-{i}"))),
             value: Some(Bytes::from(v.to_string())),
-            headers: [(StrBytes::from_static_str("h"), Some(Bytes::from_static(b"1")))]
-                .into_iter()
-                .collect(),
+            headers: [(
+                StrBytes::from_static_str("h"),
+                Some(Bytes::from_static(b"1")),
+            )]
+            .into_iter()
+            .collect(),
         })
         .collect();
     let mut buf = BytesMut::new();
@@ -216,6 +256,11 @@ pub fn values(records: &Option<Bytes>) -> Vec<(i64, String)> {
     let sets = RecordBatchDecoder::decode_all(&mut b).unwrap();
     sets.into_iter()
         .flat_map(|s| s.records)
-        .map(|r| (r.offset, String::from_utf8(r.value.unwrap().to_vec()).unwrap()))
+        .map(|r| {
+            (
+                r.offset,
+                String::from_utf8(r.value.unwrap().to_vec()).unwrap(),
+            )
+        })
         .collect()
 }

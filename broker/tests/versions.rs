@@ -1,0 +1,223 @@
+//! Every API in the ApiVersions table, at every version we accept, answered
+//! over the wire: a handler that sets a field its response version lacks
+//! fails to encode, and this test finds it.
+
+mod common;
+
+use common::{batch, start, Client};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use kafka_protocol::records::Compression;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+/// Writes an encoded request body.
+type BodyWriter = Box<dyn FnOnce(&mut Vec<u8>)>;
+
+/// A representative request for `key` at `version`, using only fields that
+/// version has.
+fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
+    fn enc<R: Encodable + 'static>(r: R, version: i16) -> BodyWriter {
+        Box::new(move |out: &mut Vec<u8>| {
+            let mut b = bytes::BytesMut::new();
+            r.encode(&mut b, version).unwrap();
+            out.extend_from_slice(&b);
+        })
+    }
+    match key {
+        ApiKey::ApiVersions => enc(
+            ApiVersionsRequest::default()
+                .with_client_software_name(if version >= 3 {
+                    StrBytes::from_static_str("t")
+                } else {
+                    StrBytes::default()
+                })
+                .with_client_software_version(if version >= 3 {
+                    StrBytes::from_static_str("1")
+                } else {
+                    StrBytes::default()
+                }),
+            version,
+        ),
+        ApiKey::Metadata => {
+            let mut t = metadata_request::MetadataRequestTopic::default();
+            t.name = Some(name("sweep"));
+            enc(
+                MetadataRequest::default().with_topics(Some(vec![t])),
+                version,
+            )
+        }
+        ApiKey::Produce => {
+            let mut pd = produce_request::PartitionProduceData::default();
+            pd.records = Some(batch(&["v"], Compression::None, None));
+            let mut td = produce_request::TopicProduceData::default();
+            td.name = name("sweep");
+            td.partition_data = vec![pd];
+            enc(
+                ProduceRequest::default()
+                    .with_acks(1)
+                    .with_timeout_ms(1000)
+                    .with_topic_data(vec![td]),
+                version,
+            )
+        }
+        ApiKey::Fetch => {
+            let mut fp = fetch_request::FetchPartition::default();
+            fp.partition_max_bytes = 1 << 20;
+            let mut ft = fetch_request::FetchTopic::default();
+            if version >= 13 {
+                ft.topic_id = topic_id;
+            } else {
+                ft.topic = name("sweep");
+            }
+            ft.partitions = vec![fp];
+            let mut r = FetchRequest::default()
+                .with_max_wait_ms(0)
+                .with_min_bytes(1)
+                .with_max_bytes(1 << 20)
+                .with_topics(vec![ft]);
+            if version < 15 {
+                r.replica_id = BrokerId(-1);
+            }
+            enc(r, version)
+        }
+        ApiKey::ListOffsets => {
+            let mut p = list_offsets_request::ListOffsetsPartition::default();
+            p.timestamp = -1;
+            let mut t = list_offsets_request::ListOffsetsTopic::default();
+            t.name = name("sweep");
+            t.partitions = vec![p];
+            enc(
+                ListOffsetsRequest::default()
+                    .with_replica_id(BrokerId(-1))
+                    .with_topics(vec![t]),
+                version,
+            )
+        }
+        ApiKey::CreateTopics => {
+            let mut t = create_topics_request::CreatableTopic::default();
+            t.name = name(&format!("sweep-create-{version}"));
+            t.num_partitions = 1;
+            t.replication_factor = 1;
+            enc(
+                CreateTopicsRequest::default()
+                    .with_topics(vec![t])
+                    .with_timeout_ms(1000),
+                version,
+            )
+        }
+        ApiKey::DeleteTopics => {
+            let n = format!("sweep-create-{}", 2 + version % 6);
+            let mut r = DeleteTopicsRequest::default().with_timeout_ms(1000);
+            if version >= 6 {
+                let mut t = delete_topics_request::DeleteTopicState::default();
+                t.name = Some(name(&n));
+                r.topics = vec![t];
+            } else {
+                r.topic_names = vec![name(&n)];
+            }
+            enc(r, version)
+        }
+        ApiKey::CreatePartitions => {
+            let mut t = create_partitions_request::CreatePartitionsTopic::default();
+            t.name = name("sweep");
+            t.count = 1;
+            t.assignments = None;
+            enc(
+                CreatePartitionsRequest::default()
+                    .with_topics(vec![t])
+                    .with_validate_only(true),
+                version,
+            )
+        }
+        ApiKey::InitProducerId => enc(
+            InitProducerIdRequest::default()
+                .with_transactional_id(None)
+                .with_transaction_timeout_ms(1000),
+            version,
+        ),
+        ApiKey::DescribeConfigs => {
+            let mut t = describe_configs_request::DescribeConfigsResource::default();
+            t.resource_type = 2;
+            t.resource_name = StrBytes::from_static_str("sweep");
+            let mut b = describe_configs_request::DescribeConfigsResource::default();
+            b.resource_type = 4;
+            b.resource_name = StrBytes::from_static_str("1");
+            enc(
+                DescribeConfigsRequest::default()
+                    .with_resources(vec![t, b])
+                    .with_include_synonyms(true),
+                version,
+            )
+        }
+        ApiKey::DescribeCluster => enc(DescribeClusterRequest::default(), version),
+        ApiKey::DeleteRecords => {
+            let mut p = delete_records_request::DeleteRecordsPartition::default();
+            p.offset = 0;
+            let mut t = delete_records_request::DeleteRecordsTopic::default();
+            t.name = name("sweep");
+            t.partitions = vec![p];
+            enc(
+                DeleteRecordsRequest::default()
+                    .with_topics(vec![t])
+                    .with_timeout_ms(1000),
+                version,
+            )
+        }
+        other => panic!("no sweep request for {other:?}: add one when adding the API"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_advertised_version_gets_an_answer() {
+    let b = start(&[]).await;
+    let addr = b.running.local_addr;
+    let mut c = Client::connect(addr).await;
+    assert_eq!(c.create_topic("sweep", 1, &[]).await, 0);
+    let meta: MetadataResponse = c
+        .call(
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default().with_topics(None),
+        )
+        .await;
+    let topic_id = meta
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| &*n.0) == Some("sweep"))
+        .unwrap()
+        .topic_id;
+    let mut answered = 0;
+    for api in protocol::versions::SUPPORTED_APIS {
+        for version in api.min_accepted_version..=api.max_version {
+            let mut body = Vec::new();
+            request(api.api_key, version, topic_id)(&mut body);
+            let header_version = api.api_key.request_header_version(version);
+            let mut frame = bytes::BytesMut::new();
+            RequestHeader::default()
+                .with_request_api_key(api.api_key as i16)
+                .with_request_api_version(version)
+                .with_correlation_id(version as i32)
+                .with_client_id(Some(StrBytes::from_static_str("sweep")))
+                .encode(&mut frame, header_version)
+                .unwrap();
+            frame.extend_from_slice(&body);
+            // A fresh connection per request: a close cannot hide behind the next call.
+            let mut one = Client::connect(addr).await;
+            let mut framed = (frame.len() as i32).to_be_bytes().to_vec();
+            framed.extend_from_slice(&frame);
+            one.send_raw(&framed).await;
+            let resp = one.read_frame().await;
+            assert!(
+                resp.is_some(),
+                "{:?} v{version}: connection closed without a response",
+                api.api_key
+            );
+            answered += 1;
+        }
+    }
+    assert!(answered > 50, "only {answered} api versions swept");
+    b.running.shutdown().await;
+}
