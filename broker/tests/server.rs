@@ -464,3 +464,21 @@ async fn hostile_frames_close_one_connection_and_the_broker_serves_others() {
     }
     b.running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn log_append_time_topics_stamp_the_broker_time() {
+    let b = start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("lat", 1, &[("message.timestamp.type", "LogAppendTime")]).await, 0);
+    let before = broker::broker::now_ms();
+    let r = c.produce("lat", 0, 1, batch(&["a", "b"], Compression::Gzip, None)).await;
+    assert_eq!(r.error_code, 0);
+    assert!(r.log_append_time_ms >= before, "{r:?}");
+    let p = c.fetch("lat", 0, 0, 0).await;
+    let records = p.records.unwrap();
+    let view = protocol::record_batch::RecordBatchView::parse(&records).unwrap();
+    assert!(view.is_log_append_time());
+    assert_eq!(view.max_timestamp(), r.log_append_time_ms);
+    view.verify_crc().unwrap();
+    b.running.shutdown().await;
+}
