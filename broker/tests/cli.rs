@@ -76,7 +76,10 @@ fn metrics_are_served_on_their_own_port() {
     s.read_to_string(&mut body).unwrap();
     child.kill().ok();
     child.wait().ok();
-    assert!(body.starts_with("HTTP/1.1 200") || body.starts_with("HTTP/1.0 200"), "{body}");
+    assert!(
+        body.starts_with("HTTP/1.1 200") || body.starts_with("HTTP/1.0 200"),
+        "{body}"
+    );
     assert!(body.contains("kafka_broker_requests_total"), "{body}");
     assert!(body.contains("api=\"ApiVersions\""), "{body}");
 }

@@ -469,9 +469,15 @@ async fn hostile_frames_close_one_connection_and_the_broker_serves_others() {
 async fn log_append_time_topics_stamp_the_broker_time() {
     let b = start(&[]).await;
     let mut c = Client::connect(b.running.local_addr).await;
-    assert_eq!(c.create_topic("lat", 1, &[("message.timestamp.type", "LogAppendTime")]).await, 0);
+    assert_eq!(
+        c.create_topic("lat", 1, &[("message.timestamp.type", "LogAppendTime")])
+            .await,
+        0
+    );
     let before = broker::broker::now_ms();
-    let r = c.produce("lat", 0, 1, batch(&["a", "b"], Compression::Gzip, None)).await;
+    let r = c
+        .produce("lat", 0, 1, batch(&["a", "b"], Compression::Gzip, None))
+        .await;
     assert_eq!(r.error_code, 0);
     assert!(r.log_append_time_ms >= before, "{r:?}");
     let p = c.fetch("lat", 0, 0, 0).await;
