@@ -21,26 +21,29 @@ pub const HEADER_LEN: usize = 61;
 /// Bytes before `batchLength`'s payload starts: baseOffset + batchLength.
 pub const LOG_OVERHEAD: usize = 12;
 pub const MAGIC_V2: i8 = 2;
-const CRC_START: usize = 21;
+/// Where the CRC-covered bytes start (the attributes field).
+pub const CRC_START: usize = 21;
 /// The smallest encoding of one record: length, attributes, timestamp delta,
 /// offset delta, key length, value length, header count (7 one-byte fields).
 pub const MIN_RECORD_LEN: usize = 7;
 
-const OFF_BASE_OFFSET: usize = 0;
-const OFF_BATCH_LENGTH: usize = 8;
-const OFF_LEADER_EPOCH: usize = 12;
-const OFF_MAGIC: usize = 16;
-const OFF_CRC: usize = 17;
-const OFF_ATTRIBUTES: usize = 21;
-const OFF_LAST_OFFSET_DELTA: usize = 23;
-const OFF_BASE_TIMESTAMP: usize = 27;
-const OFF_MAX_TIMESTAMP: usize = 35;
-const OFF_PRODUCER_ID: usize = 43;
-const OFF_PRODUCER_EPOCH: usize = 51;
-const OFF_BASE_SEQUENCE: usize = 53;
-const OFF_RECORD_COUNT: usize = 57;
+// Header field positions. Public for readers that hold only a header's
+// HEADER_LEN bytes (the log's segment walk), not a whole batch.
+pub const OFF_BASE_OFFSET: usize = 0;
+pub const OFF_BATCH_LENGTH: usize = 8;
+pub const OFF_LEADER_EPOCH: usize = 12;
+pub const OFF_MAGIC: usize = 16;
+pub const OFF_CRC: usize = 17;
+pub const OFF_ATTRIBUTES: usize = 21;
+pub const OFF_LAST_OFFSET_DELTA: usize = 23;
+pub const OFF_BASE_TIMESTAMP: usize = 27;
+pub const OFF_MAX_TIMESTAMP: usize = 35;
+pub const OFF_PRODUCER_ID: usize = 43;
+pub const OFF_PRODUCER_EPOCH: usize = 51;
+pub const OFF_BASE_SEQUENCE: usize = 53;
+pub const OFF_RECORD_COUNT: usize = 57;
 
-const ATTR_COMPRESSION_MASK: i16 = 0x07;
+pub const ATTR_COMPRESSION_MASK: i16 = 0x07;
 const ATTR_TIMESTAMP_TYPE: i16 = 0x08;
 const ATTR_TRANSACTIONAL: i16 = 0x10;
 const ATTR_CONTROL: i16 = 0x20;
@@ -81,13 +84,14 @@ pub struct RecordBatchView<'a> {
     bytes: &'a [u8],
 }
 
-fn i16_at(b: &[u8], at: usize) -> i16 {
+/// Big-endian integers at a header position; callers check the length first.
+pub fn i16_at(b: &[u8], at: usize) -> i16 {
     i16::from_be_bytes([b[at], b[at + 1]])
 }
-fn i32_at(b: &[u8], at: usize) -> i32 {
+pub fn i32_at(b: &[u8], at: usize) -> i32 {
     i32::from_be_bytes(b[at..at + 4].try_into().expect("4 bytes"))
 }
-fn i64_at(b: &[u8], at: usize) -> i64 {
+pub fn i64_at(b: &[u8], at: usize) -> i64 {
     i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"))
 }
 
@@ -235,6 +239,23 @@ impl<'a> RecordBatchView<'a> {
             Err(BatchError::CrcMismatch { stored, computed })
         }
     }
+}
+
+/// Reads a zig-zag varint (up to 64 bits) at `*pos`, advancing it: the
+/// encoding of every length and delta inside a v2 record. `None` when the
+/// bytes end first or the varint runs past ten bytes.
+pub fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
+    let mut raw: u64 = 0;
+    for i in 0..10 {
+        let b = *buf.get(*pos)?;
+        *pos += 1;
+        raw |= ((b & 0x7f) as u64) << (7 * i);
+        if b & 0x80 == 0 {
+            // Zig-zag decoding, as Kafka's ByteUtils.readVarlong.
+            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+        }
+    }
+    None
 }
 
 /// Header rewrites a broker is allowed to make on a batch it stores.

@@ -8,35 +8,12 @@
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
-use protocol::record_batch::{Codec, RecordBatchView, HEADER_LEN, LOG_OVERHEAD, MAGIC_V2};
-
-// Field positions of the v2 batch header (see protocol::record_batch). The
-// log reads headers alone (61 bytes) when it walks a segment, so that opening
-// a log or seeking inside a segment does not read whole batches.
-const OFF_BASE_OFFSET: usize = 0;
-const OFF_BATCH_LENGTH: usize = 8;
-const OFF_MAGIC: usize = 16;
-const OFF_CRC: usize = 17;
-const OFF_ATTRIBUTES: usize = 21;
-const OFF_LAST_OFFSET_DELTA: usize = 23;
-const OFF_BASE_TIMESTAMP: usize = 27;
-const OFF_MAX_TIMESTAMP: usize = 35;
-const OFF_PRODUCER_ID: usize = 43;
-const OFF_RECORD_COUNT: usize = 57;
-const CRC_START: usize = 21;
-const ATTR_COMPRESSION_MASK: i16 = 0x07;
-
-fn i16_at(b: &[u8], at: usize) -> i16 {
-    i16::from_be_bytes([b[at], b[at + 1]])
-}
-fn i32_at(b: &[u8], at: usize) -> i32 {
-    i32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
-}
-fn i64_at(b: &[u8], at: usize) -> i64 {
-    let mut a = [0u8; 8];
-    a.copy_from_slice(&b[at..at + 8]);
-    i64::from_be_bytes(a)
-}
+use protocol::record_batch::{
+    i16_at, i32_at, i64_at, read_varlong, Codec, RecordBatchView, ATTR_COMPRESSION_MASK, CRC_START,
+    HEADER_LEN, LOG_OVERHEAD, MAGIC_V2, OFF_ATTRIBUTES, OFF_BASE_OFFSET, OFF_BASE_TIMESTAMP,
+    OFF_BATCH_LENGTH, OFF_CRC, OFF_LAST_OFFSET_DELTA, OFF_MAGIC, OFF_MAX_TIMESTAMP,
+    OFF_PRODUCER_ID, OFF_RECORD_COUNT,
+};
 
 /// The header fields of one stored batch, read from its first
 /// [`HEADER_LEN`] bytes.
@@ -107,20 +84,6 @@ pub(crate) struct RawRecord<'a> {
     pub offset_delta: i32,
     pub key: Option<&'a [u8]>,
     pub has_value: bool,
-}
-
-fn read_varlong(buf: &[u8], pos: &mut usize) -> Option<i64> {
-    let mut raw: u64 = 0;
-    for i in 0..10 {
-        let b = *buf.get(*pos)?;
-        *pos += 1;
-        raw |= ((b & 0x7f) as u64) << (7 * i);
-        if b & 0x80 == 0 {
-            // Zig-zag decoding, as Kafka's ByteUtils.readVarlong.
-            return Some(((raw >> 1) as i64) ^ -((raw & 1) as i64));
-        }
-    }
-    None
 }
 
 fn read_varint(buf: &[u8], pos: &mut usize) -> Option<i32> {

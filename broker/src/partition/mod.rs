@@ -6,7 +6,9 @@ pub mod producer_state;
 use std::path::PathBuf;
 
 use bytes::{Bytes, BytesMut};
-use protocol::record_batch::{rewrite, BatchIter, BatchIterItem, Codec, RecordBatchView};
+use protocol::record_batch::{
+    read_varlong, rewrite, BatchIter, BatchIterItem, Codec, RecordBatchView,
+};
 use uuid::Uuid;
 
 use crate::config::TopicConfigs;
@@ -347,24 +349,26 @@ fn single_client_batch(records: &Bytes) -> Result<RecordBatchView<'_>, Partition
 /// payload exactly, and offset deltas must run 0..count, as Kafka's
 /// `LogValidator` requires.
 fn check_uncompressed_records(view: &RecordBatchView<'_>) -> Result<(), PartitionError> {
-    let mut rest = view.records_payload();
+    let payload = view.records_payload();
+    let mut pos = 0usize;
     let mut expected_delta = 0i64;
     let bad = |why: &str| PartitionError::InvalidRecord(why.to_string());
-    while !rest.is_empty() {
-        let (len, n) = read_varint(rest).ok_or_else(|| bad("bad record length"))?;
-        if len < 0 || (len as usize) > rest.len() - n {
+    while pos < payload.len() {
+        let len = read_varlong(payload, &mut pos).ok_or_else(|| bad("bad record length"))?;
+        if len < 0 || len as usize > payload.len() - pos {
             return Err(bad("record length exceeds the batch"));
         }
-        let record = &rest[n..n + len as usize];
+        let end = pos + len as usize;
+        let record = &payload[..end];
         // attributes (int8), timestampDelta (varlong), offsetDelta (varint)
-        let after_attrs = record.get(1..).ok_or_else(|| bad("record too short"))?;
-        let (_, a) = read_varint(after_attrs).ok_or_else(|| bad("bad timestamp delta"))?;
-        let (delta, _) = read_varint(&after_attrs[a..]).ok_or_else(|| bad("bad offset delta"))?;
+        let mut p = pos + 1;
+        read_varlong(record, &mut p).ok_or_else(|| bad("bad timestamp delta"))?;
+        let delta = read_varlong(record, &mut p).ok_or_else(|| bad("bad offset delta"))?;
         if delta != expected_delta {
             return Err(bad("record offset deltas are not consecutive"));
         }
         expected_delta += 1;
-        rest = &rest[n + len as usize..];
+        pos = end;
     }
     if expected_delta != view.record_count() as i64
         || expected_delta - 1 != view.last_offset_delta() as i64
@@ -372,19 +376,6 @@ fn check_uncompressed_records(view: &RecordBatchView<'_>) -> Result<(), Partitio
         return Err(bad("record count does not match the batch header"));
     }
     Ok(())
-}
-
-/// A zig-zag varint (up to 64 bits). Returns the value and bytes used.
-fn read_varint(b: &[u8]) -> Option<(i64, usize)> {
-    let mut raw: u64 = 0;
-    for (i, byte) in b.iter().enumerate().take(10) {
-        raw |= ((byte & 0x7f) as u64) << (7 * i);
-        if byte & 0x80 == 0 {
-            let v = ((raw >> 1) as i64) ^ -((raw & 1) as i64);
-            return Some((v, i + 1));
-        }
-    }
-    None
 }
 
 #[cfg(test)]
@@ -448,5 +439,56 @@ mod tests {
             single_client_batch(&truncated),
             Err(PartitionError::CorruptMessage(_))
         ));
+    }
+
+    /// Rewrites the record count and fixes the CRC, so only the record walk
+    /// can notice.
+    fn with_record_count(batch: &Bytes, count: i32) -> Bytes {
+        let mut b = BytesMut::from(&batch[..]);
+        b[57..61].copy_from_slice(&count.to_be_bytes());
+        let crc = crc32c::crc32c(&b[21..]);
+        b[17..21].copy_from_slice(&crc.to_be_bytes());
+        b.freeze()
+    }
+
+    #[test]
+    fn uncompressed_records_must_match_their_header() {
+        let good = encode(&["a", "bb", "ccc"], Compression::None);
+        let fewer = with_record_count(&good, 2);
+        assert!(matches!(
+            single_client_batch(&fewer),
+            Err(PartitionError::InvalidRecord(_))
+        ));
+        // Offset deltas 0 and 2: consistent with lastOffsetDelta, but not consecutive.
+        let records: Vec<Record> = [0i64, 2]
+            .iter()
+            .map(|&o| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: o,
+                sequence: o as i32 - 1,
+                timestamp: 1_000,
+                key: None,
+                value: Some(Bytes::from_static(b"v")),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut gap = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut gap,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        let err = single_client_batch(&gap.freeze()).unwrap_err();
+        assert!(err.to_string().contains("not consecutive"), "{err}");
     }
 }
