@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent installs for the compat tests: install.sh [java|python|kcat|kafka|all]...
+# Idempotent installs for the compat tests: install.sh [java|python|kcat|kafka|all|<family>]...
 # Each part records a stamp (a hash of its inputs) and does nothing when the
 # stamp still matches, so calling it before every run costs about a second.
 set -euo pipefail
@@ -78,6 +78,13 @@ for part in "${parts[@]}"; do
     java) install_java ;;
     kafka) install_kafka ;;
     all) install_kcat; install_python; install_java; install_kafka ;;
-    *) die "unknown part '$part' (expected java, python, kcat, kafka or all)" ;;
+    *)
+      # Client families added later own their installer: <family>/install.sh.
+      if [[ -x "$COMPAT_DIR/$part/install.sh" ]]; then
+        "$COMPAT_DIR/$part/install.sh"
+      else
+        die "unknown part '$part' (expected java, python, kcat, kafka, all or a folder with install.sh)"
+      fi
+      ;;
   esac
 done
