@@ -488,3 +488,181 @@ async fn log_append_time_topics_stamp_the_broker_time() {
     view.verify_crc().unwrap();
     b.running.shutdown().await;
 }
+
+/// Reads one topic's config as DescribeConfigs reports it: (value, source).
+async fn topic_config(c: &mut Client, topic: &'static str, key: &str) -> (String, i8) {
+    let mut res = describe_configs_request::DescribeConfigsResource::default();
+    res.resource_type = 2;
+    res.resource_name = StrBytes::from_static_str(topic);
+    let resp: DescribeConfigsResponse = c
+        .call(
+            ApiKey::DescribeConfigs,
+            4,
+            &DescribeConfigsRequest::default().with_resources(vec![res]),
+        )
+        .await;
+    let entry = resp.results[0]
+        .configs
+        .iter()
+        .find(|c| &*c.name == key)
+        .unwrap();
+    (
+        entry.value.as_deref().unwrap_or_default().to_string(),
+        entry.config_source,
+    )
+}
+
+async fn incremental_alter(
+    c: &mut Client,
+    resource_type: i8,
+    name: &'static str,
+    edits: &[(&'static str, i8, Option<&'static str>)],
+    validate_only: bool,
+) -> (i16, Option<String>) {
+    let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
+    res.resource_type = resource_type;
+    res.resource_name = StrBytes::from_static_str(name);
+    res.configs = edits
+        .iter()
+        .map(|(k, op, v)| {
+            let mut e = incremental_alter_configs_request::AlterableConfig::default();
+            e.name = StrBytes::from_static_str(k);
+            e.config_operation = *op;
+            e.value = v.map(StrBytes::from_static_str);
+            e
+        })
+        .collect();
+    let mut req = IncrementalAlterConfigsRequest::default();
+    req.resources = vec![res];
+    req.validate_only = validate_only;
+    let resp: IncrementalAlterConfigsResponse =
+        c.call(ApiKey::IncrementalAlterConfigs, 1, &req).await;
+    let r = &resp.responses[0];
+    (
+        r.error_code,
+        r.error_message.as_ref().map(|m| m.to_string()),
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn incremental_alter_configs_sets_appends_deletes_and_takes_effect() {
+    let b = start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("alt", 1, &[]).await, 0);
+
+    // validate_only changes nothing.
+    assert_eq!(
+        incremental_alter(&mut c, 2, "alt", &[("retention.ms", 0, Some("1000"))], true)
+            .await
+            .0,
+        0
+    );
+    assert_eq!(topic_config(&mut c, "alt", "retention.ms").await.1, 5);
+
+    let edits = [
+        ("retention.ms", 0, Some("1000")),
+        ("cleanup.policy", 2, Some("compact")),
+    ];
+    assert_eq!(
+        incremental_alter(&mut c, 2, "alt", &edits, false).await.0,
+        0
+    );
+    assert_eq!(
+        topic_config(&mut c, "alt", "retention.ms").await,
+        ("1000".to_string(), 1)
+    );
+    // APPEND starts from the default "delete".
+    assert_eq!(
+        topic_config(&mut c, "alt", "cleanup.policy").await.0,
+        "delete,compact"
+    );
+    let edits = [
+        ("cleanup.policy", 3, Some("delete")),
+        ("retention.ms", 1, None),
+    ];
+    assert_eq!(
+        incremental_alter(&mut c, 2, "alt", &edits, false).await.0,
+        0
+    );
+    assert_eq!(
+        topic_config(&mut c, "alt", "cleanup.policy").await.0,
+        "compact"
+    );
+    assert_eq!(topic_config(&mut c, "alt", "retention.ms").await.1, 5);
+
+    // The partition sees the new limit at once.
+    let edits = [("max.message.bytes", 0, Some("200"))];
+    assert_eq!(
+        incremental_alter(&mut c, 2, "alt", &edits, false).await.0,
+        0
+    );
+    let big = "x".repeat(400);
+    let resp = c
+        .produce("alt", 0, -1, batch(&[&big], Compression::None, None))
+        .await;
+    assert_eq!(resp.error_code, ResponseError::MessageTooLarge.code());
+
+    // Refusals, each with Kafka's error.
+    let bad = [("no.such.config", 0, Some("1"))];
+    assert_eq!(
+        incremental_alter(&mut c, 2, "alt", &bad, false).await.0,
+        ResponseError::InvalidConfig.code()
+    );
+    let bad = [("retention.ms", 0, Some("soon"))];
+    assert_eq!(
+        incremental_alter(&mut c, 2, "alt", &bad, false).await.0,
+        ResponseError::InvalidConfig.code()
+    );
+    let bad = [("retention.ms", 2, Some("1"))];
+    assert_eq!(
+        incremental_alter(&mut c, 2, "alt", &bad, false).await.0,
+        ResponseError::InvalidConfig.code()
+    );
+    let ok = [("retention.ms", 0, Some("1"))];
+    assert_eq!(
+        incremental_alter(&mut c, 2, "missing", &ok, false).await.0,
+        ResponseError::UnknownTopicOrPartition.code()
+    );
+    assert_eq!(
+        incremental_alter(&mut c, 4, "1", &ok, false).await.0,
+        ResponseError::InvalidRequest.code()
+    );
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn alter_configs_replaces_the_whole_override_set() {
+    let b = start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(
+        c.create_topic(
+            "rep",
+            1,
+            &[("retention.ms", "5000"), ("segment.ms", "60000")]
+        )
+        .await,
+        0
+    );
+    let mut cfg = alter_configs_request::AlterableConfig::default();
+    cfg.name = StrBytes::from_static_str("retention.ms");
+    cfg.value = Some(StrBytes::from_static_str("7000"));
+    let mut res = alter_configs_request::AlterConfigsResource::default();
+    res.resource_type = 2;
+    res.resource_name = StrBytes::from_static_str("rep");
+    res.configs = vec![cfg];
+    let resp: AlterConfigsResponse = c
+        .call(
+            ApiKey::AlterConfigs,
+            2,
+            &AlterConfigsRequest::default().with_resources(vec![res]),
+        )
+        .await;
+    assert_eq!(resp.responses[0].error_code, 0);
+    assert_eq!(
+        topic_config(&mut c, "rep", "retention.ms").await,
+        ("7000".to_string(), 1)
+    );
+    // Not named in the request: back to the broker default.
+    assert_eq!(topic_config(&mut c, "rep", "segment.ms").await.1, 5);
+    b.running.shutdown().await;
+}

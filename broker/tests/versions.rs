@@ -166,6 +166,32 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
                 version,
             )
         }
+        ApiKey::AlterConfigs => {
+            let mut c = alter_configs_request::AlterableConfig::default();
+            c.name = StrBytes::from_static_str("retention.ms");
+            c.value = Some(StrBytes::from_static_str("86400000"));
+            let mut r = alter_configs_request::AlterConfigsResource::default();
+            r.resource_type = 2;
+            r.resource_name = StrBytes::from_static_str("sweep");
+            r.configs = vec![c];
+            enc(
+                AlterConfigsRequest::default().with_resources(vec![r]),
+                version,
+            )
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let mut c = incremental_alter_configs_request::AlterableConfig::default();
+            c.name = StrBytes::from_static_str("retention.ms");
+            c.value = Some(StrBytes::from_static_str("86400000"));
+            let mut r = incremental_alter_configs_request::AlterConfigsResource::default();
+            r.resource_type = 2;
+            r.resource_name = StrBytes::from_static_str("sweep");
+            r.configs = vec![c];
+            enc(
+                IncrementalAlterConfigsRequest::default().with_resources(vec![r]),
+                version,
+            )
+        }
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

@@ -37,6 +37,8 @@ APIS = [
     ("DESCRIBE_CLUSTER", "describe_cluster_request", "DescribeCluster"),
     ("CONSUMER_GROUP_HEARTBEAT", "consumer_group_heartbeat_request", "ConsumerGroupHeartbeat"),
     ("CONSUMER_GROUP_DESCRIBE", "consumer_group_describe_request", "ConsumerGroupDescribe"),
+    ("ALTER_CONFIGS", "alter_configs_request", "AlterConfigs"),
+    ("INCREMENTAL_ALTER_CONFIGS", "incremental_alter_configs_request", "IncrementalAlterConfigs"),
 ]
 
 ALL = frozenset(range(0, 64))

@@ -2,6 +2,7 @@
 //! here are exactly those in `protocol::versions::SUPPORTED_APIS`; a request
 //! for any other key never reaches this point (the connection answers it).
 
+mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
@@ -67,6 +68,12 @@ pub async fn dispatch(broker: &Broker, version: i16, request: RequestKind) -> Re
         R::DeleteRecords(r) => {
             Reply::Respond(S::DeleteRecords(delete_records::handle(broker, version, r)))
         }
+        R::AlterConfigs(r) => Reply::Respond(S::AlterConfigs(
+            alter_configs::handle_alter(broker, version, r).await,
+        )),
+        R::IncrementalAlterConfigs(r) => Reply::Respond(S::IncrementalAlterConfigs(
+            alter_configs::handle_incremental(broker, version, r).await,
+        )),
         _ => Reply::Unsupported,
     }
 }

@@ -51,6 +51,8 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         ApiKey::DescribeCluster => &DESCRIBE_CLUSTER,
         ApiKey::ConsumerGroupHeartbeat => &CONSUMER_GROUP_HEARTBEAT,
         ApiKey::ConsumerGroupDescribe => &CONSUMER_GROUP_DESCRIBE,
+        ApiKey::AlterConfigs => &ALTER_CONFIGS,
+        ApiKey::IncrementalAlterConfigs => &INCREMENTAL_ALTER_CONFIGS,
         // Every other API has no schema, so the guard refuses it: a body
         // without a schema must never reach the decoder.
         _ => return None,

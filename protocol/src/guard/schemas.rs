@@ -439,3 +439,42 @@ const CONSUMER_GROUP_DESCRIBE_BODY: &[Field] = &[
     field("include_authorized_operations", 0, MAX, BOOL),
 ];
 
+pub(crate) const ALTER_CONFIGS: Message = Message {
+    versions: (0, 2),
+    flexible_from: 2,
+    body: ALTER_CONFIGS_BODY,
+};
+const ALTER_CONFIGS_BODY: &[Field] = &[
+    field("resources", 0, MAX, array(&Ty::Struct(ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE))),
+    field("validate_only", 0, MAX, BOOL),
+];
+const ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE: &[Field] = &[
+    field("resource_type", 0, MAX, INT8),
+    field("resource_name", 0, MAX, STRING),
+    field("configs", 0, MAX, array(&Ty::Struct(ALTER_CONFIGS_ALTERABLE_CONFIG))),
+];
+const ALTER_CONFIGS_ALTERABLE_CONFIG: &[Field] = &[
+    field("name", 0, MAX, STRING),
+    field("value", 0, MAX, STRING),
+];
+
+pub(crate) const INCREMENTAL_ALTER_CONFIGS: Message = Message {
+    versions: (0, 1),
+    flexible_from: 1,
+    body: INCREMENTAL_ALTER_CONFIGS_BODY,
+};
+const INCREMENTAL_ALTER_CONFIGS_BODY: &[Field] = &[
+    field("resources", 0, MAX, array(&Ty::Struct(INCREMENTAL_ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE))),
+    field("validate_only", 0, MAX, BOOL),
+];
+const INCREMENTAL_ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE: &[Field] = &[
+    field("resource_type", 0, MAX, INT8),
+    field("resource_name", 0, MAX, STRING),
+    field("configs", 0, MAX, array(&Ty::Struct(INCREMENTAL_ALTER_CONFIGS_ALTERABLE_CONFIG))),
+];
+const INCREMENTAL_ALTER_CONFIGS_ALTERABLE_CONFIG: &[Field] = &[
+    field("name", 0, MAX, STRING),
+    field("config_operation", 0, MAX, INT8),
+    field("value", 0, MAX, STRING),
+];
+

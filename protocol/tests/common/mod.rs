@@ -311,6 +311,44 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
             };
             r.into()
         }
+        ApiKey::AlterConfigs => {
+            let c = |name, value| {
+                alter_configs_request::AlterableConfig::default()
+                    .with_name(s(name))
+                    .with_value(value)
+            };
+            let r = |name| {
+                alter_configs_request::AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s(name))
+                    .with_configs(vec![c("retention.ms", Some(s("1000"))), c("x", None)])
+            };
+            AlterConfigsRequest::default()
+                .with_resources(vec![r("a"), r("b")])
+                .with_validate_only(true)
+                .into()
+        }
+        ApiKey::IncrementalAlterConfigs => {
+            let c = |name, op, value| {
+                incremental_alter_configs_request::AlterableConfig::default()
+                    .with_name(s(name))
+                    .with_config_operation(op)
+                    .with_value(value)
+            };
+            let r = |name| {
+                incremental_alter_configs_request::AlterConfigsResource::default()
+                    .with_resource_type(2)
+                    .with_resource_name(s(name))
+                    .with_configs(vec![
+                        c("retention.ms", 0, Some(s("1000"))),
+                        c("segment.ms", 1, None),
+                    ])
+            };
+            IncrementalAlterConfigsRequest::default()
+                .with_resources(vec![r("a"), r("b")])
+                .with_validate_only(true)
+                .into()
+        }
         ApiKey::OffsetCommit => {
             let p = |i| {
                 let p = offset_commit_request::OffsetCommitRequestPartition::default()

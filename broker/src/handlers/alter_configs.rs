@@ -1,0 +1,347 @@
+//! AlterConfigs (key 33) and IncrementalAlterConfigs (key 44) for topics.
+//!
+//! Both compute a topic's new set of overrides from the current image, check
+//! it like CreateTopics does, and commit the difference through the metadata
+//! quorum; the replica manager then hands the new effective configs to the
+//! topic's partitions. AlterConfigs replaces the whole set (keys not named are
+//! reset to the broker default), IncrementalAlterConfigs edits key by key.
+//! Broker configs are static here (server.properties), so altering a broker
+//! resource is refused with INVALID_REQUEST rather than pretending to apply.
+
+use std::collections::{BTreeMap, HashSet};
+
+use kafka_protocol::messages::alter_configs_response::AlterConfigsResourceResponse;
+use kafka_protocol::messages::incremental_alter_configs_response::AlterConfigsResourceResponse as IncrementalResourceResponse;
+use kafka_protocol::messages::{
+    AlterConfigsRequest, AlterConfigsResponse, IncrementalAlterConfigsRequest,
+    IncrementalAlterConfigsResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::str_bytes;
+use crate::broker::{metadata_error, Broker};
+use crate::config::{TopicConfigs, TOPIC_CONFIGS};
+use crate::metadata::MetadataCommand;
+
+const RESOURCE_TOPIC: i8 = 2;
+const RESOURCE_BROKER: i8 = 4;
+
+const OP_SET: i8 = 0;
+const OP_DELETE: i8 = 1;
+const OP_APPEND: i8 = 2;
+const OP_SUBTRACT: i8 = 3;
+
+/// Why one resource's change was refused: the Kafka error and its message.
+struct Refusal(ResponseError, String);
+
+impl Refusal {
+    fn invalid_request(msg: impl Into<String>) -> Self {
+        Refusal(ResponseError::InvalidRequest, msg.into())
+    }
+    fn invalid_config(msg: impl Into<String>) -> Self {
+        Refusal(ResponseError::InvalidConfig, msg.into())
+    }
+}
+
+/// One requested edit, after decoding.
+enum Edit {
+    Set(String, String),
+    Delete(String),
+    Append(String, String),
+    Subtract(String, String),
+}
+
+pub async fn handle_alter(
+    broker: &Broker,
+    _version: i16,
+    req: AlterConfigsRequest,
+) -> AlterConfigsResponse {
+    let duplicates = duplicate_resources(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, &r.resource_name)),
+    );
+    let mut resp = AlterConfigsResponse::default();
+    for resource in req.resources {
+        let outcome =
+            if duplicates.contains(&(resource.resource_type, resource.resource_name.to_string())) {
+                Err(Refusal::invalid_request(format!(
+                    "Duplicate resource {}",
+                    resource.resource_name
+                )))
+            } else {
+                let name = resource.resource_name.to_string();
+                let mut values = BTreeMap::new();
+                let mut refusal = None;
+                for c in &resource.configs {
+                    match &c.value {
+                        Some(v) => {
+                            if values.insert(c.name.to_string(), v.to_string()).is_some() {
+                                refusal = Some(Refusal::invalid_request(format!(
+                                    "Duplicate config key {}",
+                                    c.name
+                                )));
+                            }
+                        }
+                        None => {
+                            refusal = Some(Refusal::invalid_request(format!(
+                                "Null value not supported for : {}",
+                                c.name
+                            )))
+                        }
+                    }
+                }
+                match refusal {
+                    Some(r) => Err(r),
+                    None => {
+                        apply(
+                            broker,
+                            resource.resource_type,
+                            &name,
+                            req.validate_only,
+                            |_| Ok(values),
+                        )
+                        .await
+                    }
+                }
+            };
+        let mut r = AlterConfigsResourceResponse::default();
+        r.resource_type = resource.resource_type;
+        r.resource_name = resource.resource_name;
+        if let Err(Refusal(code, msg)) = outcome {
+            r.error_code = code.code();
+            r.error_message = Some(str_bytes(msg));
+        }
+        resp.responses.push(r);
+    }
+    resp
+}
+
+pub async fn handle_incremental(
+    broker: &Broker,
+    _version: i16,
+    req: IncrementalAlterConfigsRequest,
+) -> IncrementalAlterConfigsResponse {
+    let duplicates = duplicate_resources(
+        req.resources
+            .iter()
+            .map(|r| (r.resource_type, &r.resource_name)),
+    );
+    let mut resp = IncrementalAlterConfigsResponse::default();
+    for resource in req.resources {
+        let name = resource.resource_name.to_string();
+        let outcome = if duplicates.contains(&(resource.resource_type, name.clone())) {
+            Err(Refusal::invalid_request(format!(
+                "Duplicate resource {name}"
+            )))
+        } else {
+            match decode_edits(&resource.configs) {
+                Err(r) => Err(r),
+                Ok(edits) => {
+                    apply(
+                        broker,
+                        resource.resource_type,
+                        &name,
+                        req.validate_only,
+                        |current| edit(broker, current, edits),
+                    )
+                    .await
+                }
+            }
+        };
+        let mut r = IncrementalResourceResponse::default();
+        r.resource_type = resource.resource_type;
+        r.resource_name = resource.resource_name;
+        if let Err(Refusal(code, msg)) = outcome {
+            r.error_code = code.code();
+            r.error_message = Some(str_bytes(msg));
+        }
+        resp.responses.push(r);
+    }
+    resp
+}
+
+fn duplicate_resources<'a>(
+    resources: impl Iterator<Item = (i8, &'a StrBytes)>,
+) -> HashSet<(i8, String)> {
+    let mut seen = HashSet::new();
+    resources
+        .map(|(t, n)| (t, n.to_string()))
+        .filter(|k| !seen.insert(k.clone()))
+        .collect()
+}
+
+fn decode_edits(
+    configs: &[kafka_protocol::messages::incremental_alter_configs_request::AlterableConfig],
+) -> Result<Vec<Edit>, Refusal> {
+    let mut names = HashSet::new();
+    let mut edits = Vec::with_capacity(configs.len());
+    for c in configs {
+        let name = c.name.to_string();
+        if !names.insert(name.clone()) {
+            return Err(Refusal::invalid_request(format!(
+                "Error due to duplicate config keys: {name}"
+            )));
+        }
+        let value = c.value.as_ref().map(|v| v.to_string());
+        let needs_value = |value: Option<String>| {
+            value.ok_or_else(|| {
+                Refusal::invalid_request(format!("Null value not supported for : {name}"))
+            })
+        };
+        edits.push(match c.config_operation {
+            OP_SET => Edit::Set(name.clone(), needs_value(value)?),
+            OP_DELETE => Edit::Delete(name),
+            OP_APPEND => Edit::Append(name.clone(), needs_value(value)?),
+            OP_SUBTRACT => Edit::Subtract(name.clone(), needs_value(value)?),
+            other => {
+                return Err(Refusal::invalid_request(format!(
+                    "Unknown alter config operation {other} for {name}"
+                )))
+            }
+        });
+    }
+    Ok(edits)
+}
+
+/// Applies incremental edits to a topic's current overrides. APPEND and
+/// SUBTRACT work on list configs and start from the effective value (the
+/// broker default when the topic has no override), as Kafka's do.
+fn edit(
+    broker: &Broker,
+    current: &BTreeMap<String, String>,
+    edits: Vec<Edit>,
+) -> Result<BTreeMap<String, String>, Refusal> {
+    let mut next = current.clone();
+    for e in edits {
+        match e {
+            Edit::Set(k, v) => {
+                next.insert(k, v);
+            }
+            // Kafka ignores deleting a key that was never set, known or not.
+            Edit::Delete(k) => {
+                next.remove(&k);
+            }
+            Edit::Append(k, v) | Edit::Subtract(k, v) if !is_list(&k) => {
+                known_key(&k)?;
+                let _ = v;
+                return Err(Refusal::invalid_config(format!(
+                    "Config value append/subtract is not allowed for config key: {k}"
+                )));
+            }
+            Edit::Append(k, v) => {
+                let mut items = list_value(broker, current, &k);
+                for item in split_list(&v) {
+                    if !items.contains(&item) {
+                        items.push(item);
+                    }
+                }
+                next.insert(k, items.join(","));
+            }
+            Edit::Subtract(k, v) => {
+                let remove = split_list(&v);
+                let items: Vec<String> = list_value(broker, current, &k)
+                    .into_iter()
+                    .filter(|i| !remove.contains(i))
+                    .collect();
+                next.insert(k, items.join(","));
+            }
+        }
+    }
+    Ok(next)
+}
+
+fn known_key(key: &str) -> Result<(), Refusal> {
+    if TOPIC_CONFIGS.iter().any(|e| e.name == key) {
+        Ok(())
+    } else {
+        Err(Refusal::invalid_config(format!(
+            "Unknown topic config name: {key}"
+        )))
+    }
+}
+
+fn is_list(key: &str) -> bool {
+    key == "cleanup.policy"
+}
+
+fn split_list(v: &str) -> Vec<String> {
+    v.split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(String::from)
+        .collect()
+}
+
+fn list_value(broker: &Broker, current: &BTreeMap<String, String>, key: &str) -> Vec<String> {
+    match current.get(key) {
+        Some(v) => split_list(v),
+        None => split_list(TopicConfigs::resolve(&broker.config, &BTreeMap::new()).get(key)),
+    }
+}
+
+/// Checks the resource, computes its new overrides with `change`, validates
+/// them and, unless `validate_only`, commits the difference.
+async fn apply(
+    broker: &Broker,
+    resource_type: i8,
+    name: &str,
+    validate_only: bool,
+    change: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, Refusal>,
+) -> Result<(), Refusal> {
+    match resource_type {
+        RESOURCE_TOPIC => {}
+        RESOURCE_BROKER => {
+            return Err(Refusal::invalid_request(
+                "Broker configs are static: set them in server.properties and restart",
+            ))
+        }
+        other => {
+            return Err(Refusal::invalid_request(format!(
+                "Unsupported resource type {other}"
+            )))
+        }
+    }
+    let image = broker.metadata.image();
+    let Some(topic) = image.topics.get(name) else {
+        return Err(Refusal(
+            ResponseError::UnknownTopicOrPartition,
+            format!("The topic '{name}' does not exist."),
+        ));
+    };
+    let next = change(&topic.configs)?;
+    TopicConfigs::validate_overrides(next.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .map_err(|e| Refusal::invalid_config(e.to_string()))?;
+    if validate_only {
+        return Ok(());
+    }
+    let set: BTreeMap<String, String> = next
+        .iter()
+        .filter(|(k, v)| topic.configs.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let delete: Vec<String> = topic
+        .configs
+        .keys()
+        .filter(|k| !next.contains_key(*k))
+        .cloned()
+        .collect();
+    if set.is_empty() && delete.is_empty() {
+        return Ok(());
+    }
+    broker
+        .metadata
+        .propose(MetadataCommand::AlterTopicConfigs {
+            name: name.to_string(),
+            set,
+            delete,
+        })
+        .await
+        .map_err(|e| Refusal(metadata_error(&e), e.to_string()))?;
+    broker
+        .sync_replicas()
+        .map_err(|e| Refusal(ResponseError::UnknownServerError, e.to_string()))?;
+    tracing::info!(topic = %name, "altered topic configs");
+    Ok(())
+}

@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# The whole compatibility matrix: matrix.sh [--families "a b"] [--no-peers]
+# Installs every client family and peer suite, starts our broker (release
+# build, or $BROKER_BIN) and Apache Kafka (the reference) side by side on
+# their own ports, runs every family's scenario list and both peer suites
+# against each broker, and writes compat-tests/REPORT.md (client x scenario,
+# ours vs Kafka). Raw results stay in $MATRIX_OUT (default a temp dir, printed).
+# Exits 0 when the report was written, whatever the results: the report is the
+# product; CI pins results through run-ci.sh and the tests.allow files.
+set -uo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
+ROOT=$(cd "$COMPAT_DIR/.." && pwd)
+
+# family name -> scenarios program, relative to compat-tests/
+declare -A FAMILY_CMD=(
+  [java]=java/scenarios
+  [cli]=cli/scenarios
+  [python]=python/scenarios
+  [kcat]=kcat/scenarios
+  [kafkajs]=js/scenarios
+  [franz-go]=go/franz/scenarios
+  [sarama]=go/sarama/scenarios
+)
+# family name -> install part
+declare -A FAMILY_INSTALL=(
+  [java]=java [cli]=kafka [python]=python [kcat]=kcat [kafkajs]=js [franz-go]=go [sarama]=go
+)
+families=(java cli python kcat kafkajs franz-go sarama)
+peers=(kgo librdkafka)
+ours_port=${OURS_PORT:-29092}
+kafka_port=${KAFKA_PORT:-29192}
+# A bound on one family's whole scenario list and one peer suite's run.
+family_timeout_s=${FAMILY_TIMEOUT_S:-900}
+peer_timeout_s=${PEER_TIMEOUT_S:-3600}
+
+while (($#)); do
+  case "$1" in
+    --families) read -r -a families <<<"$2"; shift 2 ;;
+    --no-peers) peers=(); shift ;;
+    *) die "usage: matrix.sh [--families \"java cli ...\"] [--no-peers]" ;;
+  esac
+done
+
+out=${MATRIX_OUT:-$(mktemp -d)}
+mkdir -p "$out/ours" "$out/kafka"
+log "raw results in $out"
+
+declare -A parts=([kafka]=1)
+for f in "${families[@]}"; do parts[${FAMILY_INSTALL[$f]}]=1; done
+for p in "${peers[@]}"; do parts[$p]=1; done
+"$COMPAT_DIR/install.sh" "${!parts[@]}" || die "install failed"
+
+if [[ -z ${BROKER_BIN:-} ]]; then
+  export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/kafka-rs/target}"
+  (cd "$ROOT" && cargo build --release --bin broker) || die "broker build failed"
+  BROKER_BIN="$CARGO_TARGET_DIR/release/broker"
+fi
+
+ours_data=$(mktemp -d)
+kafka_data=$(mktemp -d)
+ours_pid=
+child=
+cleanup() {
+  [[ -n $child ]] && kill -TERM "$child" 2>/dev/null
+  [[ -n $ours_pid ]] && { kill "$ours_pid" 2>/dev/null; wait "$ours_pid" 2>/dev/null; }
+  "$COMPAT_DIR/kafka-reference/stop.sh" "$kafka_data" >/dev/null 2>&1 || true
+  rm -rf "$ours_data" "$kafka_data"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+"$BROKER_BIN" --override "log.dirs=$ours_data" \
+  --override "listeners=PLAINTEXT://127.0.0.1:$ours_port" \
+  --override "metrics.listen.address=127.0.0.1:0" >"$out/ours/broker.log" 2>&1 &
+ours_pid=$!
+"$COMPAT_DIR/kafka-reference/start.sh" "$kafka_port" "$kafka_data" >/dev/null || die "reference Kafka did not start"
+for _ in $(seq 1 100); do
+  (exec 3<>"/dev/tcp/127.0.0.1/$ours_port") 2>/dev/null && break
+  sleep 0.1
+done
+
+# Runs one step in the background so an interrupt stops it at once.
+step() {
+  "$@" &
+  child=$!
+  wait "$child"
+  local rc=$?
+  child=
+  return $rc
+}
+
+broker_version() {
+  case "$1" in
+    ours) echo "$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)" ;;
+    kafka) basename "$(compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" | head -1)" .jar | sed 's/kafka_2.13-/Apache Kafka /' ;;
+  esac
+}
+
+for broker in ours kafka; do
+  port=$ours_port
+  [[ $broker == kafka ]] && port=$kafka_port
+  broker_version "$broker" >"$out/$broker/version"
+  for f in "${families[@]}"; do
+    log "$f scenarios against $broker (127.0.0.1:$port)"
+    start=$SECONDS
+    step timeout --kill-after=10 "$family_timeout_s" "$COMPAT_DIR/${FAMILY_CMD[$f]}" "127.0.0.1:$port" \
+      >"$out/$broker/$f.results" 2>"$out/$broker/$f.err"
+    echo "$?" >"$out/$broker/$f.rc"
+    echo $((SECONDS - start)) >"$out/$broker/$f.seconds"
+    grep -c '^RESULT .* PASS' "$out/$broker/$f.results" | xargs -I{} log "$f on $broker: {} passed"
+  done
+  for p in "${peers[@]}"; do
+    log "$p peer suite against $broker"
+    start=$SECONDS
+    step timeout --kill-after=10 "$peer_timeout_s" "$COMPAT_DIR/$p/run.sh" "127.0.0.1:$port" --all \
+      >"$out/$broker/$p.peer" 2>"$out/$broker/$p.err"
+    echo "$?" >"$out/$broker/$p.rc"
+    echo $((SECONDS - start)) >"$out/$broker/$p.seconds"
+    tail -1 "$out/$broker/$p.peer" | xargs -I{} log "$p on $broker: {}"
+  done
+done
+kill -0 "$ours_pid" 2>/dev/null || log "WARNING: our broker exited during the run (see $out/ours/broker.log)"
+
+python3 "$COMPAT_DIR/report.py" "$out" "${families[*]}" "${peers[*]}" >"$COMPAT_DIR/REPORT.md" || die "report failed"
+log "wrote $COMPAT_DIR/REPORT.md"

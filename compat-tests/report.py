@@ -1,0 +1,182 @@
+#!/usr/bin/env python3
+"""Writes REPORT.md (to stdout) from the raw results matrix.sh collected.
+
+usage: report.py <results-dir> "<family> ..." "<peer suite> ..."
+
+<results-dir>/{ours,kafka}/<family>.results hold the scenario programs'
+`RESULT <id> PASS|FAIL|NA <detail>` lines; <peer>.peer hold the peer suites'
+`PASS <test>` / `FAIL <test> <reason>` lines. A scenario a program never
+reported (it crashed or timed out) counts as failed, so a dead client cannot
+make the report look better.
+"""
+
+import datetime
+import os
+import sys
+
+# The scenario list every family runs, in the order the report shows it
+# (see compat-tests/README.md); families report NA for what their API lacks.
+SCENARIOS = [
+    "admin.topics",
+    "codec.none",
+    "codec.gzip",
+    "codec.snappy",
+    "codec.lz4",
+    "codec.zstd",
+    "idempotent",
+    "group.commit",
+    "seek.earliest",
+    "seek.latest",
+    "seek.timestamp",
+    "large.near_max",
+    "large.above_max",
+    "partitions.many",
+    "unknown.autocreate",
+    "unknown.noautocreate",
+]
+CLI_SCENARIOS = [
+    "cli.topics",
+    "cli.console",
+    "cli.configs",
+    "cli.get-offsets",
+    "cli.consumer-groups",
+    "cli.delete-records",
+]
+BROKERS = ["ours", "kafka"]
+MARK = {"PASS": "pass", "FAIL": "**FAIL**", "NA": "n/a", None: "**missing**"}
+
+
+def read(path):
+    try:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except FileNotFoundError:
+        return ""
+
+
+def scenario_results(out, broker, family):
+    results = {}
+    for line in read(os.path.join(out, broker, family + ".results")).splitlines():
+        parts = line.split(" ", 3)
+        if len(parts) >= 3 and parts[0] == "RESULT" and parts[2] in ("PASS", "FAIL", "NA"):
+            results[parts[1]] = (parts[2], parts[3] if len(parts) > 3 else "")
+    return results
+
+
+def peer_results(out, broker, peer):
+    results = {}
+    for line in read(os.path.join(out, broker, peer + ".peer")).splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) >= 2 and parts[0] in ("PASS", "FAIL"):
+            results[parts[1]] = (parts[0], parts[2] if len(parts) > 2 else "")
+    return results
+
+
+def expected_ids(family, reported):
+    base = CLI_SCENARIOS if family == "cli" else SCENARIOS
+    return base + sorted(set(reported) - set(base))
+
+
+def main():
+    out, families, peers = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+    version = {b: read(os.path.join(out, b, "version")).strip() or "unknown" for b in BROKERS}
+    res = {(b, f): scenario_results(out, b, f) for b in BROKERS for f in families}
+    p = print
+    p("# Compatibility report")
+    p()
+    p(f"Generated {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC by "
+      "`compat-tests/matrix.sh`. Ours: commit `%s`; reference: %s, single node KRaft, "
+      "both with `auto.create.topics.enable=true`, `num.partitions=1`, "
+      "`message.max.bytes=1048588`." % (version["ours"], version["kafka"]))
+    p()
+    p("What each scenario checks is in `compat-tests/README.md`. `n/a`: the client's API "
+      "cannot express the scenario. `missing`: the client never reported it (crash or timeout).")
+    p()
+    p("## Summary")
+    p()
+    p("| client | passed (ours) | failed (ours) | passed (Kafka) | failed (Kafka) | n/a |")
+    p("|---|---|---|---|---|---|")
+    for f in families:
+        counts = {}
+        for b in BROKERS:
+            ids = expected_ids(f, res[(b, f)])
+            st = [res[(b, f)].get(i, (None, ""))[0] for i in ids]
+            counts[b] = (st.count("PASS"), sum(1 for s in st if s in ("FAIL", None)), st.count("NA"))
+        p(f"| {f} | {counts['ours'][0]} | {counts['ours'][1]} | {counts['kafka'][0]} | "
+          f"{counts['kafka'][1]} | {counts['ours'][2]} |")
+    for peer in peers:
+        c = {}
+        for b in BROKERS:
+            r = peer_results(out, b, peer)
+            c[b] = (sum(1 for s, _ in r.values() if s == "PASS"), sum(1 for s, _ in r.values() if s == "FAIL"))
+        p(f"| {peer} peer suite | {c['ours'][0]} | {c['ours'][1]} | {c['kafka'][0]} | {c['kafka'][1]} | |")
+    p()
+
+    lib_families = [f for f in families if f != "cli"]
+    if lib_families:
+        p("## Client libraries × scenario (ours / Kafka)")
+        p()
+        p("| scenario | " + " | ".join(lib_families) + " |")
+        p("|---|" + "---|" * len(lib_families))
+        for sid in SCENARIOS:
+            cells = []
+            for f in lib_families:
+                o = MARK[res[("ours", f)].get(sid, (None,))[0]]
+                k = MARK[res[("kafka", f)].get(sid, (None,))[0]]
+                cells.append(f"{o} / {k}")
+            p(f"| `{sid}` | " + " | ".join(cells) + " |")
+        p()
+    if "cli" in families:
+        p("## Kafka CLI tools (ours / Kafka)")
+        p()
+        p("| scenario | result |")
+        p("|---|---|")
+        for sid in expected_ids("cli", res[("ours", "cli")]):
+            o = MARK[res[("ours", "cli")].get(sid, (None,))[0]]
+            k = MARK[res[("kafka", "cli")].get(sid, (None,))[0]]
+            p(f"| `{sid}` | {o} / {k} |")
+        p()
+
+    p("## Failures on our broker")
+    p()
+    any_failure = False
+    for f in families:
+        for sid in expected_ids(f, res[("ours", f)]):
+            st, detail = res[("ours", f)].get(sid, (None, "never reported"))
+            if st in ("FAIL", None):
+                any_failure = True
+                ks = res[("kafka", f)].get(sid, (None,))[0]
+                p(f"- {f} `{sid}` (Kafka: {MARK[ks]}): {detail.strip() or 'no detail'}")
+    if not any_failure:
+        p("None.")
+    p()
+
+    for peer in peers:
+        ours, kafka = peer_results(out, "ours", peer), peer_results(out, "kafka", peer)
+        p(f"## Peer suite: {peer}")
+        p()
+        secs = {b: read(os.path.join(out, b, peer + ".seconds")).strip() or "?" for b in BROKERS}
+        p(f"All tests (`{peer}/run.sh --all`): ours {sum(1 for s, _ in ours.values() if s == 'PASS')} "
+          f"passed of {len(ours)} in {secs['ours']} s; Kafka "
+          f"{sum(1 for s, _ in kafka.values() if s == 'PASS')} passed of {len(kafka)} in {secs['kafka']} s. "
+          f"Causes are in `{peer}/FINDINGS.md`; what CI pins is `{peer}/tests.allow`.")
+        p()
+        regress = sorted(t for t, (s, _) in ours.items() if s == "FAIL" and kafka.get(t, ("",))[0] == "PASS")
+        if regress:
+            p("Failing on ours, passing on Kafka:")
+            p()
+            for t in regress:
+                p(f"- `{t}`: {ours[t][1].strip()[:200]}")
+            p()
+        both = sorted(t for t, (s, _) in ours.items() if s == "FAIL" and kafka.get(t, ("",))[0] == "FAIL")
+        if both:
+            p("Failing on both: " + ", ".join(f"`{t}`" for t in both))
+            p()
+        only_kafka_fails = sorted(t for t, (s, _) in kafka.items() if s == "FAIL" and ours.get(t, ("",))[0] == "PASS")
+        if only_kafka_fails:
+            p("Passing on ours, failing on Kafka: " + ", ".join(f"`{t}`" for t in only_kafka_fails))
+            p()
+
+
+if __name__ == "__main__":
+    main()
