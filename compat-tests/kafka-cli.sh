@@ -7,7 +7,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 usage() {
   echo "usage: kafka-cli.sh <tool> args..." >&2
   echo "tools: kafka-topics kafka-console-producer kafka-console-consumer kafka-configs" >&2
-  echo "       kafka-get-offsets kafka-producer-perf-test kafka-consumer-perf-test kafka-storage" >&2
+  echo "       kafka-get-offsets kafka-consumer-groups kafka-delete-records" >&2
+  echo "       kafka-producer-perf-test kafka-consumer-perf-test kafka-storage" >&2
   exit 2
 }
 [[ $# -ge 1 ]] || usage
@@ -19,6 +20,8 @@ case "$tool" in
   kafka-console-consumer) main=org.apache.kafka.tools.consumer.ConsoleConsumer ;;
   kafka-configs) main=org.apache.kafka.tools.ConfigCommand ;;
   kafka-get-offsets) main=org.apache.kafka.tools.GetOffsetShell ;;
+  kafka-consumer-groups) main=org.apache.kafka.tools.consumer.group.ConsumerGroupCommand ;;
+  kafka-delete-records) main=org.apache.kafka.tools.DeleteRecordsCommand ;;
   kafka-producer-perf-test) main=org.apache.kafka.tools.ProducerPerformance ;;
   kafka-consumer-perf-test) main=org.apache.kafka.tools.ConsumerPerformance ;;
   kafka-storage) main=kafka.tools.StorageTool ;;
