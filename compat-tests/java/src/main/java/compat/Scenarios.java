@@ -220,6 +220,13 @@ public final class Scenarios {
       check(
           description.partitions().size() == 3,
           "DescribeTopics: %d partitions, expected 3", description.partitions().size());
+      for (var partition : description.partitions()) {
+        check(
+            partition.leader() != null && !partition.leader().isEmpty() && partition.replicas().size() == 1
+                && partition.isr().size() == 1,
+            "DescribeTopics: partition %d leader %s replicas %s isr %s",
+            partition.partition(), partition.leader(), partition.replicas(), partition.isr());
+      }
 
       ConfigResource resource = new ConfigResource(ConfigResource.Type.TOPIC, topic);
       Config config = admin.describeConfigs(List.of(resource)).all().get().get(resource);
@@ -538,6 +545,9 @@ public final class Scenarios {
         offset = md.offset();
         partition = md.partition();
       }
+      // Both brokers run with num.partitions=1, which an auto-created topic must get.
+      int partitionCount = admin.describeTopics(List.of(topic)).allTopicNames().get().get(topic).partitions().size();
+      check(partitionCount == 1, "auto-created topic has %d partitions, num.partitions is 1", partitionCount);
       TopicPartition tp = new TopicPartition(topic, partition);
       try (KafkaConsumer<byte[], byte[]> consumer = new KafkaConsumer<>(assignConsumerProps())) {
         consumer.assign(List.of(tp));
