@@ -22,3 +22,20 @@ CODECS=(none gzip snappy lz4 zstd)
 
 log() { printf '[compat %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
+
+# The client families of the scenario list: name -> scenarios program
+# (relative to compat-tests/) and the install.sh part that provides it.
+declare -A FAMILY_CMD=(
+  [java]=java/scenarios
+  [cli]=cli/scenarios
+  [python]=python/scenarios
+  [kcat]=kcat/scenarios
+  [kafkajs]=js/scenarios
+  [franz-go]=go/franz/scenarios
+  [sarama]=go/sarama/scenarios
+)
+declare -A FAMILY_INSTALL=(
+  [java]=java [cli]=cli [python]=python [kcat]=kcat [kafkajs]=js [franz-go]=go [sarama]=go
+)
+FAMILIES=(java cli python kcat kafkajs franz-go sarama)
+PEER_SUITES=(kgo librdkafka)

@@ -11,22 +11,8 @@ set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 ROOT=$(cd "$COMPAT_DIR/.." && pwd)
 
-# family name -> scenarios program, relative to compat-tests/
-declare -A FAMILY_CMD=(
-  [java]=java/scenarios
-  [cli]=cli/scenarios
-  [python]=python/scenarios
-  [kcat]=kcat/scenarios
-  [kafkajs]=js/scenarios
-  [franz-go]=go/franz/scenarios
-  [sarama]=go/sarama/scenarios
-)
-# family name -> install part
-declare -A FAMILY_INSTALL=(
-  [java]=java [cli]=kafka [python]=python [kcat]=kcat [kafkajs]=js [franz-go]=go [sarama]=go
-)
-families=(java cli python kcat kafkajs franz-go sarama)
-peers=(kgo librdkafka)
+families=("${FAMILIES[@]}")
+peers=("${PEER_SUITES[@]}")
 ours_port=${OURS_PORT:-29092}
 kafka_port=${KAFKA_PORT:-29192}
 # A bound on one family's whole scenario list and one peer suite's run.
