@@ -14,6 +14,7 @@ import json
 import os
 import secrets
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -719,6 +720,16 @@ def run_child(bootstrap, scenario):
     return f"RESULT {scenario} FAIL client process exited {child.returncode} without a result"
 
 
+def reachable_error(bootstrap):
+    """None when the first bootstrap address accepts a TCP connection, else why not."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        return None
+    except (OSError, ValueError) as e:
+        return f"nothing listens on {bootstrap}: {e}"
+
+
 def main():
     args = sys.argv[1:]
     if len(args) >= 3 and args[0] == "--one":
@@ -732,8 +743,10 @@ def main():
         print(f"unknown scenario ids: {' '.join(unknown)}", file=sys.stderr)
         return 2
     failed = 0
+    unreachable = reachable_error(bootstrap)
     for scenario in wanted:
-        line = run_child(bootstrap, scenario)
+        # Nothing listening fails every scenario at once instead of timing each out.
+        line = f"RESULT {scenario} FAIL {unreachable}" if unreachable else run_child(bootstrap, scenario)
         print(line, flush=True)
         failed += line.split()[2] == "FAIL"
     return 1 if failed else 0
