@@ -1,0 +1,756 @@
+#!/usr/bin/env python3
+"""The compat scenarios (SCENARIOS.md) through confluent-kafka (librdkafka).
+
+Usage: scenarios.py <bootstrap> [scenario-id ...]   (no ids = all, in contract order)
+
+Prints one "RESULT <id> PASS|FAIL|NA <detail>" line per scenario on stdout and
+everything else on stderr; exits 0 iff no scenario failed. Each scenario runs in
+its own child process (scenarios.py --one <bootstrap> <id>) so a client call that
+hangs inside librdkafka is ended by the time bound and the next scenario still runs.
+"""
+
+import hashlib
+import json
+import os
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+from confluent_kafka import (
+    OFFSET_BEGINNING,
+    OFFSET_END,
+    TIMESTAMP_CREATE_TIME,
+    Consumer,
+    KafkaError,
+    KafkaException,
+    Producer,
+    TopicCollection,
+    TopicPartition,
+)
+from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
+
+FAMILY = "python"
+SCENARIOS = [
+    "admin.topics",
+    "codec.none",
+    "codec.gzip",
+    "codec.snappy",
+    "codec.lz4",
+    "codec.zstd",
+    "idempotent",
+    "group.commit",
+    "seek.earliest",
+    "seek.latest",
+    "seek.timestamp",
+    "large.near_max",
+    "large.above_max",
+    "partitions.many",
+    "unknown.autocreate",
+    "unknown.noautocreate",
+]
+# The contract bounds each scenario at 60 s; the waits inside are shorter so a
+# broken broker shows up as a FAIL naming what was awaited, not as a bare timeout.
+SCENARIO_TIMEOUT_S = 60.0
+ADMIN_TIMEOUT_S = 20.0
+FLUSH_TIMEOUT_S = 30.0
+CONSUME_TIMEOUT_S = 30.0
+GROUP_TIMEOUT_S = 25.0
+# 2 MiB: the client-side limit the large-record scenarios raise to, above the broker's 1048588.
+RAISED_LIMIT_BYTES = 2 * 1024 * 1024
+
+
+class ScenarioFailed(Exception):
+    pass
+
+
+class NotApplicable(Exception):
+    pass
+
+
+def check(condition, message):
+    if not condition:
+        raise ScenarioFailed(message)
+
+
+def one_line(text):
+    return " ".join(str(text).split())
+
+
+def describe_error(e):
+    """A one-line description naming the Kafka error, for FAIL details."""
+    if isinstance(e, KafkaException) and e.args and isinstance(e.args[0], KafkaError):
+        err = e.args[0]
+        return f"{err.name()} (code {err.code()}): {err.str()}"
+    if isinstance(e, KafkaError):
+        return f"{e.name()} (code {e.code()}): {e.str()}"
+    if isinstance(e, (ScenarioFailed, NotApplicable)):
+        return str(e)
+    return f"{type(e).__name__}: {e}"
+
+
+class Context:
+    """Per-scenario state: the bootstrap, a run-unique topic prefix, the topics to delete
+    afterwards and the errors librdkafka reported through error_cb."""
+
+    def __init__(self, bootstrap, scenario):
+        self.bootstrap = bootstrap
+        self.scenario = scenario
+        self.suffix = secrets.token_hex(4)
+        self.created = []
+        self.client_errors = []
+        self.admin = AdminClient({"bootstrap.servers": bootstrap, "error_cb": self.on_error})
+
+    def on_error(self, err):
+        self.client_errors.append(err)
+        print(f"[{self.scenario}] client error: {err}", file=sys.stderr)
+
+    def errors_seen(self):
+        if not self.client_errors:
+            return "no client error reported"
+        names = []
+        for err in self.client_errors:
+            text = f"{err.name()}: {err.str()}"
+            if text not in names:
+                names.append(text)
+        return "client errors: " + "; ".join(names[-3:])
+
+    def topic(self, tag=""):
+        name = f"compat-{FAMILY}-{self.scenario.replace('.', '-')}{tag}-{self.suffix}"
+        return name
+
+    def producer(self, **config):
+        conf = {"bootstrap.servers": self.bootstrap, "error_cb": self.on_error, "linger.ms": 5}
+        conf.update(config)
+        return Producer(conf)
+
+    def consumer(self, **config):
+        conf = {
+            "bootstrap.servers": self.bootstrap,
+            "error_cb": self.on_error,
+            # librdkafka's consumer requires a group.id even when it only assign()s;
+            # assign-only consumers never join the group nor commit.
+            "group.id": f"compat-{FAMILY}-unused-{self.suffix}",
+            "enable.auto.commit": False,
+            "enable.auto.offset.store": False,
+        }
+        conf.update(config)
+        return Consumer(conf)
+
+    def create_topic(self, topic, partitions, config=None):
+        futures = self.admin.create_topics(
+            [NewTopic(topic, num_partitions=partitions, replication_factor=1, config=config or {})],
+            operation_timeout=ADMIN_TIMEOUT_S,
+            request_timeout=ADMIN_TIMEOUT_S,
+        )
+        self.created.append(topic)
+        try:
+            futures[topic].result(timeout=ADMIN_TIMEOUT_S + 5)
+        except KafkaException as e:
+            raise ScenarioFailed(f"CreateTopics {topic}: {describe_error(e)}") from e
+        self.wait_for_partitions(topic, partitions)
+
+    def wait_for_partitions(self, topic, partitions):
+        # CreateTopics may answer before every partition has a leader in the metadata;
+        # producing earlier would only make librdkafka retry, but waiting keeps errors clear.
+        deadline = time.monotonic() + ADMIN_TIMEOUT_S
+        while True:
+            md = self.admin.list_topics(topic=topic, timeout=ADMIN_TIMEOUT_S)
+            t = md.topics.get(topic)
+            if (
+                t is not None
+                and t.error is None
+                and len(t.partitions) == partitions
+                and all(p.leader >= 0 for p in t.partitions.values())
+            ):
+                return
+            if time.monotonic() > deadline:
+                state = "absent" if t is None else f"error {t.error}, {len(t.partitions)} partitions"
+                raise ScenarioFailed(f"Metadata for new topic {topic}: {state}")
+            time.sleep(0.2)
+
+    def delete_created(self):
+        if not self.created:
+            return
+        try:
+            futures = self.admin.delete_topics(self.created, operation_timeout=10, request_timeout=10)
+            for topic, future in futures.items():
+                try:
+                    future.result(timeout=15)
+                except Exception as e:  # noqa: BLE001 - cleanup is best effort
+                    print(f"[{self.scenario}] delete {topic}: {describe_error(e)}", file=sys.stderr)
+        except Exception as e:  # noqa: BLE001
+            print(f"[{self.scenario}] delete topics: {describe_error(e)}", file=sys.stderr)
+
+
+def key(i):
+    return f"key-{i}".encode()
+
+
+def value(tag, i):
+    # The value repeats the index so a record delivered under the wrong key is caught.
+    return f"value-{i}-{tag}-{'x' * (64 + i % 64)}".encode()
+
+
+def headers(tag, i):
+    return [("index", str(i).encode()), ("tag", tag.encode())]
+
+
+def produce_records(ctx, topic, n, tag, base_timestamp_ms, timestamp_step_ms=1, partition=None, **config):
+    """Produces records 0..n-1 and returns the acknowledged (partition, offset) per index."""
+    producer = ctx.producer(acks="all", **config)
+    acks = [None] * n
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            acks[int(msg.key()[len(b"key-"):])] = (msg.partition(), msg.offset())
+
+    for i in range(n):
+        kwargs = {} if partition is None else {"partition": partition}
+        while True:
+            try:
+                producer.produce(
+                    topic,
+                    key=key(i),
+                    value=value(tag, i),
+                    headers=headers(tag, i),
+                    timestamp=base_timestamp_ms + i * timestamp_step_ms,
+                    on_delivery=on_delivery,
+                    **kwargs,
+                )
+                break
+            except BufferError:
+                producer.poll(0.1)
+        producer.poll(0)
+    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    if errors:
+        raise ScenarioFailed(f"Produce: {describe_error(errors[0])}")
+    check(remaining == 0, f"Produce: {remaining} records unacknowledged after {FLUSH_TIMEOUT_S:.0f} s; {ctx.errors_seen()}")
+    missing = [i for i, a in enumerate(acks) if a is None]
+    check(not missing, f"Produce: {len(missing)} records never acknowledged")
+    return acks
+
+
+def consume_assigned(ctx, partitions, n, start_offset=OFFSET_BEGINNING, **config):
+    """Reads n records from the assigned (topic, partition) list; returns the messages.
+    Fails on a consumer error or when no record arrives for CONSUME_TIMEOUT_S."""
+    consumer = ctx.consumer(**config)
+    messages = []
+    try:
+        consumer.assign([TopicPartition(t, p, start_offset) for t, p in partitions])
+        last_progress = time.monotonic()
+        while len(messages) < n:
+            batch = consumer.consume(num_messages=min(10000, n - len(messages)), timeout=0.5)
+            for m in batch:
+                if m.error() is not None:
+                    raise ScenarioFailed(f"Fetch: {describe_error(m.error())}")
+                messages.append(m)
+            if batch:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > CONSUME_TIMEOUT_S:
+                raise ScenarioFailed(
+                    f"Fetch: stalled at {len(messages)} of {n} records for {CONSUME_TIMEOUT_S:.0f} s; {ctx.errors_seen()}"
+                )
+        # A short extra poll catches records beyond those produced (duplicates).
+        extra = [m for m in consumer.consume(num_messages=100, timeout=0.3) if m.error() is None]
+        check(not extra, f"Fetch: {len(extra)} records beyond the {n} produced")
+    finally:
+        consumer.close()
+    return messages
+
+
+def verify_records(messages, acks, tag, base_timestamp_ms, timestamp_step_ms=1):
+    """Every acknowledged record read exactly once, at its acknowledged offset, in
+    per-partition order, with its key, value, headers and CreateTime timestamp."""
+    expected_by_partition = {}
+    for i, (p, offset) in enumerate(acks):
+        expected_by_partition.setdefault(p, []).append((offset, i))
+    read_by_partition = {}
+    for m in messages:
+        read_by_partition.setdefault(m.partition(), []).append(m)
+    check(
+        set(read_by_partition) <= set(expected_by_partition),
+        f"records read from partitions {sorted(read_by_partition)} but produced to {sorted(expected_by_partition)}",
+    )
+    for p, expected in expected_by_partition.items():
+        expected.sort()
+        read = read_by_partition.get(p, [])
+        check(len(read) == len(expected), f"partition {p}: read {len(read)} records, {len(expected)} acknowledged")
+        for m, (offset, i) in zip(read, expected):
+            where = f"partition {p} offset {m.offset()}"
+            check(m.offset() == offset, f"{where}: expected record {i} acknowledged at offset {offset}")
+            check(m.key() == key(i), f"{where}: key {m.key()!r}, expected {key(i)!r}")
+            check(m.value() == value(tag, i), f"{where}: value differs for record {i}")
+            check(m.headers() == headers(tag, i), f"{where}: headers {m.headers()}")
+            ts_type, ts = m.timestamp()
+            want = base_timestamp_ms + i * timestamp_step_ms
+            check(
+                ts_type == TIMESTAMP_CREATE_TIME and ts == want,
+                f"{where}: timestamp type {ts_type} value {ts}, expected CreateTime {want}",
+            )
+        # Acknowledged offsets grow with the index within a partition: order kept.
+        indexes = [i for _, i in expected]
+        check(indexes == sorted(indexes), f"partition {p}: records acknowledged out of order")
+    return {p: len(read_by_partition.get(p, [])) for p in sorted(expected_by_partition)}
+
+
+def past_timestamp_ms():
+    # One hour back, so a broker that stamps its own clock (or LogAppendTime) is caught.
+    return int(time.time() * 1000) - 3_600_000
+
+
+# --- scenarios -------------------------------------------------------------------
+
+
+def config_source_name(source):
+    try:
+        return ConfigSource(source).name
+    except ValueError:
+        return str(source)
+
+
+def admin_topics(ctx):
+    topic = ctx.topic()
+    ctx.create_topic(topic, 3, {"retention.ms": "3600000"})
+
+    description = None
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while description is None:
+        try:
+            futures = ctx.admin.describe_topics(TopicCollection([topic]), request_timeout=ADMIN_TIMEOUT_S)
+            description = futures[topic].result(timeout=ADMIN_TIMEOUT_S + 5)
+        except KafkaException as e:
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(f"DescribeTopics (Metadata): {describe_error(e)}") from e
+            time.sleep(0.2)
+    check(len(description.partitions) == 3, f"DescribeTopics: {len(description.partitions)} partitions, expected 3")
+
+    resource = ConfigResource(ResourceType.TOPIC, topic)
+    try:
+        configs = ctx.admin.describe_configs([resource], request_timeout=ADMIN_TIMEOUT_S)[resource].result(
+            timeout=ADMIN_TIMEOUT_S + 5
+        )
+    except KafkaException as e:
+        raise ScenarioFailed(f"DescribeConfigs: {describe_error(e)}") from e
+    entry = configs.get("retention.ms")
+    check(entry is not None, "DescribeConfigs: no retention.ms entry")
+    check(entry.value == "3600000", f"DescribeConfigs: retention.ms={entry.value}, expected 3600000")
+
+    listed = ctx.admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics
+    check(topic in listed, "Metadata (all topics): the new topic is not listed")
+
+    try:
+        ctx.admin.delete_topics([topic], operation_timeout=ADMIN_TIMEOUT_S, request_timeout=ADMIN_TIMEOUT_S)[topic].result(
+            timeout=ADMIN_TIMEOUT_S + 5
+        )
+    except KafkaException as e:
+        raise ScenarioFailed(f"DeleteTopics: {describe_error(e)}") from e
+    ctx.created.remove(topic)
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    while topic in ctx.admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics:
+        check(time.monotonic() < deadline, f"Metadata: topic still listed {ADMIN_TIMEOUT_S:.0f} s after DeleteTopics")
+        time.sleep(0.2)
+    return f"created 3 partitions, retention.ms={entry.value} (source {config_source_name(entry.source)}), listed, deleted, gone"
+
+
+def codec(name):
+    def run(ctx):
+        topic = ctx.topic()
+        ctx.create_topic(topic, 3)
+        base = past_timestamp_ms()
+        acks = produce_records(ctx, topic, 1000, name, base, **{"compression.type": name})
+        messages = consume_assigned(ctx, [(topic, p) for p in range(3)], 1000)
+        sizes = verify_records(messages, acks, name, base)
+        return f"1000 records compression.type={name}, per partition {list(sizes.values())}, key/value/headers/CreateTime/order ok"
+
+    return run
+
+
+def idempotent(ctx):
+    topic = ctx.topic()
+    ctx.create_topic(topic, 3)
+    base = past_timestamp_ms()
+    acks = produce_records(ctx, topic, 1000, "idempotent", base, **{"enable.idempotence": True})
+    messages = consume_assigned(ctx, [(topic, p) for p in range(3)], 1000)
+    sizes = verify_records(messages, acks, "idempotent", base)
+    return f"1000 records exactly once and in order, per partition {list(sizes.values())}"
+
+
+def poll_one(consumer, ctx, what, timeout_s, describe=None):
+    """The next record, skipping partition-EOF events; fails naming what was awaited
+    (describe() gives a fresher description at the time of failure)."""
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        m = consumer.poll(0.5)
+        if m is None:
+            continue
+        if m.error() is not None:
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                continue
+            raise ScenarioFailed(f"{what}: {describe_error(m.error())}")
+        return m
+    if describe is not None:
+        what = describe()
+    raise ScenarioFailed(f"timeout ({timeout_s:.0f} s) waiting for {what}; {ctx.errors_seen()}")
+
+
+# librdkafka consumer group states (statistics "cgrp.state") and the request each awaits.
+GROUP_STEPS = {
+    "query-coord": "FindCoordinator not answered (librdkafka sends it only when ApiVersions lists it)",
+    "wait-coord": "waiting for the coordinator found by FindCoordinator",
+    "wait-broker": "connecting to the coordinator",
+    "wait-broker-transport": "connecting to the coordinator",
+}
+
+
+def group_commit(ctx):
+    topic = ctx.topic()
+    ctx.create_topic(topic, 1)
+    base = past_timestamp_ms()
+    produce_records(ctx, topic, 200, "group", base)
+    group = f"compat-{FAMILY}-group-{ctx.suffix}"
+    config = {"group.id": group, "auto.offset.reset": "earliest", "session.timeout.ms": 10000}
+
+    # librdkafka's statistics carry the consumer group state, which names the
+    # protocol step a stuck group is waiting on (query-coord = FindCoordinator).
+    group_states = []
+
+    def on_stats(stats_json):
+        cgrp = json.loads(stats_json).get("cgrp") or {}
+        group_states.append(f"{cgrp.get('state')}/{cgrp.get('join_state')}")
+
+    config.update({"statistics.interval.ms": 1000, "stats_cb": on_stats})
+
+    def awaiting(what):
+        state = group_states[-1] if group_states else "unknown"
+        step = GROUP_STEPS.get(state.split("/")[0], "")
+        return f"{what} (group state {state}{': ' + step if step else ''})"
+
+    first = ctx.consumer(**config)
+    try:
+        first.subscribe([topic])
+        offsets = []
+        while len(offsets) < 100:
+            what = "group assignment and first record" if not offsets else "records"
+            m = poll_one(first, ctx, awaiting(what), GROUP_TIMEOUT_S, lambda: awaiting(what))
+            offsets.append(m.offset())
+        check(offsets == list(range(100)), f"first consumer read offsets {offsets[:3]}..., expected 0..99")
+        try:
+            first.commit(offsets=[TopicPartition(topic, 0, 100)], asynchronous=False)
+        except KafkaException as e:
+            raise ScenarioFailed(f"OffsetCommit: {describe_error(e)}") from e
+        committed = first.committed([TopicPartition(topic, 0)], timeout=ADMIN_TIMEOUT_S)[0]
+        check(committed.offset == 100, f"OffsetFetch: committed offset {committed.offset}, expected 100")
+    finally:
+        first.close()
+
+    second = ctx.consumer(**config)
+    try:
+        second.subscribe([topic])
+        what = "second consumer's first record"
+        m = poll_one(second, ctx, what, GROUP_TIMEOUT_S, lambda: awaiting(what))
+        check(m.offset() == 100, f"second consumer resumed at offset {m.offset()}, expected 100 (committed)")
+        check(m.key() == key(100), f"second consumer read key {m.key()!r} at offset 100")
+    finally:
+        second.close()
+    return "first member read 0..99 and committed 100; second member resumed at 100"
+
+
+def seek_setup(ctx):
+    """A 1-partition topic with records 0..99 whose timestamps are T0 + i*1000 ms."""
+    topic = ctx.topic()
+    ctx.create_topic(topic, 1)
+    t0 = past_timestamp_ms()
+    produce_records(ctx, topic, 100, "seek", t0, timestamp_step_ms=1000)
+    return topic, t0
+
+
+def seek_earliest(ctx):
+    topic, t0 = seek_setup(ctx)
+    consumer = ctx.consumer()
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
+        m = poll_one(consumer, ctx, "first record after seeking to earliest", CONSUME_TIMEOUT_S)
+    finally:
+        consumer.close()
+    check(m.offset() == 0, f"first record at offset {m.offset()}, expected 0")
+    check(m.key() == key(0) and m.timestamp()[1] == t0, f"first record key {m.key()!r} timestamp {m.timestamp()}")
+    return "assign(OFFSET_BEGINNING): first record offset 0, T0"
+
+
+def seek_latest(ctx):
+    topic, _ = seek_setup(ctx)
+    # enable.partition.eof reports the resolved end offset, so the new record is
+    # produced only after the consumer's position is known to be the old end.
+    consumer = ctx.consumer(**{"enable.partition.eof": True})
+    try:
+        consumer.assign([TopicPartition(topic, 0, OFFSET_END)])
+        deadline = time.monotonic() + CONSUME_TIMEOUT_S
+        eof_offset = None
+        while eof_offset is None:
+            check(time.monotonic() < deadline, f"timeout waiting for end of partition after seek to latest; {ctx.errors_seen()}")
+            m = consumer.poll(0.5)
+            if m is None:
+                continue
+            if m.error() is not None and m.error().code() == KafkaError._PARTITION_EOF:
+                eof_offset = m.offset()
+            elif m.error() is not None:
+                raise ScenarioFailed(f"Fetch: {describe_error(m.error())}")
+            else:
+                raise ScenarioFailed(f"read old record at offset {m.offset()} after seeking to latest")
+        check(eof_offset == 100, f"end of partition reported at offset {eof_offset}, expected 100")
+        producer = ctx.producer(acks="all")
+        producer.produce(topic, key=b"late", value=b"produced-after-seek")
+        check(producer.flush(FLUSH_TIMEOUT_S) == 0, "Produce: the late record was not acknowledged")
+        m = poll_one(consumer, ctx, "the record produced after the seek", CONSUME_TIMEOUT_S)
+    finally:
+        consumer.close()
+    check(m.offset() == 100 and m.key() == b"late", f"first record read: offset {m.offset()} key {m.key()!r}, expected 100 'late'")
+    return "assign(OFFSET_END): end at 100, nothing old read, first record is the new one at offset 100"
+
+
+def seek_timestamp(ctx):
+    topic, t0 = seek_setup(ctx)
+    target = t0 + 50 * 1000
+    consumer = ctx.consumer()
+    try:
+        try:
+            found = consumer.offsets_for_times([TopicPartition(topic, 0, target)], timeout=ADMIN_TIMEOUT_S)[0]
+        except KafkaException as e:
+            raise ScenarioFailed(f"ListOffsets (offsets_for_times): {describe_error(e)}") from e
+        check(found.error is None, f"ListOffsets (offsets_for_times): {found.error}")
+        check(found.offset == 50, f"ListOffsets for T0+50000: offset {found.offset}, expected 50")
+        consumer.assign([TopicPartition(topic, 0, found.offset)])
+        m = poll_one(consumer, ctx, "record at the offset for the timestamp", CONSUME_TIMEOUT_S)
+    finally:
+        consumer.close()
+    check(m.offset() == 50 and m.timestamp()[1] == target, f"read offset {m.offset()} timestamp {m.timestamp()}")
+    return "offsets_for_times(T0+50000) = 50; record 50 read with that timestamp"
+
+
+def large_value(size):
+    # A deterministic, barely compressible pattern so truncation or corruption shows.
+    block = hashlib.sha256(b"compat").digest() * 2048
+    return (block * (size // len(block) + 1))[:size]
+
+
+def large_near_max(ctx):
+    topic = ctx.topic()
+    ctx.create_topic(topic, 1)
+    payload = large_value(1_000_000)
+    producer = ctx.producer(
+        acks="all", **{"message.max.bytes": RAISED_LIMIT_BYTES, "batch.size": RAISED_LIMIT_BYTES, "compression.type": "none"}
+    )
+    errors = []
+    producer.produce(topic, key=b"large", value=payload, on_delivery=lambda err, msg: err and errors.append(err))
+    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    if errors:
+        raise ScenarioFailed(f"Produce: {describe_error(errors[0])}")
+    check(remaining == 0, f"Produce: record unacknowledged after {FLUSH_TIMEOUT_S:.0f} s; {ctx.errors_seen()}")
+    messages = consume_assigned(
+        ctx, [(topic, 0)], 1, **{"fetch.max.bytes": RAISED_LIMIT_BYTES * 2, "max.partition.fetch.bytes": RAISED_LIMIT_BYTES}
+    )
+    got = messages[0].value()
+    check(got == payload, f"value read back has {len(got or b'')} bytes or differs from the 1000000 produced")
+    return "1000000-byte value produced and consumed intact"
+
+
+def large_above_max(ctx):
+    topic = ctx.topic()
+    ctx.create_topic(topic, 1)
+    producer = ctx.producer(
+        acks="all",
+        **{
+            "message.max.bytes": RAISED_LIMIT_BYTES,
+            "batch.size": RAISED_LIMIT_BYTES,
+            "compression.type": "none",
+            "message.timeout.ms": int(FLUSH_TIMEOUT_S * 1000),
+        },
+    )
+    reports = []
+    # produce() itself raises only for the client-side limit, raised here above the
+    # record's size: any MSG_SIZE_TOO_LARGE seen in the delivery report is the broker's.
+    producer.produce(topic, key=b"large", value=large_value(1_100_000), on_delivery=lambda err, msg: reports.append(err))
+    producer.flush(FLUSH_TIMEOUT_S + 5)
+    check(reports, f"no delivery report within {FLUSH_TIMEOUT_S:.0f} s; {ctx.errors_seen()}")
+    err = reports[0]
+    check(err is not None, "Produce of a 1100000-byte record was acknowledged; expected MESSAGE_TOO_LARGE (10)")
+    check(
+        err.code() == KafkaError.MSG_SIZE_TOO_LARGE,
+        f"Produce failed with {describe_error(err)}, expected MESSAGE_TOO_LARGE (10)",
+    )
+    return f"broker rejected the 1100000-byte record: {err.name()} (code {err.code()})"
+
+
+def partitions_many(ctx):
+    topic = ctx.topic()
+    count = 200
+    ctx.create_topic(topic, count)
+    base = past_timestamp_ms()
+    producer = ctx.producer(acks="all")
+    acks = {}
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            acks[msg.partition()] = (msg.key(), msg.offset())
+
+    for p in range(count):
+        producer.produce(topic, partition=p, key=f"p{p}".encode(), value=b"one", timestamp=base + p, on_delivery=on_delivery)
+        producer.poll(0)
+    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    if errors:
+        raise ScenarioFailed(f"Produce: {describe_error(errors[0])}")
+    check(remaining == 0 and len(acks) == count, f"Produce: {len(acks)} of {count} acknowledged; {ctx.errors_seen()}")
+    messages = consume_assigned(ctx, [(topic, p) for p in range(count)], count)
+    seen = {}
+    for m in messages:
+        check(m.partition() not in seen, f"partition {m.partition()} read twice")
+        check(m.key() == f"p{m.partition()}".encode() and m.offset() == 0, f"partition {m.partition()}: key {m.key()!r} offset {m.offset()}")
+        seen[m.partition()] = m
+    check(len(seen) == count, f"read {len(seen)} of {count} partitions")
+    return f"{count} partitions, one record each produced and consumed"
+
+
+def unknown_autocreate(ctx):
+    topic = ctx.topic()
+    ctx.created.append(topic)
+    producer = ctx.producer(acks="all", **{"allow.auto.create.topics": True, "message.timeout.ms": int(FLUSH_TIMEOUT_S * 1000)})
+    reports = []
+    producer.produce(topic, key=b"auto", value=b"created-by-produce", on_delivery=lambda err, msg: reports.append((err, msg)))
+    producer.flush(FLUSH_TIMEOUT_S + 5)
+    check(reports, f"no delivery report for the produce to a new topic; {ctx.errors_seen()}")
+    err, msg = reports[0]
+    if err is not None:
+        raise ScenarioFailed(f"Produce to a nonexistent topic: {describe_error(err)}")
+    messages = consume_assigned(ctx, [(topic, msg.partition())], 1)
+    m = messages[0]
+    check(m.key() == b"auto" and m.value() == b"created-by-produce", f"read key {m.key()!r} value {m.value()!r}")
+    return f"auto-created, record acked at partition {msg.partition()} offset {msg.offset()} and consumed"
+
+
+def unknown_noautocreate(ctx):
+    topic = ctx.topic()
+    consumer = ctx.consumer(**{"allow.auto.create.topics": False})
+    try:
+        md = consumer.list_topics(topic=topic, timeout=ADMIN_TIMEOUT_S)
+    finally:
+        consumer.close()
+    t = md.topics.get(topic)
+    check(t is not None, "Metadata: the topic is missing from the response (no error reported)")
+    check(t.error is not None, f"Metadata: no error for the nonexistent topic ({len(t.partitions)} partitions)")
+    check(
+        t.error.code() == KafkaError.UNKNOWN_TOPIC_OR_PART,
+        f"Metadata: {describe_error(t.error)}, expected UNKNOWN_TOPIC_OR_PARTITION",
+    )
+    # Kafka creates auto topics asynchronously after answering; give a wrongly
+    # triggered creation time to show before looking.
+    time.sleep(1.5)
+    if topic in ctx.admin.list_topics(timeout=ADMIN_TIMEOUT_S).topics:
+        ctx.created.append(topic)
+        raise ScenarioFailed("the topic was created although allow.auto.create.topics=false")
+    return "Metadata: UNKNOWN_TOPIC_OR_PARTITION, topic not created"
+
+
+RUNNERS = {
+    "admin.topics": admin_topics,
+    "codec.none": codec("none"),
+    "codec.gzip": codec("gzip"),
+    "codec.snappy": codec("snappy"),
+    "codec.lz4": codec("lz4"),
+    "codec.zstd": codec("zstd"),
+    "idempotent": idempotent,
+    "group.commit": group_commit,
+    "seek.earliest": seek_earliest,
+    "seek.latest": seek_latest,
+    "seek.timestamp": seek_timestamp,
+    "large.near_max": large_near_max,
+    "large.above_max": large_above_max,
+    "partitions.many": partitions_many,
+    "unknown.autocreate": unknown_autocreate,
+    "unknown.noautocreate": unknown_noautocreate,
+}
+
+
+def run_one(bootstrap, scenario):
+    """Runs one scenario in this process and prints its RESULT line."""
+    started = time.monotonic()
+    ctx = Context(bootstrap, scenario)
+    try:
+        detail = RUNNERS[scenario](ctx)
+        line = f"RESULT {scenario} PASS {one_line(detail)} ({time.monotonic() - started:.1f} s)"
+    except NotApplicable as e:
+        line = f"RESULT {scenario} NA {one_line(e)}"
+    except Exception as e:  # noqa: BLE001 - any error fails this scenario, the next still runs
+        line = f"RESULT {scenario} FAIL {one_line(describe_error(e))}"
+    print(line, flush=True)
+    ctx.delete_created()
+    return 0
+
+
+def run_child(bootstrap, scenario):
+    """Runs a scenario in a child process bounded by SCENARIO_TIMEOUT_S; returns its RESULT line."""
+    child = subprocess.Popen(
+        [sys.executable, os.path.abspath(__file__), "--one", bootstrap, scenario],
+        stdout=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        out, _ = child.communicate(timeout=SCENARIO_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        os.killpg(child.pid, signal.SIGKILL)
+        out, _ = child.communicate()
+        results = [l for l in out.splitlines() if l.startswith(f"RESULT {scenario} ")]
+        # A scenario that reported but hung in cleanup keeps its result.
+        return results[0] if results else f"RESULT {scenario} FAIL timeout after {SCENARIO_TIMEOUT_S:.0f} s"
+    results = [l for l in out.splitlines() if l.startswith(f"RESULT {scenario} ")]
+    for l in out.splitlines():
+        if not l.startswith("RESULT "):
+            print(l, file=sys.stderr)
+    if results:
+        return results[0]
+    return f"RESULT {scenario} FAIL client process exited {child.returncode} without a result"
+
+
+def reachable_error(bootstrap):
+    """None when the first bootstrap address accepts a TCP connection, else why not."""
+    host, _, port = bootstrap.split(",")[0].rpartition(":")
+    try:
+        socket.create_connection((host, int(port)), timeout=5).close()
+        return None
+    except (OSError, ValueError) as e:
+        return f"nothing listens on {bootstrap}: {e}"
+
+
+def main():
+    args = sys.argv[1:]
+    if len(args) >= 3 and args[0] == "--one":
+        return run_one(args[1], args[2])
+    if not args:
+        print("usage: scenarios.py <bootstrap> [scenario-id ...]", file=sys.stderr)
+        return 2
+    bootstrap, wanted = args[0], args[1:] or SCENARIOS
+    unknown = [s for s in wanted if s not in RUNNERS]
+    if unknown:
+        print(f"unknown scenario ids: {' '.join(unknown)}", file=sys.stderr)
+        return 2
+    failed = 0
+    unreachable = reachable_error(bootstrap)
+    for scenario in wanted:
+        # Nothing listening fails every scenario at once instead of timing each out.
+        line = f"RESULT {scenario} FAIL {unreachable}" if unreachable else run_child(bootstrap, scenario)
+        print(line, flush=True)
+        failed += line.split()[2] == "FAIL"
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
