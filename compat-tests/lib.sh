@@ -24,7 +24,8 @@ log() { printf '[compat %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 die() { log "ERROR: $*"; exit 1; }
 
 # The client families of the scenario list: name -> scenarios program
-# (relative to compat-tests/) and the install.sh part that provides it.
+# (relative to compat-tests/) and the install.sh parts it needs (a
+# space-separated list: kcat sets its topics up through the python venv).
 declare -A FAMILY_CMD=(
   [java]=java/scenarios
   [cli]=cli/scenarios
@@ -35,7 +36,7 @@ declare -A FAMILY_CMD=(
   [sarama]=go/sarama/scenarios
 )
 declare -A FAMILY_INSTALL=(
-  [java]=java [cli]=cli [python]=python [kcat]=kcat [kafkajs]=js [franz-go]=go [sarama]=go
+  [java]=java [cli]=cli [python]=python [kcat]="kcat python" [kafkajs]=js [franz-go]=go [sarama]=go
 )
 FAMILIES=(java cli python kcat kafkajs franz-go sarama)
 PEER_SUITES=(kgo librdkafka)

@@ -32,7 +32,7 @@ mkdir -p "$out/ours" "$out/kafka"
 log "raw results in $out"
 
 declare -A parts=([kafka]=1)
-for f in "${families[@]}"; do parts[${FAMILY_INSTALL[$f]}]=1; done
+for f in "${families[@]}"; do for p in ${FAMILY_INSTALL[$f]}; do parts[$p]=1; done; done
 for p in "${peers[@]}"; do parts[$p]=1; done
 "$COMPAT_DIR/install.sh" "${!parts[@]}" || die "install failed"
 
