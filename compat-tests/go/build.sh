@@ -15,7 +15,7 @@ export GOFLAGS="-mod=readonly ${GOFLAGS:-}"
 go_inputs_hash() {
   {
     go version
-    cd "$GO_MODULE_DIR" && find . -name '*.go' -o -name go.mod -o -name go.sum | LC_ALL=C sort | xargs cat
+    cd "$GO_MODULE_DIR" && find . -name '*.go' -o -name go.mod -o -name go.sum -o -name build.sh | LC_ALL=C sort | xargs cat
   } | sha256sum | cut -d' ' -f1
 }
 

@@ -563,8 +563,8 @@ func seekTimestamp(ctx context.Context, env *sc.Env) (string, error) {
 		return "", fmt.Errorf("ListOffsets(timestamp): %w", err)
 	}
 	lo, ok := listed.Lookup(topic, 0)
-	if !ok || lo.Err != nil || lo.Offset != 50 {
-		return "", fmt.Errorf("ListOffsets(timestamp T0+50000): %+v, want offset 50", lo)
+	if !ok || lo.Err != nil || lo.Offset != 50 || lo.Timestamp != target {
+		return "", fmt.Errorf("ListOffsets(timestamp T0+50000): %+v, want offset 50 with timestamp %d", lo, target)
 	}
 	consumer, err := newClient(env,
 		kgo.ConsumePartitions(map[string]map[int32]kgo.Offset{topic: {0: kgo.NewOffset().AfterMilli(target)}}))
@@ -579,7 +579,7 @@ func seekTimestamp(ctx context.Context, env *sc.Env) (string, error) {
 	if got[0].Offset != 50 || got[0].TimestampMs != target {
 		return "", fmt.Errorf("consume after T0+50000: first record offset %d timestamp %d, want 50 / %d", got[0].Offset, got[0].TimestampMs, target)
 	}
-	return "ListOffsets(T0+50000)=50 (timestamp " + fmt.Sprint(lo.Timestamp) + "), consumer started at 50", nil
+	return "ListOffsets(T0+50000) = offset 50 with that timestamp; consumer started at 50", nil
 }
 
 func largeClient(env *sc.Env, extra ...kgo.Opt) (*kgo.Client, error) {
@@ -641,7 +641,15 @@ func largeAboveMax(ctx context.Context, env *sc.Env) (string, error) {
 	case err == nil:
 		return "", errors.New("Produce: 1,100,000-byte record acknowledged, want MESSAGE_TOO_LARGE")
 	case errors.Is(err, kerr.MessageTooLarge):
-		return "Produce rejected: MESSAGE_TOO_LARGE (10)", nil
+		// The rejected batch must not have been appended.
+		ends, err := adm.ListEndOffsets(ctx, topic)
+		if err != nil {
+			return "", fmt.Errorf("ListOffsets(latest) after rejection: %w", err)
+		}
+		if end, ok := ends.Lookup(topic, 0); !ok || end.Err != nil || end.Offset != 0 {
+			return "", fmt.Errorf("ListOffsets(latest) after MESSAGE_TOO_LARGE: %+v, want offset 0", end)
+		}
+		return "Produce rejected: MESSAGE_TOO_LARGE (10); log end offset still 0", nil
 	default:
 		return "", fmt.Errorf("Produce: %v, want MESSAGE_TOO_LARGE", err)
 	}

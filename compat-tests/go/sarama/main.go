@@ -475,9 +475,18 @@ func groupCommit(ctx context.Context, env *sc.Env) (string, error) {
 		return "", err
 	}
 
+	// sarama may start a new session (and call the handler again) before the
+	// member is closed, so the handler ignores everything after its 100th
+	// record and the offsets are read under the lock.
+	var mu sync.Mutex
 	var firstOffsets []int64
 	firstDone := make(chan struct{})
 	first := groupHandler{onMessage: func(sess sarama.ConsumerGroupSession, m *sarama.ConsumerMessage) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(firstOffsets) == 100 {
+			return true
+		}
 		firstOffsets = append(firstOffsets, m.Offset)
 		if len(firstOffsets) < 100 {
 			return false
@@ -493,7 +502,10 @@ func groupCommit(ctx context.Context, env *sc.Env) (string, error) {
 	if err != nil {
 		return "", fmt.Errorf("%s; first member: %w", diagnoseCoordinator(s, group), err)
 	}
-	for i, o := range firstOffsets {
+	mu.Lock()
+	firstRead := append([]int64(nil), firstOffsets...)
+	mu.Unlock()
+	for i, o := range firstRead {
 		if o != int64(i) {
 			return "", fmt.Errorf("first member: record %d has offset %d", i, o)
 		}
@@ -509,6 +521,11 @@ func groupCommit(ctx context.Context, env *sc.Env) (string, error) {
 	var secondOffsets []int64
 	secondDone := make(chan struct{})
 	second := groupHandler{onMessage: func(_ sarama.ConsumerGroupSession, m *sarama.ConsumerMessage) bool {
+		mu.Lock()
+		defer mu.Unlock()
+		if len(secondOffsets) == 100 {
+			return true
+		}
 		secondOffsets = append(secondOffsets, m.Offset)
 		if len(secondOffsets) < 100 {
 			return false
@@ -519,7 +536,10 @@ func groupCommit(ctx context.Context, env *sc.Env) (string, error) {
 	if err := runMember(ctx, s, group, topic, secondDone, second); err != nil {
 		return "", fmt.Errorf("second member: %w", err)
 	}
-	for i, o := range secondOffsets {
+	mu.Lock()
+	secondRead := append([]int64(nil), secondOffsets...)
+	mu.Unlock()
+	for i, o := range secondRead {
 		if o != int64(100+i) {
 			return "", fmt.Errorf("second member: record %d has offset %d, want %d (resume at committed 100)", i, o, 100+i)
 		}
@@ -735,7 +755,16 @@ func largeAboveMax(ctx context.Context, env *sc.Env) (string, error) {
 	case err == nil:
 		return "", errors.New("Produce: 1,100,000-byte record acknowledged, want MESSAGE_TOO_LARGE")
 	case errors.Is(err, sarama.ErrMessageSizeTooLarge):
-		return "Produce rejected: MESSAGE_TOO_LARGE (10)", nil
+		// The rejected batch must not have been appended.
+		cl, err := s.client(newConfig())
+		if err != nil {
+			return "", err
+		}
+		end, err := cl.GetOffset(topic, 0, sarama.OffsetNewest)
+		if err != nil || end != 0 {
+			return "", fmt.Errorf("ListOffsets(latest) after MESSAGE_TOO_LARGE: offset %d (%v), want 0", end, err)
+		}
+		return "Produce rejected: MESSAGE_TOO_LARGE (10); log end offset still 0", nil
 	default:
 		return "", fmt.Errorf("Produce: %v, want MESSAGE_TOO_LARGE", err)
 	}
