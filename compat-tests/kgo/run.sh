@@ -44,6 +44,8 @@ fi
 run_id=$(date -u +%Y%m%dT%H%M%SZ)-$$
 log_dir="$KGO_CACHE/logs/$run_id"
 mkdir -p "$log_dir"
+# Keep the logs of the last 20 runs only; each --all run writes a few MB.
+ls -1dt "$KGO_CACHE/logs"/*/ 2>/dev/null | tail -n +21 | xargs -r rm -rf
 log "franz-go $(cat "$KGO_CACHE/version"): ${#tests[@]} tests against $bootstrap ($mode), logs in $log_dir"
 
 # The first message of the first failed (sub)test, or of a skipped test: go
