@@ -25,10 +25,12 @@ if [[ -f "$stamp" && "$(cat "$stamp")" == "$want" && -x "$KGO_CACHE/kgo.test" &&
   exit 0
 fi
 
-# Outside any module, `go mod download` fetches (or finds in the module cache)
-# exactly this version and prints where its source lives. The directory is
-# read-only, which is fine: go test -c writes only to the build cache and -o.
-module_dir=$(cd "$KGO_CACHE" && GOFLAGS=-mod=mod GO111MODULE=on go mod download -json "github.com/twmb/franz-go@$FRANZ_GO_VERSION" \
+# Outside any module (/ has no go.mod, and GOWORK=off ignores a workspace),
+# `go mod download` fetches (or finds in the module cache) exactly this
+# version and prints where its source lives. The directory is read-only,
+# which is fine: go test -c writes only to the build cache and -o.
+export GOWORK=off GO111MODULE=on
+module_dir=$(cd / && GOFLAGS= go mod download -json "github.com/twmb/franz-go@$FRANZ_GO_VERSION" \
   | sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')
 [[ -n "$module_dir" && -d "$module_dir/pkg/kgo" ]] || die "go mod download gave no source for franz-go $FRANZ_GO_VERSION"
 
@@ -41,7 +43,7 @@ mv "$KGO_CACHE/kgo.test.new" "$KGO_CACHE/kgo.test"
 
 # kgo marks none of its tests as integration tests; the lister finds the ones
 # that reach the broker through the test helpers (see its header comment).
-go run "$KGO_DIR/list-integration-tests.go" "$module_dir/pkg/kgo" >"$KGO_CACHE/integration-tests.new"
+(cd / && go run "$KGO_DIR/list-integration-tests.go" "$module_dir/pkg/kgo") >"$KGO_CACHE/integration-tests.new"
 [[ -s "$KGO_CACHE/integration-tests.new" ]] || die "found no kgo integration tests"
 mv "$KGO_CACHE/integration-tests.new" "$KGO_CACHE/integration-tests"
 

@@ -5,7 +5,8 @@
 #   --allowed  only the tests listed in compat-tests/kgo/tests.allow; exits
 #              non-zero if any of them does not pass (what CI pins)
 # Prints `PASS <Test>`, `FAIL <Test> <reason>` or `SKIP <Test> <reason>` per
-# test and ends with `N passed, M failed, K skipped`. Full output of each test
+# test on stdout (durations go to stderr) and ends with
+# `N passed, M failed, K skipped`. Full output of each test
 # goes to .cache/kgo/logs/<run id>/<Test>.log (the path is printed on stderr).
 #
 # Environment (defaults in brackets):
@@ -108,16 +109,19 @@ for t in "${tests[@]}"; do
   rc=$?
   took=$((SECONDS - t0))
   if [[ $rc -eq 0 ]] && grep -q -E "^--- PASS: ${t} " "$out"; then
-    echo "PASS $t (${took}s)"
+    log "$t passed in ${took}s"
+    echo "PASS $t"
     passed=$((passed + 1))
   elif [[ $rc -eq 0 ]] && grep -q -E "^--- SKIP: ${t} " "$out"; then
     reason=$(first_message "$out" SKIP)
+    log "$t skipped in ${took}s"
     echo "SKIP $t $reason"
     skipped=$((skipped + 1))
   else
     [[ $rc -eq 124 || $rc -eq 137 ]] && ! grep -q '^panic: test timed out' "$out" \
       && echo "panic: test timed out after ${test_timeout_s}s (killed by the outer timeout)" >>"$out"
-    echo "FAIL $t $(failure_reason "$out" "$rc" | cut -c1-300) (${took}s)"
+    log "$t failed in ${took}s"
+    echo "FAIL $t $(failure_reason "$out" "$rc" | cut -c1-300)"
     failed=$((failed + 1))
   fi
 done
