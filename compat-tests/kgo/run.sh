@@ -11,8 +11,8 @@
 #
 # Environment (defaults in brackets):
 #   KGO_TEST_TIMEOUT_S  bound on one top-level test                        [120]
-#   KGO_TEST_RECORDS    records per produce/ETL test; franz-go's own default is
-#                       500000, far too slow for CI                         [20000]
+#   KGO_TEST_RECORDS    records of the group, transaction and share ETL tests;
+#                       franz-go's own default, 500000, takes many minutes [20000]
 #   KGO_LOG_LEVEL       client log level in the per-test logs (info|debug|none) [info]
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
