@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# The whole compatibility matrix: matrix.sh [--families "a b"] [--no-peers]
+# The whole compatibility matrix:
+#   matrix.sh [--families "java cli ..."] [--peers "kgo librdkafka"] [--report-only]
 # Installs every client family and peer suite, starts our broker (release
 # build, or $BROKER_BIN) and Apache Kafka (the reference) side by side on
 # their own ports, runs every family's scenario list and both peer suites
 # against each broker, and writes compat-tests/REPORT.md (client x scenario,
-# ours vs Kafka). Raw results stay in $MATRIX_OUT (default a temp dir, printed).
+# ours vs Kafka). Raw results stay in $MATRIX_OUT (default a temp dir, printed);
+# a run with a subset of families or peers adds to an existing $MATRIX_OUT,
+# and --report-only rewrites REPORT.md from it without running anything.
 # Exits 0 when the report was written, whatever the results: the report is the
 # product; CI pins results through run-ci.sh and the tests.allow files.
 set -uo pipefail
@@ -19,17 +22,32 @@ kafka_port=${KAFKA_PORT:-29192}
 family_timeout_s=${FAMILY_TIMEOUT_S:-900}
 peer_timeout_s=${PEER_TIMEOUT_S:-3600}
 
+report_only=0
 while (($#)); do
   case "$1" in
     --families) read -r -a families <<<"$2"; shift 2 ;;
-    --no-peers) peers=(); shift ;;
-    *) die "usage: matrix.sh [--families \"java cli ...\"] [--no-peers]" ;;
+    --peers) read -r -a peers <<<"$2"; shift 2 ;;
+    --report-only) report_only=1; shift ;;
+    *) die "usage: matrix.sh [--families \"java cli ...\"] [--peers \"kgo librdkafka\"] [--report-only]" ;;
   esac
 done
 
 out=${MATRIX_OUT:-$(mktemp -d)}
 mkdir -p "$out/ours" "$out/kafka"
 log "raw results in $out"
+
+# The report covers every family and peer suite with results in $out.
+write_report() {
+  local fams=() ps=() f
+  for f in "${FAMILIES[@]}"; do [[ -f $out/ours/$f.results ]] && fams+=("$f"); done
+  for f in "${PEER_SUITES[@]}"; do [[ -f $out/ours/$f.peer ]] && ps+=("$f"); done
+  python3 "$COMPAT_DIR/report.py" "$out" "${fams[*]}" "${ps[*]}" >"$COMPAT_DIR/REPORT.md" || die "report failed"
+  log "wrote $COMPAT_DIR/REPORT.md"
+}
+if ((report_only)); then
+  write_report
+  exit 0
+fi
 
 declare -A parts=([kafka]=1)
 for f in "${families[@]}"; do for p in ${FAMILY_INSTALL[$f]}; do parts[$p]=1; done; done
@@ -107,5 +125,4 @@ for broker in ours kafka; do
 done
 kill -0 "$ours_pid" 2>/dev/null || log "WARNING: our broker exited during the run (see $out/ours/broker.log)"
 
-python3 "$COMPAT_DIR/report.py" "$out" "${families[*]}" "${peers[*]}" >"$COMPAT_DIR/REPORT.md" || die "report failed"
-log "wrote $COMPAT_DIR/REPORT.md"
+write_report
