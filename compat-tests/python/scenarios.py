@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The compat scenarios (SCENARIOS.md) through confluent-kafka (librdkafka).
+"""The compat scenarios (the scenario list in compat-tests/README.md) through confluent-kafka (librdkafka).
 
 Usage: scenarios.py <bootstrap> [scenario-id ...]   (no ids = all, in contract order)
 
