@@ -111,7 +111,7 @@ for broker in ours kafka; do
       >"$out/$broker/$f.results" 2>"$out/$broker/$f.err"
     echo "$?" >"$out/$broker/$f.rc"
     echo $((SECONDS - start)) >"$out/$broker/$f.seconds"
-    grep -c '^RESULT .* PASS' "$out/$broker/$f.results" | xargs -I{} log "$f on $broker: {} passed"
+    log "$f on $broker: $(grep -c '^RESULT [^ ]* PASS' "$out/$broker/$f.results") passed"
   done
   for p in "${peers[@]}"; do
     log "$p peer suite against $broker"
@@ -120,7 +120,7 @@ for broker in ours kafka; do
       >"$out/$broker/$p.peer" 2>"$out/$broker/$p.err"
     echo "$?" >"$out/$broker/$p.rc"
     echo $((SECONDS - start)) >"$out/$broker/$p.seconds"
-    tail -1 "$out/$broker/$p.peer" | xargs -I{} log "$p on $broker: {}"
+    log "$p on $broker: $(tail -1 "$out/$broker/$p.peer")"
   done
 done
 kill -0 "$ours_pid" 2>/dev/null || log "WARNING: our broker exited during the run (see $out/ours/broker.log)"

@@ -16,6 +16,14 @@ pub enum PartitionError {
     CorruptMessage(String),
     #[error("invalid record: {0}")]
     InvalidRecord(String),
+    /// Kafka's LogValidator rule: a compacted topic keeps the latest record
+    /// per key, so a record without one has no meaning there.
+    #[error("Compacted topic cannot accept message without key in topic partition {partition}.")]
+    KeylessRecordsInCompactedTopic {
+        partition: String,
+        /// Batch indexes of the keyless records, for ProduceResponse `record_errors`.
+        indexes: Vec<i32>,
+    },
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: u32 },
     #[error(transparent)]
@@ -44,6 +52,7 @@ impl PartitionError {
             PartitionError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
             PartitionError::CorruptMessage(_) => ResponseError::CorruptMessage,
             PartitionError::InvalidRecord(_) => ResponseError::InvalidRecord,
+            PartitionError::KeylessRecordsInCompactedTopic { .. } => ResponseError::InvalidRecord,
             PartitionError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
             PartitionError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
                 ResponseError::InvalidProducerEpoch

@@ -666,3 +666,70 @@ async fn alter_configs_replaces_the_whole_override_set() {
     assert_eq!(topic_config(&mut c, "rep", "segment.ms").await.1, 5);
     b.running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compacted_topics_reject_keyless_records_naming_each() {
+    let b = start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(
+        c.create_topic("compacted", 1, &[("cleanup.policy", "compact")])
+            .await,
+        0
+    );
+    // Strip the keys of records 1 and 3 by re-encoding them keyless.
+    let mut b2 = batch(&["a", "b", "c", "d"], Compression::Lz4, None);
+    let mut set = kafka_protocol::records::RecordBatchDecoder::decode(&mut b2).unwrap();
+    set.records[1].key = None;
+    set.records[3].key = None;
+    let mut buf = bytes::BytesMut::new();
+    kafka_protocol::records::RecordBatchEncoder::encode(
+        &mut buf,
+        &set.records,
+        &kafka_protocol::records::RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Lz4,
+        },
+    )
+    .unwrap();
+    let resp = c.produce("compacted", 0, -1, buf.freeze()).await;
+    assert_eq!(resp.error_code, ResponseError::InvalidRecord.code());
+    let indexes: Vec<i32> = resp.record_errors.iter().map(|e| e.batch_index).collect();
+    assert_eq!(indexes, vec![1, 3]);
+    assert!(resp.error_message.unwrap().contains("without key"));
+    // Nothing of the rejected batch was stored; keyed records still are.
+    let ok = c
+        .produce("compacted", 0, -1, batch(&["x"], Compression::None, None))
+        .await;
+    assert_eq!((ok.error_code, ok.base_offset), (0, 0));
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_compression_type_recompresses_batches_on_append() {
+    let b = start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(
+        c.create_topic("zst", 1, &[("compression.type", "zstd")])
+            .await,
+        0
+    );
+    let sent = ["one", "two", "three"];
+    let resp = c
+        .produce("zst", 0, -1, batch(&sent, Compression::Gzip, None))
+        .await;
+    assert_eq!(resp.error_code, 0);
+    let data = c.fetch("zst", 0, 0, 0).await;
+    let stored = data.records.clone().unwrap();
+    let view = protocol::record_batch::RecordBatchView::parse(&stored).unwrap();
+    assert_eq!(view.codec().unwrap(), protocol::record_batch::Codec::Zstd);
+    view.verify_crc().unwrap();
+    assert_eq!(
+        values(&data.records),
+        vec![
+            (0, "one".to_string()),
+            (1, "two".to_string()),
+            (2, "three".to_string())
+        ]
+    );
+    b.running.shutdown().await;
+}

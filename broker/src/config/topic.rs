@@ -2,6 +2,8 @@ use std::collections::BTreeMap;
 
 use thiserror::Error;
 
+use protocol::record_batch::Codec;
+
 use super::ServerConfig;
 use crate::log::{CleanupPolicy, LogConfig};
 
@@ -141,11 +143,13 @@ impl TopicConfigEntry {
                 "CreateTime" | "LogAppendTime" => Ok(()),
                 _ => Err("String must be one of: CreateTime, LogAppendTime".into()),
             },
-            // Batches are stored as the producer sent them; recompressing on
-            // the broker would mean re-encoding on the hot path.
+            // `producer` stores batches as sent; a codec makes the broker
+            // recompress batches that arrive in another one.
             Kind::Compression => match value {
-                "producer" => Ok(()),
-                _ => Err("only 'producer' is supported: batches are stored as sent".into()),
+                "producer" | "uncompressed" | "gzip" | "snappy" | "lz4" | "zstd" => Ok(()),
+                _ => Err(
+                    "String must be one of: uncompressed, zstd, lz4, snappy, gzip, producer".into(),
+                ),
             },
         }
     }
@@ -241,6 +245,23 @@ impl TopicConfigs {
         self.get("message.timestamp.type") == "LogAppendTime"
     }
 
+    /// The codec every stored batch must use; `None` for `producer`, which
+    /// keeps each batch as its producer compressed it.
+    pub fn compression_target(&self) -> Option<Codec> {
+        match self.get("compression.type") {
+            "uncompressed" => Some(Codec::None),
+            "gzip" => Some(Codec::Gzip),
+            "snappy" => Some(Codec::Snappy),
+            "lz4" => Some(Codec::Lz4),
+            "zstd" => Some(Codec::Zstd),
+            _ => None,
+        }
+    }
+
+    pub fn compacted(&self) -> bool {
+        validate_cleanup_policy(self.get("cleanup.policy")).is_ok_and(|p| p.compact)
+    }
+
     pub fn min_insync_replicas(&self) -> i32 {
         self.long("min.insync.replicas") as i32
     }
@@ -299,6 +320,7 @@ mod tests {
         );
         assert!(TopicConfigs::validate_overrides([("segment.bytes", "1")]).is_err());
         assert!(TopicConfigs::validate_overrides([("cleanup.policy", "compact,delete")]).is_ok());
-        assert!(TopicConfigs::validate_overrides([("compression.type", "lz4")]).is_err());
+        assert!(TopicConfigs::validate_overrides([("compression.type", "lz4")]).is_ok());
+        assert!(TopicConfigs::validate_overrides([("compression.type", "brotli")]).is_err());
     }
 }

@@ -2,7 +2,9 @@
 //! answer per partition. v0-2 are advertised (librdkafka needs to see them,
 //! KAFKA-18659) but rejected, as Kafka 4 does.
 
-use kafka_protocol::messages::produce_response::{PartitionProduceResponse, TopicProduceResponse};
+use kafka_protocol::messages::produce_response::{
+    BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
+};
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
 
@@ -14,7 +16,7 @@ use crate::types::TopicPartition;
 /// The first Produce version Kafka 4 accepts.
 const MIN_ACCEPTED_VERSION: i16 = 3;
 
-fn partition_error(index: i32, err: &PartitionError) -> PartitionProduceResponse {
+fn partition_error(version: i16, index: i32, err: &PartitionError) -> PartitionProduceResponse {
     let mut p = PartitionProduceResponse::default();
     p.index = index;
     p.error_code = err.code();
@@ -22,6 +24,26 @@ fn partition_error(index: i32, err: &PartitionError) -> PartitionProduceResponse
     p.log_append_time_ms = -1;
     p.log_start_offset = -1;
     p.error_message = err.message().map(str_bytes);
+    // v8+ name the offending records, so a client fails only those and
+    // reports the rest of the batch as collateral (as against Kafka).
+    if let PartitionError::KeylessRecordsInCompactedTopic { indexes, .. } = err {
+        if version >= 8 {
+            p.record_errors = indexes
+                .iter()
+                .map(|&i| {
+                    let mut e = BatchIndexAndErrorMessage::default();
+                    e.batch_index = i;
+                    e.batch_index_error_message = err.message().map(str_bytes);
+                    e
+                })
+                .collect();
+            p.error_message = Some(str_bytes(format!(
+                "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: {}",
+                indexes.len(),
+                err
+            )));
+        }
+    }
     p
 }
 
@@ -87,7 +109,7 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
                     }
                     metrics::counter!("kafka_broker_partition_errors_total", "api" => "Produce", "code" => e.code().to_string())
                         .increment(1);
-                    partition_error(pd.index, &e)
+                    partition_error(version, pd.index, &e)
                 }
             };
             t.partition_responses.push(p);

@@ -2,6 +2,7 @@
 //! Synchronous; the caller holds the partition's lock and passes `now_ms`.
 
 pub mod producer_state;
+mod transcode;
 
 use std::path::PathBuf;
 
@@ -160,6 +161,23 @@ impl Partition {
                 min_isr: self.configs.min_insync_replicas(),
             });
         }
+        // Kafka's LogValidator runs before the producer-state check: keys on
+        // compacted topics, then recompression to the topic's codec.
+        let compacted = self.configs.compacted();
+        let target = self.configs.compression_target();
+        let recompressed = if compacted || target.is_some_and(|t| view.codec().ok() != Some(t)) {
+            let scan = transcode::scan(&view, compacted, target, max)?;
+            if !scan.keyless.is_empty() {
+                return Err(PartitionError::KeylessRecordsInCompactedTopic {
+                    partition: self.tp.to_string(),
+                    indexes: scan.keyless,
+                });
+            }
+            scan.recompressed
+        } else {
+            None
+        };
+        let records = recompressed.as_ref().unwrap_or(records);
         if let ProducerCheck::Duplicate(m) = self.producers.check(&view)? {
             return Ok(AppendOutcome {
                 base_offset: m.first_offset,
