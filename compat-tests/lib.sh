@@ -40,3 +40,8 @@ declare -A FAMILY_INSTALL=(
 )
 FAMILIES=(java cli python kcat kafkajs franz-go sarama)
 PEER_SUITES=(kgo librdkafka)
+
+# Every install part run-ci.sh needs, one per line.
+ci_parts() {
+  printf '%s\n' kcat python java kafka ${FAMILY_INSTALL[@]} "${PEER_SUITES[@]}" | sort -u
+}

@@ -17,8 +17,7 @@ bootstrap=$1
 # A bound on each client's whole run; at N=100000 each takes 15-25 s against Kafka.
 client_timeout_s=${CLIENT_TIMEOUT_S:-900}
 
-mapfile -t parts < <(printf '%s\n' kcat python java kafka ${FAMILY_INSTALL[@]} "${PEER_SUITES[@]}" | sort -u)
-"$COMPAT_DIR/install.sh" "${parts[@]}" || die "install failed"
+"$COMPAT_DIR/install.sh" ci || die "install failed"
 
 host=${bootstrap%:*}
 port=${bootstrap##*:}
