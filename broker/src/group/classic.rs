@@ -274,17 +274,8 @@ impl ClassicGroup {
 
     fn classic_group_join(&mut self, request: JoinRequest, now_ms: i64) -> Reply<JoinResponse> {
         let member_id = request.member_id.clone();
-        // Kafka checks these in the service before the group is touched.
-        if self.group_id.is_empty() {
-            return Reply::Now(JoinResponse::error(member_id, GroupError::InvalidGroupId));
-        }
-        if request.session_timeout_ms < self.config.min_session_timeout_ms
-            || request.session_timeout_ms > self.config.max_session_timeout_ms
-        {
-            return Reply::Now(JoinResponse::error(
-                member_id,
-                GroupError::InvalidSessionTimeout,
-            ));
+        if let Err(e) = validate_join_request(&self.group_id, &self.config, &request) {
+            return Reply::Now(JoinResponse::error(member_id, e));
         }
         if !self.accept_joining_member(&member_id) {
             // Kafka removes the member too: in PreparingRebalance this kicks
@@ -1394,6 +1385,24 @@ impl ClassicGroup {
             members,
         }
     }
+}
+
+/// The checks Kafka's group coordinator service makes before it looks the
+/// group up (so a request that fails them creates no group).
+pub(super) fn validate_join_request(
+    group_id: &str,
+    config: &ClassicGroupConfig,
+    request: &JoinRequest,
+) -> Result<(), GroupError> {
+    if group_id.is_empty() {
+        return Err(GroupError::InvalidGroupId);
+    }
+    if request.session_timeout_ms < config.min_session_timeout_ms
+        || request.session_timeout_ms > config.max_session_timeout_ms
+    {
+        return Err(GroupError::InvalidSessionTimeout);
+    }
+    Ok(())
 }
 
 /// Kafka's member id: the instance id for static members (so operators can

@@ -13,6 +13,7 @@
 //! the wire types of `kafka-protocol`; a thin adapter maps those.
 
 mod classic;
+mod coordinator;
 
 #[cfg(test)]
 mod tests;
@@ -24,6 +25,7 @@ use bytes::Bytes;
 use kafka_protocol::ResponseError;
 
 pub use classic::{ClassicGroup, MemberView};
+pub use coordinator::GroupCoordinator;
 
 /// A member id handed out by the coordinator: `client_id` (or, for static
 /// members, `group.instance.id`) + "-" + a UUID. The empty id is Kafka's

@@ -838,3 +838,95 @@ fn config_validation_rejects_impossible_settings() {
         Err(ClassicGroupConfigError::SessionTimeoutRange { .. })
     ));
 }
+
+// ------------------------------------------------------------ GroupCoordinator
+
+fn coordinator() -> GroupCoordinator {
+    GroupCoordinator::new(ClassicGroupConfig {
+        initial_rebalance_delay_ms: 0,
+        ..config()
+    })
+}
+
+#[test]
+fn coordinator_creates_a_group_only_on_a_first_join() {
+    let mut c = coordinator();
+    let r = now_reply(c.join("g", join_request("someone", None), 0).reply);
+    assert_eq!(r.error, Some(GroupError::UnknownMemberId));
+    assert!(c.group("g").is_none());
+
+    let mut bad = join_request("", None);
+    bad.session_timeout_ms = 1;
+    let r = now_reply(c.join("g", bad, 0).reply);
+    assert_eq!(r.error, Some(GroupError::InvalidSessionTimeout));
+    assert!(c.group("g").is_none());
+    let r = now_reply(c.join("", join_request("", None), 0).reply);
+    assert_eq!(r.error, Some(GroupError::InvalidGroupId));
+
+    let first = now_reply(c.join("g", join_request("", None), 0).reply);
+    assert_eq!(first.error, Some(GroupError::MemberIdRequired));
+    let out = c.join("g", join_request(first.member_id.as_str(), None), 0);
+    assert_eq!(parked(&out.reply), first.member_id);
+    assert_eq!(c.next_deadline_ms(), Some(0));
+    let ready = c.tick(0);
+    assert_eq!(ready.len(), 1);
+    assert_eq!(ready[0].0, "g");
+    assert!(ready[0].1.join_for(first.member_id.as_str()).is_some());
+}
+
+#[test]
+fn coordinator_answers_requests_for_missing_groups_as_unknown_member() {
+    let mut c = coordinator();
+    let m = MemberId::from("m");
+    assert_eq!(
+        c.heartbeat("nope", &heartbeat(&m, 1), 0),
+        Err(GroupError::UnknownMemberId)
+    );
+    let s = now_reply(c.sync("nope", sync_request(&m, 1), 0).reply);
+    assert_eq!(s.error, Some(GroupError::UnknownMemberId));
+    assert_eq!(
+        c.leave("nope", &[], 0).result,
+        Err(GroupError::UnknownMemberId)
+    );
+    assert_eq!(c.delete_group("nope", 0), Err(GroupError::GroupIdNotFound));
+}
+
+#[test]
+fn coordinator_offset_commit_to_missing_group() {
+    let mut c = coordinator();
+    let m = MemberId::from("m");
+    assert_eq!(
+        c.validate_offset_commit("g", &m, None, GenerationId(1), true, 0),
+        Err(GroupError::GroupIdNotFound)
+    );
+    assert_eq!(
+        c.validate_offset_commit("g", &m, None, GenerationId(1), false, 0),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert!(c.group("g").is_none());
+    // Generation -1: a simple group is created and the commit accepted.
+    assert_eq!(
+        c.validate_offset_commit("g", &MemberId::unknown(), None, GenerationId(-1), true, 0),
+        Ok(())
+    );
+    assert_eq!(
+        c.group("g").map(ClassicGroup::state),
+        Some(GroupState::Empty)
+    );
+    assert_eq!(c.delete_group("g", 1), Ok(()));
+    assert!(c.group("g").is_none());
+}
+
+#[test]
+fn coordinator_refuses_to_delete_a_group_with_members() {
+    let mut c = coordinator();
+    let first = now_reply(c.join("g", join_request("", None), 0).reply);
+    c.join("g", join_request(first.member_id.as_str(), None), 0);
+    assert_eq!(c.delete_group("g", 1), Err(GroupError::NonEmptyGroup));
+    let ready = c.unload(&["g"], 2);
+    assert_eq!(
+        ready[0].1.join_for(first.member_id.as_str()).unwrap().error,
+        Some(GroupError::NotCoordinator)
+    );
+    assert!(c.group("g").is_none());
+}
