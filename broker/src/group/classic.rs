@@ -1336,6 +1336,73 @@ impl ClassicGroup {
         self.leader_id.clone().unwrap_or_default()
     }
 
+    /// The invariants the state machine keeps; checked after every step of
+    /// the randomized tests.
+    #[cfg(test)]
+    pub(super) fn assert_invariants(&self) {
+        assert_eq!(
+            self.leader_id.is_some(),
+            !self.members.is_empty(),
+            "a group has a leader exactly when it has members"
+        );
+        if let Some(leader) = &self.leader_id {
+            assert!(
+                self.members.contains_key(leader),
+                "leader {leader} is a member"
+            );
+        }
+        for (instance_id, member_id) in &self.static_members {
+            let member = &self.members[member_id];
+            assert_eq!(member.group_instance_id.as_ref(), Some(instance_id));
+        }
+        for member in self.members.values() {
+            if let Some(instance_id) = &member.group_instance_id {
+                assert_eq!(
+                    self.static_members.get(instance_id),
+                    Some(&member.member_id)
+                );
+            }
+            if member.awaiting_join {
+                assert_eq!(self.state, GroupState::PreparingRebalance);
+            }
+            if member.awaiting_sync {
+                assert_eq!(self.state, GroupState::CompletingRebalance);
+            }
+            // Every member is watched: by its session, or by the timer of
+            // the phase its parked request waits for.
+            assert!(
+                member.heartbeat_deadline_ms.is_some()
+                    || (member.awaiting_join && self.join_timer.is_some())
+                    || member.awaiting_sync,
+                "member {} is watched by no timer in {}",
+                member.member_id,
+                self.state
+            );
+        }
+        for member_id in &self.pending_sync_members {
+            assert!(self.members.contains_key(member_id));
+        }
+        match self.state {
+            GroupState::Empty | GroupState::Dead => {
+                assert!(self.members.is_empty() || self.state == GroupState::Dead)
+            }
+            GroupState::CompletingRebalance => {
+                assert!(!self.members.is_empty(), "{} without members", self.state);
+                assert!(
+                    self.sync_timer.is_some(),
+                    "waiting for the leader's assignment always has a deadline"
+                );
+            }
+            GroupState::Stable => {
+                assert!(!self.members.is_empty(), "{} without members", self.state)
+            }
+            GroupState::PreparingRebalance => assert!(
+                self.join_timer.is_some(),
+                "a rebalance always has a deadline"
+            ),
+        }
+    }
+
     fn num_awaiting_join(&self) -> usize {
         self.members.values().filter(|m| m.awaiting_join).count()
     }

@@ -930,3 +930,250 @@ fn coordinator_refuses_to_delete_a_group_with_members() {
     );
     assert!(c.group("g").is_none());
 }
+
+// ------------------------------------------------------- randomized sequences
+
+mod randomized {
+    use std::collections::HashMap;
+
+    use proptest::prelude::*;
+
+    use super::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Join { client: usize, protocols: u8 },
+        Sync { client: usize, stale: bool },
+        Heartbeat { client: usize },
+        Leave { client: usize },
+        AdminLeave { client: usize },
+        Advance { ms: i64 },
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            3 => (0..4usize, 0..4u8).prop_map(|(client, protocols)| Op::Join { client, protocols }),
+            3 => (0..4usize, proptest::bool::weighted(0.1))
+                .prop_map(|(client, stale)| Op::Sync { client, stale }),
+            2 => (0..4usize).prop_map(|client| Op::Heartbeat { client }),
+            1 => (0..4usize).prop_map(|client| Op::Leave { client }),
+            1 => (0..2usize).prop_map(|client| Op::AdminLeave { client }),
+            3 => (0..20_000i64).prop_map(|ms| Op::Advance { ms }),
+        ]
+    }
+
+    /// What a client remembers, as a Kafka consumer does.
+    #[derive(Clone, Debug, Default)]
+    struct Client {
+        member_id: MemberId,
+        generation: i32,
+    }
+
+    /// Clients 0 and 1 are static members, 2 and 3 dynamic.
+    fn instance_of(client: usize) -> Option<GroupInstanceId> {
+        (client < 2).then(|| GroupInstanceId(format!("i{client}")))
+    }
+
+    fn protocols(variant: u8) -> Vec<Protocol> {
+        match variant {
+            0 => vec![protocol("range", "a")],
+            1 => vec![protocol("range", "b")],
+            2 => vec![protocol("cooperative-sticky", "a"), protocol("range", "a")],
+            _ => vec![protocol("roundrobin", "a")],
+        }
+    }
+
+    #[derive(Default)]
+    struct Harness {
+        clients: [Client; 4],
+        /// Parked requests not answered yet, (is_sync, member id), and the
+        /// client that sent each.
+        outstanding: HashMap<(bool, MemberId), usize>,
+        /// How far the run got, to see that the sequences reach the
+        /// interesting states.
+        max_generation: i32,
+        stable_seen: bool,
+    }
+
+    impl Harness {
+        fn on_join(&mut self, client: usize, r: &JoinResponse) {
+            let c = &mut self.clients[client];
+            match r.error {
+                None | Some(GroupError::MemberIdRequired) => {
+                    c.member_id = r.member_id.clone();
+                    c.generation = r.generation_id.0;
+                }
+                Some(GroupError::UnknownMemberId) | Some(GroupError::FencedInstanceId) => {
+                    c.member_id = MemberId::unknown();
+                    c.generation = -1;
+                }
+                Some(_) => {}
+            }
+        }
+
+        fn deliver(&mut self, completed: &Completions) {
+            for (member_id, r) in &completed.joins {
+                let Some(client) = self.outstanding.remove(&(false, member_id.clone())) else {
+                    panic!("unexpected JoinGroup response for {member_id}: {r:?}");
+                };
+                // A client that restarted meanwhile ignores the answer to
+                // its previous incarnation.
+                if self.clients[client].member_id == *member_id
+                    || self.clients[client].member_id.is_unknown()
+                {
+                    self.on_join(client, r);
+                }
+                self.max_generation = self.max_generation.max(r.generation_id.0);
+            }
+            for (member_id, r) in &completed.syncs {
+                assert!(
+                    self.outstanding
+                        .remove(&(true, member_id.clone()))
+                        .is_some(),
+                    "unexpected SyncGroup response for {member_id}: {r:?}"
+                );
+            }
+        }
+    }
+
+    /// Runs the operations; returns the highest generation and whether the
+    /// group was ever Stable.
+    fn run(ops: Vec<Op>) -> (i32, bool) {
+        let mut g = ClassicGroup::new(
+            "g",
+            ClassicGroupConfig {
+                initial_rebalance_delay_ms: 3_000,
+                ..ClassicGroupConfig::default()
+            },
+            0,
+        );
+        let mut h = Harness::default();
+        let mut now = 0i64;
+        for op in ops {
+            match op {
+                Op::Join {
+                    client,
+                    protocols: p,
+                } => {
+                    let mut req = join_request(h.clients[client].member_id.as_str(), None);
+                    req.group_instance_id = instance_of(client);
+                    req.protocols = protocols(p);
+                    req.rebalance_timeout_ms = 15_000;
+                    let out = g.join(req, now);
+                    match &out.reply {
+                        Reply::Now(r) => h.on_join(client, r),
+                        Reply::Parked(m) => {
+                            h.outstanding.insert((false, m.clone()), client);
+                        }
+                    }
+                    h.deliver(&out.completed);
+                }
+                Op::Sync { client, stale } => {
+                    let c = h.clients[client].clone();
+                    let mut req = sync_request(&c.member_id, c.generation - i32::from(stale));
+                    req.group_instance_id = instance_of(client);
+                    req.protocol_name = None;
+                    req.assignments = h
+                        .clients
+                        .iter()
+                        .map(|c| (c.member_id.clone(), Bytes::from("x")))
+                        .collect();
+                    let out = g.sync(req, now);
+                    if let Reply::Parked(m) = &out.reply {
+                        h.outstanding.insert((true, m.clone()), client);
+                    }
+                    h.deliver(&out.completed);
+                }
+                Op::Heartbeat { client } => {
+                    let c = h.clients[client].clone();
+                    let mut req = heartbeat(&c.member_id, c.generation);
+                    req.group_instance_id = instance_of(client);
+                    let _ = g.heartbeat(&req, now);
+                }
+                Op::Leave { client } => {
+                    let c = h.clients[client].clone();
+                    let out = g.leave(
+                        &[LeaveMember {
+                            member_id: c.member_id,
+                            group_instance_id: instance_of(client),
+                        }],
+                        now,
+                    );
+                    h.deliver(&out.completed);
+                }
+                Op::AdminLeave { client } => {
+                    let out = g.leave(
+                        &[LeaveMember {
+                            member_id: MemberId::unknown(),
+                            group_instance_id: instance_of(client),
+                        }],
+                        now,
+                    );
+                    h.deliver(&out.completed);
+                }
+                Op::Advance { ms } => {
+                    now += ms;
+                    let completed = g.tick(now);
+                    h.deliver(&completed);
+                }
+            }
+            g.assert_invariants();
+            h.stable_seen |= g.state() == GroupState::Stable;
+        }
+
+        // Left alone, every group drains: parked requests are answered and
+        // silent members time out, until the group is empty.
+        let end = now + 3_600_000;
+        while let Some(deadline) = g.next_deadline_ms() {
+            assert!(deadline <= end, "a deadline beyond an hour of silence");
+            now = now.max(deadline);
+            let completed = g.tick(now);
+            h.deliver(&completed);
+            g.assert_invariants();
+        }
+        assert_eq!(g.state(), GroupState::Empty);
+        assert!(
+            h.outstanding.is_empty(),
+            "never answered: {:?}",
+            h.outstanding
+        );
+        (h.max_generation, h.stable_seen)
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(512))]
+
+        #[test]
+        fn random_sequences_keep_invariants_and_drain(ops in proptest::collection::vec(op(), 0..80)) {
+            run(ops);
+        }
+    }
+
+    /// The random sequences are only worth something if they reach
+    /// rebalances and Stable groups; check that they do, with a fixed seed.
+    #[test]
+    fn random_sequences_reach_stable_groups_and_later_generations() {
+        use proptest::strategy::ValueTree;
+        use proptest::test_runner::{Config, RngAlgorithm, TestRng, TestRunner};
+        let mut runner = TestRunner::new_with_rng(
+            Config::default(),
+            TestRng::from_seed(RngAlgorithm::ChaCha, &[7; 32]),
+        );
+        let strategy = proptest::collection::vec(op(), 40..80);
+        let (mut stable_runs, mut max_generation) = (0, 0);
+        for _ in 0..200 {
+            let ops = strategy.new_tree(&mut runner).unwrap().current();
+            let (generation, stable) = run(ops);
+            stable_runs += usize::from(stable);
+            max_generation = max_generation.max(generation);
+        }
+        assert!(
+            stable_runs >= 20,
+            "only {stable_runs} of 200 runs became Stable"
+        );
+        assert!(
+            max_generation >= 3,
+            "generations stayed at {max_generation}"
+        );
+    }
+}
