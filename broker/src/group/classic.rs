@@ -13,10 +13,10 @@ use bytes::Bytes;
 use indexmap::IndexMap;
 
 use super::{
-    ClassicGroupConfig, Completions, GenerationId, GroupError, GroupInstanceId, GroupState,
-    HeartbeatRequest, JoinOutcome, JoinRequest, JoinResponse, JoinResponseMember, LeaveMember,
-    LeaveMemberResponse, LeaveOutcome, MemberId, Protocol, Reply, SyncOutcome, SyncRequest,
-    SyncResponse,
+    ClassicGroupConfig, Completions, GenerationId, GroupError, GroupInstanceId, GroupMetadata,
+    GroupState, HeartbeatRequest, JoinOutcome, JoinRequest, JoinResponse, JoinResponseMember,
+    LeaveMember, LeaveMemberResponse, LeaveOutcome, MemberId, MemberMetadata, Protocol, Reply,
+    SyncOutcome, SyncRequest, SyncResponse,
 };
 
 /// A member of a classic group.
@@ -152,10 +152,17 @@ pub struct ClassicGroup {
 }
 
 impl ClassicGroup {
-    /// A new, empty group.
+    /// A new, empty group. Like Kafka, the first call's completions ask for
+    /// its (empty) metadata to be stored, so the group exists in the log.
     pub fn new(group_id: impl Into<String>, config: ClassicGroupConfig, now_ms: i64) -> Self {
+        let mut group = Self::empty(group_id.into(), config, now_ms);
+        group.outbox.group_metadata_changed = true;
+        group
+    }
+
+    fn empty(group_id: String, config: ClassicGroupConfig, now_ms: i64) -> Self {
         ClassicGroup {
-            group_id: group_id.into(),
+            group_id,
             config,
             state: GroupState::Empty,
             previous_state: GroupState::Dead,
@@ -172,6 +179,97 @@ impl ClassicGroup {
             join_timer: None,
             sync_timer: None,
             outbox: Completions::default(),
+        }
+    }
+
+    /// Rebuilds a group from its stored metadata (Kafka's `replay` then
+    /// `onLoaded`): Stable with its members, or Empty. Every member's
+    /// session starts now. A group over `group.max.size` (the limit was
+    /// lowered) rebalances at once so the extra members are turned away.
+    pub fn from_group_metadata(
+        group_id: impl Into<String>,
+        config: ClassicGroupConfig,
+        metadata: GroupMetadata,
+        now_ms: i64,
+    ) -> Self {
+        let mut group = Self::empty(group_id.into(), config, metadata.current_state_timestamp_ms);
+        group.generation_id = metadata.generation_id;
+        group.protocol_type = metadata.protocol_type.filter(|t| !t.is_empty());
+        group.protocol_name = metadata.protocol_name;
+        let protocol_type = group.protocol_type.clone().unwrap_or_default();
+        let protocol_name = group.protocol_name.clone().unwrap_or_default();
+        for m in metadata.members {
+            let rebalance_timeout_ms = if m.rebalance_timeout_ms < 0 {
+                m.session_timeout_ms
+            } else {
+                m.rebalance_timeout_ms
+            };
+            if let Some(instance_id) = &m.group_instance_id {
+                group
+                    .static_members
+                    .insert(instance_id.clone(), m.member_id.clone());
+            }
+            group.members.insert(
+                m.member_id.clone(),
+                Member {
+                    member_id: m.member_id,
+                    group_instance_id: m.group_instance_id,
+                    client_id: m.client_id,
+                    client_host: m.client_host,
+                    rebalance_timeout_ms,
+                    session_timeout_ms: m.session_timeout_ms,
+                    protocol_type: protocol_type.clone(),
+                    protocols: vec![Protocol {
+                        name: protocol_name.clone(),
+                        metadata: m.subscription,
+                    }],
+                    assignment: m.assignment,
+                    awaiting_join: false,
+                    awaiting_sync: false,
+                    is_new: false,
+                    heartbeat_deadline_ms: Some(now_ms + i64::from(m.session_timeout_ms)),
+                },
+            );
+        }
+        // A stored leader that is not among the members would break the
+        // one-leader rule; fall back to the first member, as on removal.
+        group.leader_id = metadata
+            .leader
+            .filter(|l| group.members.contains_key(l))
+            .or_else(|| group.members.keys().next().cloned());
+        if !group.members.is_empty() {
+            group.state = GroupState::Stable;
+        }
+        if group.members.len() > group.config.max_size {
+            group.prepare_rebalance(now_ms);
+        }
+        group
+    }
+
+    /// The metadata to store for this group; see
+    /// [`Completions::group_metadata_changed`].
+    pub fn group_metadata(&self) -> GroupMetadata {
+        let protocol_name = self.protocol_name.as_deref();
+        GroupMetadata {
+            protocol_type: self.protocol_type.clone(),
+            generation_id: self.generation_id,
+            protocol_name: self.protocol_name.clone(),
+            leader: self.leader_id.clone(),
+            current_state_timestamp_ms: self.state_timestamp_ms,
+            members: self
+                .members
+                .values()
+                .map(|m| MemberMetadata {
+                    member_id: m.member_id.clone(),
+                    group_instance_id: m.group_instance_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    session_timeout_ms: m.session_timeout_ms,
+                    subscription: m.metadata(protocol_name),
+                    assignment: m.assignment.clone(),
+                })
+                .collect(),
         }
     }
 
@@ -537,6 +635,9 @@ impl ClassicGroup {
                     if let Some(member) = self.members.get_mut(&new_member_id) {
                         member.awaiting_join = false;
                     }
+                    // The stored metadata must name the new member id, or
+                    // a restore would bring the fenced one back.
+                    self.outbox.group_metadata_changed = true;
                     if request.supports_skip_assignment {
                         let is_leader = self.is_leader(&new_member_id);
                         let members = if is_leader {
@@ -739,6 +840,8 @@ impl ClassicGroup {
         }
         self.init_next_generation(now_ms);
         if self.state == GroupState::Empty {
+            // The generation moved on without members; store that.
+            self.outbox.group_metadata_changed = true;
             return;
         }
         let leader_members = self.current_members();
@@ -873,6 +976,7 @@ impl ClassicGroup {
                         request.assignments.into_iter().collect();
                     self.set_and_propagate_assignment(&assignment, now_ms);
                     self.transition_to(GroupState::Stable, now_ms);
+                    self.outbox.group_metadata_changed = true;
                 }
                 Reply::Parked(member_id)
             }

@@ -431,11 +431,16 @@ pub enum Reply<T> {
 pub struct Completions {
     pub joins: Vec<(MemberId, JoinResponse)>,
     pub syncs: Vec<(MemberId, SyncResponse)>,
+    /// The group's stored metadata changed (new group, a generation without
+    /// members, the leader's assignment, a static member's new id): write
+    /// [`ClassicGroup::group_metadata`] to the offsets topic before sending
+    /// any response of this call, as Kafka does.
+    pub group_metadata_changed: bool,
 }
 
 impl Completions {
     pub fn is_empty(&self) -> bool {
-        self.joins.is_empty() && self.syncs.is_empty()
+        self.joins.is_empty() && self.syncs.is_empty() && !self.group_metadata_changed
     }
 
     pub fn join_for(&self, member_id: &str) -> Option<&JoinResponse> {
@@ -451,6 +456,33 @@ impl Completions {
             .find(|(m, _)| m.as_str() == member_id)
             .map(|(_, r)| r)
     }
+}
+
+/// What Kafka stores for a classic group in `__consumer_offsets` (the
+/// `GroupMetadataValue` record), enough to restore the group after a
+/// restart or a coordinator move.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupMetadata {
+    pub protocol_type: Option<String>,
+    pub generation_id: GenerationId,
+    pub protocol_name: Option<String>,
+    pub leader: Option<MemberId>,
+    pub current_state_timestamp_ms: i64,
+    pub members: Vec<MemberMetadata>,
+}
+
+/// One member in [`GroupMetadata`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberMetadata {
+    pub member_id: MemberId,
+    pub group_instance_id: Option<GroupInstanceId>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub session_timeout_ms: i32,
+    /// The member's metadata for the selected protocol.
+    pub subscription: Bytes,
+    pub assignment: Bytes,
 }
 
 /// The result of a JoinGroup request.

@@ -1119,6 +1119,19 @@ mod randomized {
             }
             g.assert_invariants();
             h.stable_seen |= g.state() == GroupState::Stable;
+            // What would be stored now restores to a sound group that
+            // stores the same thing.
+            let stored = g.group_metadata();
+            let restored = ClassicGroup::from_group_metadata(
+                "g",
+                ClassicGroupConfig::default(),
+                stored.clone(),
+                now,
+            );
+            restored.assert_invariants();
+            if matches!(g.state(), GroupState::Stable | GroupState::Empty) {
+                assert_eq!(restored.group_metadata(), stored);
+            }
         }
 
         // Left alone, every group drains: parked requests are answered and
@@ -1176,4 +1189,103 @@ mod randomized {
             "generations stayed at {max_generation}"
         );
     }
+}
+
+// ------------------------------------------------------------ stored metadata
+
+#[test]
+fn calls_that_change_stored_metadata_say_so() {
+    let mut g = group_without_delay();
+    let first = g.join(join_request("", None), 0);
+    assert!(
+        first.completed.group_metadata_changed,
+        "a new group is stored"
+    );
+    let a = now_reply(first.reply).member_id;
+    let out = g.join(join_request(a.as_str(), None), 0);
+    assert!(!out.completed.group_metadata_changed);
+    assert!(!g.tick(0).group_metadata_changed);
+    let mut leader = sync_request(&a, 1);
+    leader.assignments = vec![(a.clone(), Bytes::from("p0"))];
+    let out = g.sync(leader, 1);
+    assert!(
+        out.completed.group_metadata_changed,
+        "the assignment is stored"
+    );
+    assert_eq!(g.heartbeat(&heartbeat(&a, 1), 2), Ok(()));
+    let out = g.leave(
+        &[LeaveMember {
+            member_id: a,
+            group_instance_id: None,
+        }],
+        3,
+    );
+    assert!(
+        out.completed.group_metadata_changed,
+        "an empty generation is stored"
+    );
+
+    let (mut g, _) = stable_group(&[Some("a-1")]);
+    let out = g.join(join_request("", Some("a-1")), 5_000);
+    assert!(
+        out.completed.group_metadata_changed,
+        "a static member's new id is stored"
+    );
+}
+
+#[test]
+fn group_restored_from_its_metadata_carries_on_without_a_rebalance() {
+    let (g, ids) = stable_group(&[Some("a-1"), None]);
+    let stored = g.group_metadata();
+    assert_eq!(stored.generation_id, GenerationId(1));
+    assert_eq!(stored.leader.as_ref(), Some(&ids[0]));
+    assert_eq!(stored.members.len(), 2);
+    assert_eq!(stored.members[1].subscription, Bytes::from("meta"));
+
+    let mut r = ClassicGroup::from_group_metadata("g", config(), stored.clone(), 1_000);
+    assert_eq!(r.state(), GroupState::Stable);
+    assert_eq!(r.generation_id(), GenerationId(1));
+    assert_eq!(r.protocol_name(), Some("range"));
+    assert_eq!(r.leader_id(), Some(&ids[0]));
+    assert_eq!(r.static_member_id("a-1"), Some(&ids[0]));
+    assert_eq!(r.group_metadata(), stored);
+    // Sessions start at the restore.
+    assert_eq!(r.next_deadline_ms(), Some(1_000 + SESSION_MS as i64));
+    assert_eq!(r.heartbeat(&heartbeat(&ids[1], 1), 2_000), Ok(()));
+    let s = now_reply(r.sync(sync_request(&ids[1], 1), 2_000).reply);
+    assert_eq!(
+        s.assignment,
+        Bytes::from(format!("assignment-of-{}", ids[1]))
+    );
+    // A static member restarting across the coordinator restart keeps its
+    // place too.
+    let j = now_reply(r.join(join_request("", Some("a-1")), 2_001).reply);
+    assert_eq!(j.error, None);
+    assert_eq!(j.generation_id, GenerationId(1));
+    assert_eq!(r.state(), GroupState::Stable);
+    // Silent members time out as usual.
+    r.tick(2_000 + SESSION_MS as i64);
+    assert!(!r.has_member(ids[1].as_str()));
+    assert_eq!(r.state(), GroupState::PreparingRebalance);
+    r.tick(2_001 + SESSION_MS as i64);
+    assert_eq!(r.state(), GroupState::Empty);
+}
+
+#[test]
+fn restored_group_over_max_size_rebalances() {
+    let (g, _) = stable_group(&[None, None]);
+    let r = ClassicGroup::from_group_metadata(
+        "g",
+        ClassicGroupConfig {
+            max_size: 1,
+            ..config()
+        },
+        g.group_metadata(),
+        1_000,
+    );
+    assert_eq!(r.state(), GroupState::PreparingRebalance);
+
+    let empty = ClassicGroup::from_group_metadata("g", config(), group().group_metadata(), 1_000);
+    assert_eq!(empty.state(), GroupState::Empty);
+    assert_eq!(empty.next_deadline_ms(), None);
 }
