@@ -775,8 +775,11 @@ impl ClassicGroup {
     }
 
     fn schedule_rebalance_timeout(&mut self, now_ms: i64) {
+        // A client may ask for a zero rebalance timeout; waiting at least a
+        // millisecond keeps a group whose static members never rejoin from
+        // spinning its driver until their sessions end.
         self.join_timer = Some(JoinTimer {
-            deadline_ms: now_ms + self.rebalance_timeout_ms(),
+            deadline_ms: now_ms + self.rebalance_timeout_ms().max(1),
             kind: JoinTimerKind::RebalanceTimeout,
         });
     }

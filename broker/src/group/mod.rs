@@ -9,6 +9,18 @@
 //! them ready. An async driver keeps the parked requests, sleeps until
 //! [`ClassicGroup::next_deadline_ms`] and calls `tick`.
 //!
+//! The driver's side of the contract, per call:
+//! 1. keep the call's own reply: answer `Reply::Now` at once, or park the
+//!    request under the member id of `Reply::Parked` (replacing any request
+//!    parked under that id before);
+//! 2. if `completed.group_metadata_changed`, store
+//!    [`ClassicGroup::group_metadata`] before answering anything;
+//! 3. answer the parked requests named in `completed`;
+//! 4. call `tick` again no later than `next_deadline_ms`.
+//!
+//! Wire mapping: JoinGroup v4+ sets `requires_known_member_id`, v9+
+//! `supports_skip_assignment`; v0 has no rebalance timeout (pass -1).
+//!
 //! Invariant: this module knows nothing about sockets, tokio, wall clocks or
 //! the wire types of `kafka-protocol`; a thin adapter maps those.
 
