@@ -3,6 +3,7 @@
 pub mod broker;
 pub mod config;
 pub mod error;
+pub mod group;
 pub mod handlers;
 pub mod log;
 pub mod metadata;
