@@ -72,6 +72,20 @@ bootstrap.servers=$bootstrap
 test.topic.random=true
 CONF
 
+# Some tests create topics with Kafka's kafka-topics.sh ($KAFKA_PATH/bin, broker
+# list in $BROKERS). When `install.sh kafka` has resolved Kafka's jars, a bin/
+# with a kafka-topics.sh that runs kafka-cli.sh stands in for a Kafka distribution.
+runner_env=()
+if compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" >/dev/null; then
+  mkdir -p "$run_dir/kafka-path/bin"
+  printf '#!/usr/bin/env bash\nexec "%s/kafka-cli.sh" kafka-topics "$@"\n' "$COMPAT_DIR" \
+    >"$run_dir/kafka-path/bin/kafka-topics.sh"
+  chmod +x "$run_dir/kafka-path/bin/kafka-topics.sh"
+  runner_env=(KAFKA_PATH="$run_dir/kafka-path" BROKERS="$bootstrap")
+else
+  log "no Kafka jars (install.sh kafka): tests that run kafka-topics.sh will fail"
+fi
+
 # Quick mode (-Q) shrinks message counts, and also skips every sub-test not
 # marked SUB_TEST_QUICK, which leaves some tests empty. QUICK=0 drops -Q for
 # all tests; full_numbers (from "<test> full" in tests.allow) for some.
@@ -91,8 +105,8 @@ run_number() {
   # runner that gave up (it aborts on a failed assertion) stays out of the output.
   rc=0
   (
-    cd "$tests_dir" && TESTS=$num RDKAFKA_TEST_CONF="$run_dir/test.conf" TEST_KAFKA_VERSION="$TEST_KAFKA_VERSION" \
-      LD_LIBRARY_PATH="../src:../src-cpp" \
+    cd "$tests_dir" && env "${runner_env[@]}" TESTS="$num" RDKAFKA_TEST_CONF="$run_dir/test.conf" \
+      TEST_KAFKA_VERSION="$TEST_KAFKA_VERSION" LD_LIBRARY_PATH="../src:../src-cpp" \
       timeout -k 10 "$TEST_TIMEOUT_S" ./test-runner -L -E $quick -p1 >"$out" 2>&1
     exit $?
   ) 2>/dev/null || rc=$?
@@ -127,8 +141,10 @@ for num in $numbers; do
     # Quick mode (-Q) skips every sub-test not marked SUB_TEST_QUICK without a
     # word, so a test made only of such sub-tests "passes" having done nothing.
     # The runner prints "[<name> / <s>] [ <sub-test> ]" when a sub-test starts.
-    if [[ "${state[$name]:-}" == PASSED ]] && grep -q 'Test mode *: quick' "$out" && cat "$tests_dir/$num"-*.c* 2>/dev/null | grep -q 'SUB_TEST' &&
-      ! sed -E 's/\x1b\[[0-9;]*m//g' "$out" | grep -qE "^\[${name} */ *[0-9.]+s\] \[ "; then
+    # (No `grep -q` at the end of a pipe: under pipefail its early exit fails the pipe.)
+    if [[ "${state[$name]:-}" == PASSED ]] && grep -q 'Test mode *: quick' "$out" &&
+      grep -qs 'SUB_TEST' "$tests_dir/$num"-*.c* &&
+      ! sed -E 's/\x1b\[[0-9;]*m//g' "$out" | grep -E "^\[${name} */ *[0-9.]+s\] \[ " >/dev/null; then
       state[$name]=SKIPPED reason[$name]="quick mode ran none of its sub-tests"
     fi
     if [[ -z "${state[$name]:-}" ]]; then
