@@ -89,7 +89,8 @@ def main():
       "both with `auto.create.topics.enable=true`, `num.partitions=1`, "
       "`message.max.bytes=1048588`." % (version["ours"], version["kafka"]))
     p()
-    p("What each scenario checks is in `compat-tests/README.md`. `n/a`: the client's API "
+    p("What each scenario checks is in `compat-tests/README.md`; why ours fails where it does is "
+      "in `compat-tests/FINDINGS.md`. `n/a`: the client's API "
       "cannot express the scenario. `missing`: the client never reported it (crash or timeout).")
     p()
     p("## Summary")
