@@ -67,14 +67,16 @@ pub enum BatchError {
     UnknownCodec(i16),
 }
 
-/// The compression codec in a batch's attributes.
+/// The compression codec in a batch's attributes; the discriminant is the
+/// value of the attributes' low three bits.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i16)]
 pub enum Codec {
-    None,
-    Gzip,
-    Snappy,
-    Lz4,
-    Zstd,
+    None = 0,
+    Gzip = 1,
+    Snappy = 2,
+    Lz4 = 3,
+    Zstd = 4,
 }
 
 /// A borrowed view of one v2 record batch. Construct with [`RecordBatchView::parse`],
@@ -274,8 +276,25 @@ pub mod rewrite {
         let attrs = i16_at(batch, OFF_ATTRIBUTES) | ATTR_TIMESTAMP_TYPE;
         batch[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&attrs.to_be_bytes());
         batch[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8].copy_from_slice(&timestamp.to_be_bytes());
+        update_crc(batch);
+    }
+    /// Marks the batch as compressed with `codec`; the caller replaces the
+    /// records and then calls [`seal`].
+    pub fn set_codec(batch: &mut [u8], codec: Codec) {
+        let attrs = (i16_at(batch, OFF_ATTRIBUTES) & !ATTR_COMPRESSION_MASK) | codec as i16;
+        batch[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&attrs.to_be_bytes());
+    }
+    /// Recomputes the CRC after a change to anything from the attributes on.
+    pub fn update_crc(batch: &mut [u8]) {
         let crc = crc32c::crc32c(&batch[CRC_START..]);
         batch[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    }
+    /// Sets the batch length from `batch` (exactly one batch) and recomputes
+    /// the CRC: for a batch whose records were rebuilt.
+    pub fn seal(batch: &mut [u8]) {
+        let batch_length = (batch.len() - LOG_OVERHEAD) as i32;
+        batch[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
+        update_crc(batch);
     }
 }
 

@@ -9,10 +9,9 @@
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
 use protocol::record_batch::{
-    i16_at, i32_at, i64_at, read_varlong, Codec, RecordBatchView, ATTR_COMPRESSION_MASK, CRC_START,
-    HEADER_LEN, LOG_OVERHEAD, MAGIC_V2, OFF_ATTRIBUTES, OFF_BASE_OFFSET, OFF_BASE_TIMESTAMP,
-    OFF_BATCH_LENGTH, OFF_CRC, OFF_LAST_OFFSET_DELTA, OFF_MAGIC, OFF_MAX_TIMESTAMP,
-    OFF_PRODUCER_ID, OFF_RECORD_COUNT,
+    i16_at, i32_at, i64_at, read_varlong, Codec, RecordBatchView, ATTR_COMPRESSION_MASK,
+    HEADER_LEN, MAGIC_V2, OFF_ATTRIBUTES, OFF_BASE_OFFSET, OFF_BASE_TIMESTAMP,
+    OFF_LAST_OFFSET_DELTA, OFF_MAGIC, OFF_MAX_TIMESTAMP, OFF_PRODUCER_ID, OFF_RECORD_COUNT,
 };
 
 /// The header fields of one stored batch, read from its first
@@ -200,13 +199,6 @@ pub(crate) fn record_timestamps(view: &RecordBatchView<'_>) -> Result<Vec<(i64, 
         .collect())
 }
 
-fn finish_header(out: &mut [u8]) {
-    let batch_length = (out.len() - LOG_OVERHEAD) as i32;
-    out[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
-    let crc = crc32c::crc32c(&out[CRC_START..]);
-    out[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
-}
-
 /// The batch with only `retained` of its records, as Kafka's cleaner builds
 /// it (`MemoryRecords.buildRetainedRecordsInto`): same base offset, last
 /// offset delta, producer id, epoch and base sequence, so the producer's last
@@ -236,7 +228,7 @@ pub(crate) fn rebuild_with_records(
     }
     out[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4]
         .copy_from_slice(&(retained.len() as i32).to_be_bytes());
-    finish_header(&mut out);
+    protocol::record_batch::rewrite::seal(&mut out);
     Ok(out)
 }
 
@@ -250,6 +242,6 @@ pub(crate) fn empty_batch_like(view: &RecordBatchView<'_>) -> Vec<u8> {
     let max_timestamp = view.max_timestamp();
     out[OFF_BASE_TIMESTAMP..OFF_BASE_TIMESTAMP + 8].copy_from_slice(&max_timestamp.to_be_bytes());
     out[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4].copy_from_slice(&0i32.to_be_bytes());
-    finish_header(&mut out);
+    protocol::record_batch::rewrite::seal(&mut out);
     out
 }

@@ -12,10 +12,7 @@
 use std::io::{self, Read, Write};
 
 use bytes::Bytes;
-use protocol::record_batch::{
-    i16_at, Codec, RecordBatchView, ATTR_COMPRESSION_MASK, CRC_START, HEADER_LEN, LOG_OVERHEAD,
-    OFF_ATTRIBUTES, OFF_BATCH_LENGTH, OFF_CRC,
-};
+use protocol::record_batch::{rewrite, Codec, RecordBatchView, HEADER_LEN};
 
 use crate::error::PartitionError;
 
@@ -116,23 +113,9 @@ fn rebuild(view: &RecordBatchView<'_>, codec: Codec, payload: &[u8]) -> Bytes {
     let mut batch = Vec::with_capacity(HEADER_LEN + payload.len());
     batch.extend_from_slice(&view.as_bytes()[..HEADER_LEN]);
     batch.extend_from_slice(payload);
-    let batch_length = (batch.len() - LOG_OVERHEAD) as i32;
-    batch[OFF_BATCH_LENGTH..OFF_BATCH_LENGTH + 4].copy_from_slice(&batch_length.to_be_bytes());
-    let attributes = (i16_at(&batch, OFF_ATTRIBUTES) & !ATTR_COMPRESSION_MASK) | codec_id(codec);
-    batch[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&attributes.to_be_bytes());
-    let crc = crc32c::crc32c(&batch[CRC_START..]);
-    batch[OFF_CRC..OFF_CRC + 4].copy_from_slice(&crc.to_be_bytes());
+    rewrite::set_codec(&mut batch, codec);
+    rewrite::seal(&mut batch);
     Bytes::from(batch)
-}
-
-fn codec_id(codec: Codec) -> i16 {
-    match codec {
-        Codec::None => 0,
-        Codec::Gzip => 1,
-        Codec::Snappy => 2,
-        Codec::Lz4 => 3,
-        Codec::Zstd => 4,
-    }
 }
 
 fn too_large(e: io::Error, max_bytes: u32) -> PartitionError {
@@ -474,6 +457,40 @@ mod tests {
             .err()
             .unwrap();
         assert!(matches!(err, PartitionError::MessageTooLarge { .. }));
+    }
+
+    /// `view`'s batch with `payload` as its (already encoded) records.
+    fn with_payload(batch: &Bytes, codec: Codec, payload: &[u8]) -> Bytes {
+        rebuild(&RecordBatchView::parse(batch).unwrap(), codec, payload)
+    }
+
+    #[test]
+    fn unframed_snappy_is_read_as_one_raw_block() {
+        let original = records(50, 7);
+        let plain = encode(&original, Compression::None);
+        let raw = snap::raw::Encoder::new()
+            .compress_vec(&plain[HEADER_LEN..])
+            .unwrap();
+        let batch = with_payload(&plain, Codec::Snappy, &raw);
+        let view = RecordBatchView::parse(&batch).unwrap();
+        let out = scan(&view, true, Some(Codec::None), 10 << 20).unwrap();
+        assert_eq!(out.keyless, (0..50).step_by(7).collect::<Vec<i32>>());
+        assert_eq!(out.recompressed.unwrap(), plain);
+    }
+
+    #[test]
+    fn bytes_after_the_declared_records_are_invalid() {
+        let plain = encode(&records(10, 0), Compression::None);
+        let mut records_and_more = plain[HEADER_LEN..].to_vec();
+        records_and_more.extend_from_slice(&plain[HEADER_LEN..HEADER_LEN + 20]);
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+        gz.write_all(&records_and_more).unwrap();
+        let batch = with_payload(&plain, Codec::Gzip, &gz.finish().unwrap());
+        let view = RecordBatchView::parse(&batch).unwrap();
+        assert!(matches!(
+            scan(&view, true, None, 10 << 20),
+            Err(PartitionError::InvalidRecord(_))
+        ));
     }
 
     #[test]
