@@ -258,10 +258,6 @@ impl TopicConfigs {
         }
     }
 
-    pub fn compacted(&self) -> bool {
-        validate_cleanup_policy(self.get("cleanup.policy")).is_ok_and(|p| p.compact)
-    }
-
     pub fn min_insync_replicas(&self) -> i32 {
         self.long("min.insync.replicas") as i32
     }

@@ -163,7 +163,8 @@ impl Partition {
         }
         // Kafka's LogValidator runs before the producer-state check: keys on
         // compacted topics, then recompression to the topic's codec.
-        let compacted = self.configs.compacted();
+        // The log's config holds the cleanup policy already parsed.
+        let compacted = self.log.config().cleanup_policy.compact;
         let target = self.configs.compression_target();
         let recompressed = if compacted || target.is_some_and(|t| view.codec().ok() != Some(t)) {
             let scan = transcode::scan(&view, compacted, target, max)?;
