@@ -223,9 +223,8 @@ fn edit(
             Edit::Delete(k) => {
                 next.remove(&k);
             }
-            Edit::Append(k, v) | Edit::Subtract(k, v) if !is_list(&k) => {
+            Edit::Append(k, _) | Edit::Subtract(k, _) if !is_list(&k) => {
                 known_key(&k)?;
-                let _ = v;
                 return Err(Refusal::invalid_config(format!(
                     "Config value append/subtract is not allowed for config key: {k}"
                 )));
