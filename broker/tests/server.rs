@@ -618,6 +618,19 @@ async fn incremental_alter_configs_sets_appends_deletes_and_takes_effect() {
         incremental_alter(&mut c, 2, "alt", &bad, false).await.0,
         ResponseError::InvalidConfig.code()
     );
+    let bad = [
+        ("retention.ms", 0, Some("1")),
+        ("retention.ms", 0, Some("2")),
+    ];
+    assert_eq!(
+        incremental_alter(&mut c, 2, "alt", &bad, false).await.0,
+        ResponseError::InvalidRequest.code()
+    );
+    let bad = [("retention.ms", 0, None)];
+    assert_eq!(
+        incremental_alter(&mut c, 2, "alt", &bad, false).await.0,
+        ResponseError::InvalidRequest.code()
+    );
     let ok = [("retention.ms", 0, Some("1"))];
     assert_eq!(
         incremental_alter(&mut c, 2, "missing", &ok, false).await.0,
