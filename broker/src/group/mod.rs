@@ -26,7 +26,11 @@
 
 mod classic;
 mod coordinator;
+pub mod offsets;
+pub mod records;
 
+#[cfg(test)]
+mod offsets_tests;
 #[cfg(test)]
 mod tests;
 
@@ -38,6 +42,10 @@ use kafka_protocol::ResponseError;
 
 pub use classic::{ClassicGroup, MemberView};
 pub use coordinator::GroupCoordinator;
+pub use offsets::{
+    partition_for, GroupExpiryState, OffsetAndMetadata, OffsetExpiration, OffsetStore,
+};
+pub use records::{CoordinatorRecord, RecordFormatError};
 
 /// A member id handed out by the coordinator: `client_id` (or, for static
 /// members, `group.instance.id`) + "-" + a UUID. The empty id is Kafka's
