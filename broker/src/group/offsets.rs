@@ -15,6 +15,8 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use uuid::Uuid;
+
 use super::records::CoordinatorRecord;
 use super::GroupMetadata;
 
@@ -31,6 +33,11 @@ pub struct OffsetAndMetadata {
     /// Only OffsetCommit v1 requests set this (their per-partition
     /// timestamp); it then replaces the retention rule for this offset.
     pub expire_timestamp_ms: Option<i64>,
+    /// The topic's id when the committer named it (OffsetCommit v10+) or the
+    /// broker knew it; Kafka 4.1+ persists it so that an offset of a deleted
+    /// topic is not served for a new topic of the same name. The nil UUID is
+    /// never stored: it means "unknown" on the wire.
+    pub topic_id: Option<Uuid>,
 }
 
 /// What the caller knows about a group when offsets are expired, mirroring

@@ -5,6 +5,7 @@ use std::collections::BTreeSet;
 
 use bytes::Bytes;
 use proptest::prelude::*;
+use uuid::Uuid;
 
 use super::records::{
     decode, decode_group_metadata_value, decode_offset_commit_value, encode,
@@ -18,6 +19,13 @@ fn cat(fields: &[&[u8]]) -> Vec<u8> {
     fields.concat()
 }
 
+fn unhex(s: &str) -> Vec<u8> {
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(&s[i..i + 2], 16).unwrap())
+        .collect()
+}
+
 fn offset(committed_offset: i64, commit_timestamp_ms: i64) -> OffsetAndMetadata {
     OffsetAndMetadata {
         committed_offset,
@@ -25,6 +33,7 @@ fn offset(committed_offset: i64, commit_timestamp_ms: i64) -> OffsetAndMetadata 
         metadata: String::new(),
         commit_timestamp_ms,
         expire_timestamp_ms: None,
+        topic_id: None,
     }
 }
 
@@ -184,6 +193,7 @@ fn offset_commit_value_v0_and_v2_offset_metadata_commit_timestamp() {
                 metadata: "md".into(),
                 commit_timestamp_ms: 1000,
                 expire_timestamp_ms: None,
+                topic_id: None,
             },
             "v{version}"
         );
@@ -229,16 +239,35 @@ fn offset_commit_value_v4_is_flexible() {
         metadata: "md".into(),
         commit_timestamp_ms: 1000,
         expire_timestamp_ms: None,
+        topic_id: None,
     };
     assert_eq!(decode_offset_value(&value), expected);
     assert_eq!(
         &encode_offset_commit_value(&expected, 4).unwrap()[..],
         &value[..]
     );
-    // Unknown tagged fields (tag 0 of 16 bytes, tag 5 of 2) are skipped.
+    // Tag 0 is the topic id (16 bytes); unknown tag 5 is skipped. Kafka
+    // 4.4.0's serde reads this same vector as topicId=q6urq6urq6urq6urq6urqw.
     let mut tagged = cat(&[&[0, 4], &OFFSET_42, &[0, 0, 0, 7], &[3], b"md", &TS_1000]);
     tagged.extend_from_slice(&cat(&[&[2], &[0, 16], &[0xab; 16], &[5, 2, 1, 2]]));
-    assert_eq!(decode_offset_value(&tagged), expected);
+    assert_eq!(
+        decode_offset_value(&tagged),
+        OffsetAndMetadata {
+            topic_id: Some(Uuid::from_bytes([0xab; 16])),
+            ..expected.clone()
+        }
+    );
+    // The zero UUID is Kafka's default: no topic id.
+    let mut zero = cat(&[&[0, 4], &OFFSET_42, &[0, 0, 0, 7], &[3], b"md", &TS_1000]);
+    zero.extend_from_slice(&cat(&[&[1], &[0, 16], &[0; 16]]));
+    assert_eq!(decode_offset_value(&zero), expected);
+    // A topic id that is not 16 bytes is malformed.
+    let mut short = cat(&[&[0, 4], &OFFSET_42, &[0, 0, 0, 7], &[3], b"md", &TS_1000]);
+    short.extend_from_slice(&cat(&[&[1], &[0, 2], &[1, 2]]));
+    assert!(matches!(
+        decode(&offset_key(), Some(&short)),
+        Err(RecordFormatError::InvalidLength { .. })
+    ));
     // A metadata string of 200 bytes needs a two-byte varint (201 = 0xc9 0x01).
     let long = "m".repeat(200);
     let value = cat(&[
@@ -253,24 +282,76 @@ fn offset_commit_value_v4_is_flexible() {
     assert_eq!(decode_offset_value(&value).metadata, long);
 }
 
+/// Byte strings produced by Apache Kafka 4.4.0 itself
+/// (`GroupCoordinatorRecordHelpers.newOffsetCommitRecord` and
+/// `newOffsetCommitTombstoneRecord` serialized by
+/// `GroupCoordinatorRecordSerde`, run in jshell against the 4.4.0 jars).
 #[test]
-fn kafka_4_writes_offset_commit_value_v3_or_v1_with_an_expire_timestamp() {
+fn offset_commits_are_written_byte_for_byte_as_kafka_4_4_writes_them() {
+    let key = unhex("00010002673100017400000003");
     let mut value = OffsetAndMetadata {
         committed_offset: 42,
         committed_leader_epoch: Some(7),
         metadata: "md".into(),
         commit_timestamp_ms: 1000,
         expire_timestamp_ms: None,
+        topic_id: None,
     };
-    let (_, bytes) = encode(&commit("g", "t", 0, value.clone())).unwrap();
-    let v3 = cat(&[&[0, 3], &OFFSET_42, &[0, 0, 0, 7], &[0, 2], b"md", &TS_1000]);
-    assert_eq!(bytes.as_deref(), Some(&v3[..]));
+    let topic_id = 0x0102030405060708090a0b0c0d0e0f10u128;
+    let cases = [
+        // v4, topic id unknown (Uuid.ZERO_UUID): no tagged field.
+        (None, None, "0004000000000000002a00000007036d6400000000000003e800"),
+        // v4 with the topic id as tagged field 0.
+        (
+            Some(topic_id),
+            None,
+            "0004000000000000002a00000007036d6400000000000003e80100100102030405060708090a0b0c0d0e0f10",
+        ),
+        // v1 when an expire timestamp is set: leader epoch and topic id dropped.
+        (
+            Some(topic_id),
+            Some(5000),
+            "0001000000000000002a00026d6400000000000003e80000000000001388",
+        ),
+    ];
+    for (topic_id, expire_ms, kafka_value) in cases {
+        value.topic_id = topic_id.map(Uuid::from_u128);
+        value.expire_timestamp_ms = expire_ms;
+        let (k, v) = encode(&commit("g1", "t", 3, value.clone())).unwrap();
+        assert_eq!(&k[..], &key[..]);
+        assert_eq!(v.as_deref(), Some(&unhex(kafka_value)[..]), "{kafka_value}");
+        let mut expected = value.clone();
+        if expire_ms.is_some() {
+            expected.committed_leader_epoch = None;
+            expected.topic_id = None;
+        }
+        assert_eq!(decode_offset_value(&unhex(kafka_value)), expected);
+    }
+    let (k, v) = encode(&tombstone("g1", "t", 3)).unwrap();
+    assert_eq!((&k[..], v), (&key[..], None));
+}
 
-    value.expire_timestamp_ms = Some(5000);
-    let (_, bytes) = encode(&commit("g", "t", 0, value.clone())).unwrap();
-    // v1 has no leader epoch: Kafka drops it for these commits too.
-    let v1 = cat(&[&[0, 1], &OFFSET_42, &[0, 2], b"md", &TS_1000, &TS_5000]);
-    assert_eq!(bytes.as_deref(), Some(&v1[..]));
+#[test]
+fn legacy_offset_commit_key_only_takes_a_version_0_value() {
+    // Kafka reads a type-0 key's value as LegacyOffsetCommitValue (v0 only).
+    let key = unhex("00000001670002747000000001");
+    let v0 = unhex("0000000000000000002a00026d6400000000000003e8");
+    let expected = OffsetAndMetadata {
+        metadata: "md".into(),
+        ..offset(42, 1000)
+    };
+    assert_eq!(
+        decode(&key, Some(&v0)).unwrap(),
+        commit("g", "tp", 1, expected)
+    );
+    let v3 = unhex("0003000000000000002a0000000700026d6400000000000003e8");
+    assert_eq!(
+        decode(&key, Some(&v3)),
+        Err(RecordFormatError::UnknownValueVersion {
+            record: "LegacyOffsetCommitValue",
+            version: 3
+        })
+    );
 }
 
 // ---- GroupMetadataValue, every version ----
@@ -364,6 +445,30 @@ fn group_metadata_value_every_version_from_hand_written_bytes() {
     }
 }
 
+/// `GroupMetadataValue` of [`sample_group_metadata`] at versions 0..=4 as
+/// Kafka 4.4.0's `GroupCoordinatorRecordSerde` serializes it.
+const KAFKA_GROUP_METADATA_VALUES: [&str; 5] = [
+    "00000008636f6e73756d657200000005000572616e676500026d310000000100026d3100016300022f680000afc80000000201020000000103",
+    "00010008636f6e73756d657200000005000572616e676500026d310000000100026d3100016300022f68000493e00000afc80000000201020000000103",
+    "00020008636f6e73756d657200000005000572616e676500026d310000018bcfe568000000000100026d3100016300022f68000493e00000afc80000000201020000000103",
+    "00030008636f6e73756d657200000005000572616e676500026d310000018bcfe568000000000100026d310002693100016300022f68000493e00000afc80000000201020000000103",
+    "000409636f6e73756d6572000000050672616e6765036d310000018bcfe5680002036d310369310263032f68000493e00000afc803010202030000",
+];
+
+#[test]
+fn hand_written_group_metadata_vectors_equal_kafka_4_4_output() {
+    for (version, kafka) in KAFKA_GROUP_METADATA_VALUES.iter().enumerate() {
+        assert_eq!(
+            group_metadata_vector(version as u8),
+            unhex(kafka),
+            "v{version}"
+        );
+    }
+    // Kafka 4.4.0 writes the group key as type 2.
+    let (key, _) = encode(&group_tombstone("grp")).unwrap();
+    assert_eq!(&key[..], &unhex("00020003677270")[..]);
+}
+
 #[test]
 fn kafka_4_writes_group_metadata_value_v3() {
     let record = CoordinatorRecord::GroupMetadata {
@@ -443,11 +548,12 @@ fn malformed_records_are_errors() {
         decode(&[0, 2, 0xff, 0xff], None),
         Err(E::UnexpectedNull { .. })
     ));
-    // Invalid UTF-8.
-    assert!(matches!(
-        decode(&[0, 2, 0, 1, 0xff], None),
-        Err(E::InvalidUtf8 { .. })
-    ));
+    // Invalid UTF-8 is replaced, as Kafka's `new String(bytes, UTF_8)`
+    // does (Kafka 4.4.0 loads this key).
+    assert_eq!(
+        decode(&[0, 2, 0, 1, 0xff], None).unwrap(),
+        group_tombstone("\u{fffd}")
+    );
     // Missing partition.
     assert!(matches!(
         decode(&cat(&[&[0, 1], &[0, 1], b"g", &[0, 1], b"t"]), None),
@@ -499,6 +605,11 @@ fn malformed_records_are_errors() {
         decode_group_metadata_value(&null_members),
         Err(E::UnexpectedNull { .. })
     ));
+    // Bytes after the last field are ignored, as Kafka ignores them.
+    assert_eq!(
+        decode(&unhex("0002000167ffff"), None).unwrap(),
+        group_tombstone("g")
+    );
     // A varint of six bytes.
     let long_varint = cat(&[
         &[0, 4],
@@ -545,13 +656,15 @@ fn arb_offset() -> impl Strategy<Value = OffsetAndMetadata> {
         "\\PC{0,20}",
         any::<i64>(),
         prop::option::of(0..i64::MAX),
+        prop::option::of(1..=u128::MAX),
     )
-        .prop_map(|(o, e, m, c, x)| OffsetAndMetadata {
+        .prop_map(|(o, e, m, c, x, t)| OffsetAndMetadata {
             committed_offset: o,
             committed_leader_epoch: e,
             metadata: m,
             commit_timestamp_ms: c,
             expire_timestamp_ms: x,
+            topic_id: t.map(Uuid::from_u128),
         })
 }
 
@@ -605,6 +718,9 @@ fn offset_at_version(mut o: OffsetAndMetadata, version: i16) -> OffsetAndMetadat
     }
     if version != 1 {
         o.expire_timestamp_ms = None;
+    }
+    if version < 4 {
+        o.topic_id = None;
     }
     o
 }
@@ -672,7 +788,7 @@ proptest! {
     #[test]
     fn offset_commit_value_round_trips_at_every_version(value in arb_offset(), version in 0..=OFFSET_COMMIT_VALUE_MAX_VERSION) {
         let bytes = encode_offset_commit_value(&value, version).unwrap();
-        prop_assert_eq!(decode_offset_commit_value(&bytes).unwrap(), offset_at_version(value, version));
+        prop_assert_eq!(decode_offset_commit_value(&bytes).unwrap(), (offset_at_version(value, version), version));
     }
 
     #[test]

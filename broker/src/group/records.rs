@@ -9,18 +9,26 @@
 //! share groups, which this module does not interpret. In the value it is
 //! the version of the value's schema.
 //!
-//! What Kafka 4.x writes (group-coordinator's `GroupCoordinatorRecordHelpers`):
-//! offset commit keys as type 1; `OffsetCommitValue` v1 when the commit
-//! carries an explicit expire timestamp (OffsetCommit v1 requests), else v3,
-//! the highest non-flexible version; group metadata keys as type 2 with
+//! What Kafka writes (group-coordinator's `GroupCoordinatorRecordHelpers`,
+//! checked against the 4.4.0 jar): offset commit keys as type 1;
+//! `OffsetCommitValue` v1 when the commit carries an explicit expire
+//! timestamp (OffsetCommit v1 requests), else the flexible v4 with the topic
+//! id as tagged field 0 when it is known (Kafka 4.0 wrote v3; 4.1 added the
+//! tag and moved to v4); group metadata keys as type 2 with
 //! `GroupMetadataValue` v3. This module writes the same and reads every
-//! version Kafka defines, including the flexible v4 of both values.
+//! version Kafka defines. A type-0 key carries Kafka's
+//! `LegacyOffsetCommitValue`, which only has version 0.
+//!
+//! For a loader, as in Kafka's `CoordinatorLoaderImpl`: an unknown key type
+//! is skipped ([`CoordinatorRecord::Other`]); any [`RecordFormatError`],
+//! including an unknown value version, fails the load.
 //!
 //! Invariant: this module knows nothing about logs, batches or time; it maps
 //! one record's key and value bytes to a [`CoordinatorRecord`] and back.
 //! Decoding never panics and never allocates more than the input holds.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use uuid::Uuid;
 
 use super::offsets::OffsetAndMetadata;
 use super::{GenerationId, GroupInstanceId, GroupMetadata, MemberId, MemberMetadata};
@@ -104,8 +112,6 @@ pub enum RecordFormatError {
     InvalidLength { field: &'static str, length: i64 },
     #[error("{field}: null where the schema does not allow it")]
     UnexpectedNull { field: &'static str },
-    #[error("{field}: not valid UTF-8")]
-    InvalidUtf8 { field: &'static str },
     #[error("{field}: unsigned varint longer than 5 bytes")]
     VarintTooLong { field: &'static str },
     #[error("{record} value version {version} is not one Kafka defines")]
@@ -152,14 +158,15 @@ pub fn encode(record: &CoordinatorRecord) -> Result<(Bytes, Option<Bytes>)> {
     }
 }
 
-/// Kafka's `GroupCoordinatorRecordHelpers.offsetCommitValueVersion`: v1 is
-/// the only version with an expire timestamp; otherwise the highest
-/// non-flexible version, until Kafka adds a tagged field.
+/// Kafka's `GroupCoordinatorRecordHelpers.offsetCommitValueVersion` (4.1+):
+/// v1 is the only version with an expire timestamp; otherwise v4, which can
+/// carry the topic id. A v1 record drops the leader epoch and topic id, as
+/// Kafka's does.
 pub fn offset_commit_value_version(value: &OffsetAndMetadata) -> i16 {
     if value.expire_timestamp_ms.is_some() {
         1
     } else {
-        3
+        4
     }
 }
 
@@ -176,7 +183,18 @@ pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<CoordinatorRecord> {
             let topic = k.string("OffsetCommitKey.topic", false)?;
             let partition = k.i32("OffsetCommitKey.partition")?;
             let value = match value {
-                Some(v) => Some(decode_offset_commit_value(v)?),
+                Some(v) => {
+                    let value = decode_offset_commit_value(v)?;
+                    if key_version == LEGACY_OFFSET_COMMIT_KEY_VERSION && value.1 != 0 {
+                        // Kafka reads a type-0 key's value as
+                        // `LegacyOffsetCommitValue`, defined at version 0 only.
+                        return Err(RecordFormatError::UnknownValueVersion {
+                            record: "LegacyOffsetCommitValue",
+                            version: value.1,
+                        });
+                    }
+                    Some(value.0)
+                }
                 None => None,
             };
             Ok(CoordinatorRecord::OffsetCommit {
@@ -249,12 +267,26 @@ pub(crate) fn encode_offset_commit_value(value: &OffsetAndMetadata, version: i16
         buf.put_i64(value.expire_timestamp_ms.unwrap_or(-1));
     }
     if flexible {
-        put_uvarint(&mut buf, 0); // no tagged fields
+        // Kafka writes a tagged field only when it differs from its default
+        // (the zero UUID for the topic id).
+        match value.topic_id.filter(|id| !id.is_nil()) {
+            Some(topic_id) => {
+                put_uvarint(&mut buf, 1);
+                put_uvarint(&mut buf, OFFSET_COMMIT_VALUE_TOPIC_ID_TAG);
+                put_uvarint(&mut buf, 16);
+                buf.put_slice(topic_id.as_bytes());
+            }
+            None => put_uvarint(&mut buf, 0),
+        }
     }
     Ok(buf.freeze())
 }
 
-pub(crate) fn decode_offset_commit_value(bytes: &[u8]) -> Result<OffsetAndMetadata> {
+/// `OffsetCommitValue.topicId`'s tag (v4+).
+const OFFSET_COMMIT_VALUE_TOPIC_ID_TAG: u32 = 0;
+
+/// Reads any `OffsetCommitValue` version; returns the value and its version.
+pub(crate) fn decode_offset_commit_value(bytes: &[u8]) -> Result<(OffsetAndMetadata, i16)> {
     let mut r = Reader::new(bytes);
     let version = r.i16("OffsetCommitValue version")?;
     if !(0..=OFFSET_COMMIT_VALUE_MAX_VERSION).contains(&version) {
@@ -277,17 +309,32 @@ pub(crate) fn decode_offset_commit_value(bytes: &[u8]) -> Result<OffsetAndMetada
     } else {
         -1
     };
+    let mut topic_id = None;
     if flexible {
-        r.skip_tagged_fields("OffsetCommitValue tagged fields")?;
+        r.tagged_fields("OffsetCommitValue tagged fields", |tag, data| {
+            if tag == OFFSET_COMMIT_VALUE_TOPIC_ID_TAG {
+                let bytes: [u8; 16] =
+                    data.try_into()
+                        .map_err(|_| RecordFormatError::InvalidLength {
+                            field: "OffsetCommitValue.topicId",
+                            length: data.len() as i64,
+                        })?;
+                topic_id = Some(Uuid::from_bytes(bytes)).filter(|id| !id.is_nil());
+            }
+            Ok(())
+        })?;
     }
-    // Kafka's `OffsetAndMetadata.fromRecord`: -1 is the "absent" sentinel.
-    Ok(OffsetAndMetadata {
+    // Kafka's `OffsetAndMetadata.fromRecord`: -1 is the "absent" sentinel,
+    // and so is the zero UUID for the topic id.
+    let value = OffsetAndMetadata {
         committed_offset,
         committed_leader_epoch: (committed_leader_epoch != -1).then_some(committed_leader_epoch),
         metadata,
         commit_timestamp_ms,
         expire_timestamp_ms: (expire_timestamp_ms != -1).then_some(expire_timestamp_ms),
-    })
+        topic_id,
+    };
+    Ok((value, version))
 }
 
 /// `GroupMetadataValue` at `version` (0..=4). Fields the version lacks are
@@ -426,7 +473,7 @@ pub(crate) fn decode_group_metadata_value(bytes: &[u8]) -> Result<GroupMetadata>
         let subscription = r.bytes("MemberMetadata.subscription", flexible)?;
         let assignment = r.bytes("MemberMetadata.assignment", flexible)?;
         if flexible {
-            r.skip_tagged_fields("MemberMetadata tagged fields")?;
+            r.tagged_fields("MemberMetadata tagged fields", |_, _| Ok(()))?;
         }
         members.push(MemberMetadata {
             member_id,
@@ -440,7 +487,7 @@ pub(crate) fn decode_group_metadata_value(bytes: &[u8]) -> Result<GroupMetadata>
         });
     }
     if flexible {
-        r.skip_tagged_fields("GroupMetadataValue tagged fields")?;
+        r.tagged_fields("GroupMetadataValue tagged fields", |_, _| Ok(()))?;
     }
     Ok(GroupMetadata {
         protocol_type: (!protocol_type.is_empty()).then_some(protocol_type),
@@ -529,14 +576,14 @@ impl<'a> Reader<'a> {
         Ok(Some(length as usize))
     }
 
+    /// Invalid UTF-8 is replaced, not refused: Kafka's readers decode with
+    /// `new String(bytes, UTF_8)`, and a log Kafka loads must load here.
     fn nullable_string(&mut self, field: &'static str, flexible: bool) -> Result<Option<String>> {
         match self.string_len(field, flexible)? {
             None => Ok(None),
             Some(n) => {
                 let raw = self.take(field, n)?;
-                let s = std::str::from_utf8(raw)
-                    .map_err(|_| RecordFormatError::InvalidUtf8 { field })?;
-                Ok(Some(s.to_string()))
+                Ok(Some(String::from_utf8_lossy(raw).into_owned()))
             }
         }
     }
@@ -580,15 +627,20 @@ impl<'a> Reader<'a> {
         Ok(length as usize)
     }
 
-    /// Skips a tagged-field section: a count, then (tag, size, data) each.
-    /// No tagged fields are defined for these records yet; unknown ones are
-    /// skipped, as Kafka keeps them opaque.
-    fn skip_tagged_fields(&mut self, field: &'static str) -> Result<()> {
+    /// Reads a tagged-field section: a count, then (tag, size, data) each,
+    /// handing each field to `on_tag`. Tags the caller does not know are
+    /// ignored, as Kafka keeps them opaque.
+    fn tagged_fields(
+        &mut self,
+        field: &'static str,
+        mut on_tag: impl FnMut(u32, &'a [u8]) -> Result<()>,
+    ) -> Result<()> {
         let count = self.uvarint(field)?;
         for _ in 0..count {
-            let _tag = self.uvarint(field)?;
+            let tag = self.uvarint(field)?;
             let size = self.uvarint(field)?;
-            self.take(field, size as usize)?;
+            let data = self.take(field, size as usize)?;
+            on_tag(tag, data)?;
         }
         Ok(())
     }
