@@ -515,6 +515,22 @@ fn group_metadata_value_nulls_and_empty_protocol_type() {
         decode_group_metadata_value(&bytes).unwrap(),
         empty_group_metadata()
     );
+    // Kafka reads a compact length in Java int arithmetic: varint
+    // 0xffffffff is -1, minus one is negative, so the string is null.
+    let wrapped = cat(&[
+        &[0, 4],
+        &[1],
+        &[0, 0, 0, 0],
+        &[0xff, 0xff, 0xff, 0xff, 0x0f],
+        &[0],
+        &MINUS_ONE_I64,
+        &[1],
+        &[0],
+    ]);
+    assert_eq!(
+        decode_group_metadata_value(&wrapped).unwrap(),
+        empty_group_metadata()
+    );
 }
 
 #[test]

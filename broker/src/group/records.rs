@@ -559,11 +559,18 @@ impl<'a> Reader<'a> {
         Err(RecordFormatError::VarintTooLong { field })
     }
 
+    /// The length in a compact field: an unsigned varint of length + 1,
+    /// computed as Kafka does in Java int arithmetic (so a varint past
+    /// `i32::MAX` wraps negative and reads as null, as in Kafka).
+    fn compact_length(&mut self, field: &'static str) -> Result<i32> {
+        Ok((self.uvarint(field)? as i32).wrapping_sub(1))
+    }
+
     /// The length prefix of a string: int16 (classic) or unsigned varint of
     /// length + 1 (compact). `None` is null.
     fn string_len(&mut self, field: &'static str, flexible: bool) -> Result<Option<usize>> {
         let length = if flexible {
-            i64::from(self.uvarint(field)?) - 1
+            i64::from(self.compact_length(field)?)
         } else {
             i64::from(self.i16(field)?)
         };
@@ -597,7 +604,7 @@ impl<'a> Reader<'a> {
     /// length + 1 (compact).
     fn bytes(&mut self, field: &'static str, flexible: bool) -> Result<Bytes> {
         let length = if flexible {
-            i64::from(self.uvarint(field)?) - 1
+            i64::from(self.compact_length(field)?)
         } else {
             i64::from(self.i32(field)?)
         };
@@ -614,7 +621,7 @@ impl<'a> Reader<'a> {
     /// larger than the bytes left is rejected before anything is allocated.
     fn array_len(&mut self, field: &'static str, flexible: bool) -> Result<usize> {
         let length = if flexible {
-            i64::from(self.uvarint(field)?) - 1
+            i64::from(self.compact_length(field)?)
         } else {
             i64::from(self.i32(field)?)
         };
@@ -682,10 +689,11 @@ fn put_string(
 }
 
 fn put_bytes(buf: &mut BytesMut, field: &'static str, b: &[u8], flexible: bool) -> Result<()> {
-    // The compact length is a varint of length + 1, so the longest
-    // representable value is one byte shorter than the classic int32 form.
+    // The compact length is a varint of length + 1 that Kafka reads into a
+    // Java int, so the longest value is one byte shorter than in the
+    // classic int32 form.
     let max = if flexible {
-        u32::MAX as usize - 1
+        i32::MAX as usize - 1
     } else {
         i32::MAX as usize
     };
