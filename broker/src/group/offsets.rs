@@ -10,6 +10,14 @@
 //! the tombstones to append rather than changing the store, so nothing is
 //! forgotten that the log still holds.
 //!
+//! After a load, restore each classic group from
+//! [`OffsetStore::group_metadata_all`]; a group that has offsets
+//! ([`OffsetStore::groups`]) but no stored metadata is, as Kafka's replay
+//! makes it, an Empty classic group without a protocol type ("simple").
+//!
+//! Not kept here: transactional offsets (TxnOffsetCommit) pending until
+//! their transaction ends, which Kafka also keeps out of expiration.
+//!
 //! Invariant: no clocks and no I/O; expiration takes `now_ms` and the
 //! groups' states from the caller.
 
@@ -35,8 +43,8 @@ pub struct OffsetAndMetadata {
     pub expire_timestamp_ms: Option<i64>,
     /// The topic's id when the committer named it (OffsetCommit v10+) or the
     /// broker knew it; Kafka 4.1+ persists it so that an offset of a deleted
-    /// topic is not served for a new topic of the same name. The nil UUID is
-    /// never stored: it means "unknown" on the wire.
+    /// topic is not served for a new topic of the same name. `Some(nil)` is
+    /// written as unknown (Kafka's default) and reads back as `None`.
     pub topic_id: Option<Uuid>,
 }
 
@@ -65,8 +73,9 @@ pub enum GroupExpiryState {
         subscribed_topics: Option<BTreeSet<String>>,
     },
     /// A KIP-848 consumer group: offsets of topics no member subscribes to
-    /// expire `retention` after their commit. `is_empty` (no members) makes
-    /// the group deletable once no offsets remain.
+    /// (by name or through a resolved regular expression) expire `retention`
+    /// after their commit. `is_empty` (no members) makes the group deletable
+    /// once no offsets remain.
     Consumer {
         subscribed_topics: BTreeSet<String>,
         is_empty: bool,
@@ -93,8 +102,8 @@ impl GroupExpiryState {
         }
     }
 
-    /// `Some(base timestamp rule)` when offsets of this group can expire at
-    /// all, with whether `topic` is protected by a subscription.
+    /// Kafka's `offsetExpirationCondition` with the group's subscriptions,
+    /// or `None` when no offset of this group can expire.
     fn condition(&self) -> Option<ExpiryCondition<'_>> {
         match self {
             GroupExpiryState::ClassicEmpty { since_ms } => Some(ExpiryCondition {
@@ -150,8 +159,9 @@ impl ExpiryCondition<'_> {
 /// The result of [`OffsetStore::expired_records`].
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct OffsetExpiration {
-    /// The tombstones to append: expired offsets, then a GroupMetadata
-    /// tombstone for each classic group deleted.
+    /// The tombstones to append, group by group: the group's expired
+    /// offsets, then its GroupMetadata tombstone if the classic group is
+    /// deleted.
     pub records: Vec<CoordinatorRecord>,
     /// Groups that are empty and have no offsets left once `records` are
     /// applied; Kafka deletes them. A classic group's tombstone is already in

@@ -122,7 +122,7 @@ pub enum RecordFormatError {
 
 type Result<T> = std::result::Result<T, RecordFormatError>;
 
-/// Encodes a record as Kafka 4.x would write it: the key bytes and the value
+/// Encodes a record as Kafka 4.4 writes it: the key bytes and the value
 /// bytes (`None` for a tombstone). Fails only for strings longer than Kafka's
 /// int16 length limit, which Kafka's serializer rejects as well.
 pub fn encode(record: &CoordinatorRecord) -> Result<(Bytes, Option<Bytes>)> {
