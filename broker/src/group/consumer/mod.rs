@@ -181,6 +181,8 @@ pub struct ConsumerHeartbeat {
     pub server_assignor: Option<String>,
     /// The partitions the member owns right now.
     pub owned_topic_partitions: Option<Assignment>,
+    /// The request's API version (0 or 1).
+    pub api_version: i16,
     /// From the request header.
     pub client_id: String,
     /// The client's address, as Kafka reports it in describe.
@@ -377,17 +379,29 @@ pub struct DescribedTopicPartitions {
     pub partitions: Vec<i32>,
 }
 
-/// Kafka's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
+/// Kafka 4.x's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
 ///
 /// Regex subscriptions (v1 `SubscribedTopicRegex`) are answered
-/// INVALID_REQUEST, as Kafka did until it implemented them ("not supported
-/// yet"): matching Java regexes needs a regex engine this crate does not
-/// depend on.
+/// INVALID_REQUEST, as Kafka did before it resolved them on the broker
+/// ("not supported yet"): matching Kafka's RE2J patterns needs a regex
+/// engine this crate does not depend on. Java consumers subscribing with a
+/// `java.util.regex.Pattern` resolve it themselves and send topic names;
+/// only `SubscriptionPattern` subscriptions are affected.
 pub fn validate_heartbeat(
     group_id: &str,
     req: &ConsumerHeartbeat,
     config: &ConsumerGroupConfig,
 ) -> Result<(), GroupError> {
+    let epoch = req.member_epoch;
+    // From v1 the consumer generates its member id (KIP-1082); before, a
+    // joining member leaves it empty and the coordinator makes one up.
+    if (req.api_version >= CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION
+        || epoch.0 > 0
+        || epoch == Epoch::LEAVE)
+        && req.member_id.is_unknown()
+    {
+        return Err(GroupError::InvalidRequest);
+    }
     let empty = |s: &Option<String>| s.as_deref().is_some_and(str::is_empty);
     if group_id.is_empty()
         || req.instance_id.as_ref().is_some_and(|i| i.0.is_empty())
@@ -396,12 +410,7 @@ pub fn validate_heartbeat(
     {
         return Err(GroupError::InvalidRequest);
     }
-    let epoch = req.member_epoch;
-    if epoch.0 > 0 || epoch == Epoch::LEAVE {
-        if req.member_id.is_unknown() {
-            return Err(GroupError::InvalidRequest);
-        }
-    } else if epoch == Epoch::JOIN {
+    if epoch == Epoch::JOIN {
         if req.rebalance_timeout_ms == -1 {
             return Err(GroupError::InvalidRequest);
         }
@@ -412,18 +421,16 @@ pub fn validate_heartbeat(
         {
             return Err(GroupError::InvalidRequest);
         }
-        if req
-            .subscribed_topic_names
-            .as_ref()
-            .is_none_or(|names| names.is_empty())
-        {
+        // An empty list is accepted: the member is in the group without
+        // subscribing to anything.
+        if req.subscribed_topic_names.is_none() {
             return Err(GroupError::InvalidRequest);
         }
     } else if epoch == Epoch::STATIC_LEAVE {
-        if req.member_id.is_unknown() || req.instance_id.is_none() {
+        if req.instance_id.is_none() {
             return Err(GroupError::InvalidRequest);
         }
-    } else {
+    } else if epoch < Epoch::STATIC_LEAVE {
         return Err(GroupError::InvalidRequest);
     }
     if let Some(name) = &req.server_assignor {
@@ -433,6 +440,9 @@ pub fn validate_heartbeat(
     }
     Ok(())
 }
+
+/// Kafka's `ConsumerGroupHeartbeatRequest.CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION`.
+pub const CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION: i16 = 1;
 
 /// Kafka's `isSubset`: the member owns nothing outside `target`. A request
 /// that does not report its partitions is not a subset.
@@ -816,7 +826,10 @@ impl ConsumerGroup {
         }
         updated.client_id = req.client_id.clone();
         updated.client_host = req.client_host.clone();
-        let mut bump_group_epoch = updated.subscribed_topic_names != member.subscribed_topic_names;
+        // A new group moves away from epoch 0 on its first heartbeat even if
+        // the member subscribes to nothing (Kafka 4.x).
+        let mut bump_group_epoch = self.group_epoch == Epoch(0)
+            || updated.subscribed_topic_names != member.subscribed_topic_names;
 
         if let Some(old_id) = &replaced {
             // The departed static member leaves without an epoch bump: the

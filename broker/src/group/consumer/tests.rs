@@ -73,6 +73,7 @@ struct Client {
     owned: Assignment,
     topics: Vec<String>,
     assignor: Option<String>,
+    api_version: i16,
 }
 
 impl Client {
@@ -84,6 +85,7 @@ impl Client {
             owned: Assignment::new(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
             assignor: None,
+            api_version: 1,
         }
     }
 
@@ -103,6 +105,7 @@ impl Client {
             subscribed_topic_names: Some(self.topics.clone()),
             server_assignor: self.assignor.clone(),
             owned_topic_partitions: Some(Assignment::new()),
+            api_version: self.api_version,
             client_id: "client".to_string(),
             client_host: "/127.0.0.1".to_string(),
             ..ConsumerHeartbeat::default()
@@ -117,6 +120,7 @@ impl Client {
             instance_id: self.instance_id.clone(),
             rebalance_timeout_ms: -1,
             owned_topic_partitions: Some(self.owned.clone()),
+            api_version: self.api_version,
             client_id: "client".to_string(),
             client_host: "/127.0.0.1".to_string(),
             ..ConsumerHeartbeat::default()
@@ -230,9 +234,36 @@ fn first_member_gets_every_partition_at_epoch_one() {
 fn v0_join_without_member_id_gets_one_from_the_coordinator() {
     let mut h = Harness::new(Topics::with(&[("a", 1, 1)]));
     let mut c = Client::new("", &["a"]);
+    c.api_version = 0;
     let reply = h.join(&mut c);
     assert!(!reply.member_id.is_unknown());
     assert!(h.group().has_member(reply.member_id.as_str()));
+    // v1 clients must bring their own.
+    let mut v1 = Client::new("", &["a"]);
+    v1.api_version = 1;
+    assert_eq!(h.send(v1.join_request()), Err(GroupError::InvalidRequest));
+}
+
+#[test]
+fn a_member_may_subscribe_to_nothing() {
+    // The first member of a new group still moves it to epoch 1.
+    let mut h = Harness::new(Topics::with(&[("a", 1, 2)]));
+    let mut idle = Client::new("idle", &[]);
+    let reply = h.join(&mut idle);
+    assert_eq!(reply.member_epoch, Epoch(1));
+    assert_eq!(reply.assignment, Some(Assignment::new()));
+    let mut a = Client::new("a", &["a"]);
+    h.join(&mut a);
+    assert_eq!(h.group().group_epoch(), Epoch(2));
+    // Another member without subscriptions changes nothing to assign, so
+    // Kafka does not bump the epoch for it.
+    let mut idle2 = Client::new("idle2", &[]);
+    let reply = h.join(&mut idle2);
+    assert_eq!(h.group().group_epoch(), Epoch(2));
+    assert_eq!(reply.member_epoch, Epoch(2));
+    h.settle(&mut [&mut idle, &mut a, &mut idle2]);
+    assert_eq!(count(&a.owned), 2);
+    assert!(idle.owned.is_empty() && idle2.owned.is_empty());
 }
 
 #[test]
@@ -576,7 +607,6 @@ fn malformed_heartbeats_are_invalid_requests() {
         Box::new(|r| r.owned_topic_partitions = None),
         Box::new(|r| r.owned_topic_partitions = Some(assignment(&[(1, &[0])]))),
         Box::new(|r| r.subscribed_topic_names = None),
-        Box::new(|r| r.subscribed_topic_names = Some(vec![])),
         Box::new(|r| r.subscribed_topic_regex = Some("a.*".to_string())),
         Box::new(|r| r.instance_id = Some(GroupInstanceId::from(""))),
         Box::new(|r| r.rack_id = Some(String::new())),
@@ -590,6 +620,10 @@ fn malformed_heartbeats_are_invalid_requests() {
             r.member_id = MemberId::unknown();
         }),
         Box::new(|r| r.member_epoch = Epoch::STATIC_LEAVE),
+        Box::new(|r| {
+            r.api_version = 1;
+            r.member_id = MemberId::unknown();
+        }),
     ];
     for (i, break_it) in invalid.iter().enumerate() {
         let mut req = c.join_request();
