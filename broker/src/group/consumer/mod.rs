@@ -1088,7 +1088,7 @@ impl ConsumerGroup {
 
     /// Expires sessions and rebalance timeouts that are due.
     fn tick(&mut self, now_ms: i64) {
-        let due: Vec<MemberId> = self
+        let mut due: Vec<MemberId> = self
             .timers
             .iter()
             .filter(|(member_id, t)| {
@@ -1106,10 +1106,20 @@ impl ConsumerGroup {
             })
             .map(|(m, _)| m.clone())
             .collect();
-        let mut due = due;
         due.sort();
         for member_id in due {
             self.fence_member(&member_id);
+        }
+        // A due rebalance timer of a member that moved on to another epoch
+        // is spent, as Kafka's timer is once it fired and found nothing to
+        // fence; left in place it would stay due forever.
+        for timers in self.timers.values_mut() {
+            if timers
+                .rebalance_deadline
+                .is_some_and(|(at, _)| at <= now_ms)
+            {
+                timers.rebalance_deadline = None;
+            }
         }
     }
 
@@ -1209,6 +1219,192 @@ impl ConsumerGroup {
                 })
                 .collect(),
         }
+    }
+}
+
+/// Everything a consumer group needs to come back after a restart or a
+/// coordinator move: the content of Kafka's `ConsumerGroupMetadataValue`,
+/// `ConsumerGroupPartitionMetadataValue`, `ConsumerGroupTargetAssignment*`,
+/// `ConsumerGroupMemberMetadataValue` and
+/// `ConsumerGroupCurrentMemberAssignmentValue` records, gathered per group.
+/// Timers are not part of it: [`ConsumerGroupCoordinator::restore`] starts
+/// them afresh, as Kafka does when it loads a group.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConsumerGroupSnapshot {
+    pub group_id: String,
+    pub group_epoch: Epoch,
+    pub assignment_epoch: Epoch,
+    /// The assignor of the last target assignment.
+    pub assignor: ServerAssignor,
+    /// Subscribed topic name -> its metadata when the epoch was decided.
+    pub subscription_metadata: BTreeMap<String, TopicMetadata>,
+    pub members: Vec<MemberSnapshot>,
+}
+
+/// One member in [`ConsumerGroupSnapshot`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MemberSnapshot {
+    pub member_id: MemberId,
+    pub instance_id: Option<GroupInstanceId>,
+    pub rack_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub rebalance_timeout_ms: i32,
+    pub subscribed_topic_names: Vec<String>,
+    pub server_assignor: Option<ServerAssignor>,
+    pub member_epoch: Epoch,
+    pub previous_member_epoch: Epoch,
+    pub state: MemberState,
+    pub assigned_partitions: Assignment,
+    pub partitions_pending_revocation: Assignment,
+    pub target_assignment: Assignment,
+}
+
+/// A snapshot that breaks the group's invariants (a corrupt or foreign
+/// record): the group is not loaded.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ConsumerGroupRestoreError {
+    #[error("partition {topic_id}-{partition} is owned by more than one member")]
+    PartitionOwnedTwice { topic_id: TopicId, partition: i32 },
+    #[error("member id {0} appears twice")]
+    MemberIdTwice(MemberId),
+    #[error("group.instance.id {0} belongs to two members")]
+    InstanceIdTwice(GroupInstanceId),
+    #[error("the assignment epoch {assignment_epoch} is ahead of the group epoch {group_epoch}")]
+    AssignmentEpochAhead {
+        group_epoch: Epoch,
+        assignment_epoch: Epoch,
+    },
+}
+
+impl ConsumerGroup {
+    /// The group's durable state, for the driver to store after every call
+    /// that changed it.
+    pub fn snapshot(&self) -> ConsumerGroupSnapshot {
+        ConsumerGroupSnapshot {
+            group_id: self.group_id.clone(),
+            group_epoch: self.group_epoch,
+            assignment_epoch: self.assignment_epoch,
+            assignor: self.assignor,
+            subscription_metadata: self.subscription_metadata.clone(),
+            members: self
+                .members
+                .values()
+                .map(|m| MemberSnapshot {
+                    member_id: m.member_id.clone(),
+                    instance_id: m.instance_id.clone(),
+                    rack_id: m.rack_id.clone(),
+                    client_id: m.client_id.clone(),
+                    client_host: m.client_host.clone(),
+                    rebalance_timeout_ms: m.rebalance_timeout_ms,
+                    subscribed_topic_names: m.subscribed_topic_names.iter().cloned().collect(),
+                    server_assignor: m.server_assignor,
+                    member_epoch: m.member_epoch,
+                    previous_member_epoch: m.previous_member_epoch,
+                    state: m.state,
+                    assigned_partitions: m.assigned.clone(),
+                    partitions_pending_revocation: m.pending_revocation.clone(),
+                    target_assignment: self
+                        .target_assignment
+                        .get(&m.member_id)
+                        .cloned()
+                        .unwrap_or_default(),
+                })
+                .collect(),
+        }
+    }
+
+    /// Rebuilds a group from its snapshot, checking the invariants the
+    /// state machine relies on. Every member gets a fresh session; a member
+    /// that was revoking gets a fresh rebalance timeout (Kafka's
+    /// `onLoaded`).
+    fn from_snapshot(
+        snapshot: ConsumerGroupSnapshot,
+        config: &ConsumerGroupConfig,
+        now_ms: i64,
+    ) -> Result<Self, ConsumerGroupRestoreError> {
+        if snapshot.assignment_epoch > snapshot.group_epoch {
+            return Err(ConsumerGroupRestoreError::AssignmentEpochAhead {
+                group_epoch: snapshot.group_epoch,
+                assignment_epoch: snapshot.assignment_epoch,
+            });
+        }
+        let mut group = ConsumerGroup::new(snapshot.group_id, snapshot.assignor);
+        group.group_epoch = snapshot.group_epoch;
+        group.assignment_epoch = snapshot.assignment_epoch;
+        group.subscription_metadata = snapshot.subscription_metadata;
+        for m in snapshot.members {
+            if group.members.contains_key(&m.member_id) {
+                return Err(ConsumerGroupRestoreError::MemberIdTwice(m.member_id));
+            }
+            if let Some(instance_id) = &m.instance_id {
+                if group.static_members.contains_key(instance_id) {
+                    return Err(ConsumerGroupRestoreError::InstanceIdTwice(
+                        instance_id.clone(),
+                    ));
+                }
+            }
+            for (topic_id, partitions) in m
+                .assigned_partitions
+                .iter()
+                .chain(&m.partitions_pending_revocation)
+            {
+                for &partition in partitions {
+                    if group.partition_owners.contains_key(&(*topic_id, partition)) {
+                        return Err(ConsumerGroupRestoreError::PartitionOwnedTwice {
+                            topic_id: *topic_id,
+                            partition,
+                        });
+                    }
+                    group.partition_owners.insert(
+                        (*topic_id, partition),
+                        (m.member_id.clone(), m.member_epoch),
+                    );
+                }
+            }
+            let member = Member {
+                member_id: m.member_id.clone(),
+                instance_id: m.instance_id,
+                rack_id: m.rack_id,
+                client_id: m.client_id,
+                client_host: m.client_host,
+                rebalance_timeout_ms: m.rebalance_timeout_ms,
+                subscribed_topic_names: m.subscribed_topic_names.into_iter().collect(),
+                server_assignor: m.server_assignor,
+                member_epoch: m.member_epoch,
+                previous_member_epoch: m.previous_member_epoch,
+                state: m.state,
+                assigned: m.assigned_partitions,
+                pending_revocation: m.partitions_pending_revocation,
+            };
+            if let Some(instance_id) = &member.instance_id {
+                group
+                    .static_members
+                    .insert(instance_id.clone(), member.member_id.clone());
+            }
+            let rebalance_deadline =
+                (member.state == MemberState::UnrevokedPartitions).then(|| {
+                    (
+                        now_ms.saturating_add(i64::from(member.rebalance_timeout_ms.max(0))),
+                        member.member_epoch,
+                    )
+                });
+            group.timers.insert(
+                member.member_id.clone(),
+                MemberTimers {
+                    session_deadline_ms: now_ms
+                        .saturating_add(i64::from(config.session_timeout_ms)),
+                    rebalance_deadline,
+                },
+            );
+            if !m.target_assignment.is_empty() {
+                group
+                    .target_assignment
+                    .insert(member.member_id.clone(), m.target_assignment);
+            }
+            group.members.insert(member.member_id.clone(), member);
+        }
+        Ok(group)
     }
 }
 
@@ -1361,6 +1557,18 @@ impl ConsumerGroupCoordinator {
             .values()
             .filter_map(ConsumerGroup::next_deadline_ms)
             .min()
+    }
+
+    /// Loads a group from its stored snapshot (this broker became its
+    /// coordinator, or restarted), replacing any group of that id.
+    pub fn restore(
+        &mut self,
+        snapshot: ConsumerGroupSnapshot,
+        now_ms: i64,
+    ) -> Result<(), ConsumerGroupRestoreError> {
+        let group = ConsumerGroup::from_snapshot(snapshot, &self.config, now_ms)?;
+        self.groups.insert(group.group_id.clone(), group);
+        Ok(())
     }
 
     /// This broker stops coordinating these groups.

@@ -903,6 +903,8 @@ mod prop {
         Resubscribe(usize, bool),
         /// A static member leaves with -2 and a new process takes over.
         StaticBounce(usize),
+        /// Time passes without heartbeats; timers fire.
+        Advance(i64),
     }
 
     fn op() -> impl Strategy<Value = Op> {
@@ -914,6 +916,7 @@ mod prop {
             1 => (0..2usize, 1..4i32).prop_map(|(t, n)| Op::GrowTopic(t, n)),
             1 => (0..5usize, any::<bool>()).prop_map(|(i, both)| Op::Resubscribe(i, both)),
             1 => (0..5usize).prop_map(Op::StaticBounce),
+            1 => (1_000..50_000i64).prop_map(Op::Advance),
         ]
     }
 
@@ -925,16 +928,41 @@ mod prop {
         }
     }
 
-    /// No two clients believe they own the same partition at once: the
-    /// guarantee revoke-before-assign exists for.
-    fn assert_clients_disjoint(clients: &[Option<Client>]) {
+    /// No two members believe they own the same partition at once: the
+    /// guarantee revoke-before-assign exists for. A client the coordinator
+    /// has already removed (session or rebalance timeout) is a zombie until
+    /// it hears so; Kafka gives its partitions away too, so it is left out.
+    fn assert_clients_disjoint(h: &Harness, clients: &[Option<Client>]) {
         let mut seen = BTreeSet::new();
+        let members = h.coordinator.group("g");
         for c in clients.iter().flatten() {
+            if !members.is_some_and(|g| g.has_member(c.member_id.as_str())) {
+                continue;
+            }
             for (t, ps) in &c.owned {
                 for p in ps {
                     assert!(seen.insert((*t, *p)), "{t}-{p} owned by two clients");
                 }
             }
+        }
+    }
+
+    /// Sends a heartbeat; a client told it is no longer a member drops its
+    /// partitions and rejoins with epoch 0, as consumers do.
+    fn send_or_rejoin(
+        h: &mut Harness,
+        c: &mut Client,
+        req: ConsumerHeartbeat,
+    ) -> Option<ConsumerHeartbeatReply> {
+        match h.send(req) {
+            Ok(reply) => Some(reply),
+            Err(GroupError::UnknownMemberId | GroupError::FencedMemberEpoch) => {
+                c.owned.clear();
+                c.epoch = Epoch::JOIN;
+                h.join(c);
+                None
+            }
+            Err(e) => panic!("unexpected {e:?} for {c:?}"),
         }
     }
 
@@ -968,7 +996,10 @@ mod prop {
                     if let Some(c) = clients[i].take() {
                         let mut req = c.heartbeat_request();
                         req.member_epoch = Epoch::LEAVE;
-                        h.send(req).unwrap();
+                        match h.send(req) {
+                            Ok(_) | Err(GroupError::UnknownMemberId) => {}
+                            Err(e) => panic!("leave: {e:?}"),
+                        }
                     }
                 }
                 Op::Heartbeat(i) => {
@@ -976,12 +1007,19 @@ mod prop {
                         if let Some(target) = slow_targets[i].take() {
                             c.owned = target;
                         }
-                        h.heartbeat(c);
+                        let req = c.heartbeat_request();
+                        if let Some(reply) = send_or_rejoin(&mut h, c, req) {
+                            c.apply(&reply);
+                        }
                     }
                 }
                 Op::SlowHeartbeat(i) => {
                     if let Some(c) = clients[i].as_mut() {
-                        let reply = h.send(c.heartbeat_request()).unwrap();
+                        let req = c.heartbeat_request();
+                        let Some(reply) = send_or_rejoin(&mut h, c, req) else {
+                            slow_targets[i] = None;
+                            continue;
+                        };
                         // It keeps everything it owned and takes what is new.
                         c.epoch = reply.member_epoch;
                         if let Some(a) = reply.assignment {
@@ -1005,8 +1043,9 @@ mod prop {
                         c.topics = subscription(both).iter().map(|s| s.to_string()).collect();
                         let mut req = c.heartbeat_request();
                         req.subscribed_topic_names = Some(c.topics.clone());
-                        let reply = h.send(req).unwrap();
-                        c.apply(&reply);
+                        if let Some(reply) = send_or_rejoin(&mut h, c, req) {
+                            c.apply(&reply);
+                        }
                     }
                 }
                 Op::StaticBounce(i) => {
@@ -1016,7 +1055,10 @@ mod prop {
                         let old = clients[i].take().unwrap();
                         let mut leave = old.heartbeat_request();
                         leave.member_epoch = Epoch::STATIC_LEAVE;
-                        h.send(leave).unwrap();
+                        match h.send(leave) {
+                            Ok(_) | Err(GroupError::UnknownMemberId) => {}
+                            Err(e) => panic!("static leave: {e:?}"),
+                        }
                         generation += 1;
                         let mut c = Client {
                             member_id: MemberId(format!("m{i}-{generation}")),
@@ -1028,9 +1070,18 @@ mod prop {
                         clients[i] = Some(c);
                     }
                 }
+                Op::Advance(ms) => {
+                    h.now_ms += ms;
+                    h.coordinator.tick(h.now_ms);
+                    // Nothing is left due: a driver sleeping until the next
+                    // deadline never spins.
+                    if let Some(next) = h.coordinator.next_deadline_ms() {
+                        assert!(next > h.now_ms, "deadline {next} still due at {}", h.now_ms);
+                    }
+                }
             }
             h.assert_no_partition_owned_twice();
-            assert_clients_disjoint(&clients);
+            assert_clients_disjoint(&h, &clients);
         }
 
         // Everyone acknowledges until nothing changes; then every subscribed
@@ -1038,6 +1089,14 @@ mod prop {
         for (c, target) in clients.iter_mut().zip(slow_targets) {
             if let (Some(c), Some(target)) = (c.as_mut(), target) {
                 c.owned = target;
+            }
+        }
+        // Zombies learn they were removed and rejoin.
+        for c in clients.iter_mut().flatten() {
+            if !h.group().has_member(c.member_id.as_str()) {
+                c.owned.clear();
+                c.epoch = Epoch::JOIN;
+                h.join(c);
             }
         }
         let mut live: Vec<&mut Client> = clients.iter_mut().flatten().collect();
@@ -1111,4 +1170,50 @@ mod prop {
             }
         }
     }
+}
+
+#[test]
+fn a_restored_group_carries_on_where_it_stopped() {
+    let mut h = Harness::new(Topics::with(&[("a", 1, 4)]));
+    let mut a = Client::new("a", &["a"]);
+    let mut b = Client::static_member("b", "instance-b", &["a"]);
+    h.join(&mut a);
+    h.join(&mut b);
+    // a is mid-revocation when the coordinator moves.
+    h.heartbeat(&mut a);
+    assert_eq!(
+        h.group().member_state("a"),
+        Some(MemberState::UnrevokedPartitions)
+    );
+    let snapshot = h.group().snapshot();
+
+    let mut restored = Harness::new(h.topics.clone());
+    restored.now_ms = 100_000;
+    restored
+        .coordinator
+        .restore(snapshot.clone(), 100_000)
+        .unwrap();
+    assert_eq!(restored.group().snapshot(), snapshot);
+    // Fresh timers: the session from now, the revocation from now.
+    assert_eq!(
+        restored.coordinator.next_deadline_ms(),
+        Some(100_000 + i64::from(REBALANCE_MS))
+    );
+    restored.settle(&mut [&mut a, &mut b]);
+    assert_eq!(count(&a.owned), 2);
+    assert_eq!(count(&b.owned), 2);
+    assert_eq!(restored.group().state(), ConsumerGroupState::Stable);
+
+    // A snapshot that gives a partition to two members is refused.
+    let mut broken = restored.group().snapshot();
+    let stolen = broken.members[0].assigned_partitions.clone();
+    broken.members[1]
+        .assigned_partitions
+        .entry(tid(1))
+        .or_default()
+        .extend(stolen.get(&tid(1)).cloned().unwrap_or_default());
+    assert!(matches!(
+        restored.coordinator.restore(broken, 0),
+        Err(ConsumerGroupRestoreError::PartitionOwnedTwice { .. })
+    ));
 }
