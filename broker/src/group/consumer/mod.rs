@@ -445,14 +445,14 @@ pub fn validate_heartbeat(
 pub const CONSUMER_GENERATED_MEMBER_ID_REQUIRED_VERSION: i16 = 1;
 
 /// Kafka's `isSubset`: the member owns nothing outside `target`. A request
-/// that does not report its partitions is not a subset.
+/// that does not report its partitions is not a subset, and neither is one
+/// that names a topic outside `target`, even with no partitions.
 fn is_subset(owned: Option<&Assignment>, target: &Assignment) -> bool {
     let Some(owned) = owned else { return false };
     owned.iter().all(|(topic_id, partitions)| {
-        partitions.is_empty()
-            || target
-                .get(topic_id)
-                .is_some_and(|t| partitions.iter().all(|p| t.contains(p)))
+        target
+            .get(topic_id)
+            .is_some_and(|t| partitions.iter().all(|p| t.contains(p)))
     })
 }
 
