@@ -25,6 +25,7 @@
 //! the wire types of `kafka-protocol`; a thin adapter maps those.
 
 mod classic;
+pub mod consumer;
 mod coordinator;
 pub mod offsets;
 pub mod records;
@@ -199,6 +200,18 @@ pub enum GroupError {
     NonEmptyGroup,
     #[error("the group does not exist")]
     GroupIdNotFound,
+    #[error("the member epoch is fenced; the member must abandon its partitions and rejoin")]
+    FencedMemberEpoch,
+    #[error("the group.instance.id is still used by a member that has not left")]
+    UnreleasedInstanceId,
+    #[error("the server assignor is not one of group.consumer.assignors")]
+    UnsupportedAssignor,
+    #[error("the member epoch is not the member's current epoch")]
+    StaleMemberEpoch,
+    #[error("the request's fields do not go together")]
+    InvalidRequest,
+    #[error("members of a consumer-protocol group must commit with OffsetCommit v9+")]
+    UnsupportedVersion,
 }
 
 impl GroupError {
@@ -218,6 +231,12 @@ impl GroupError {
             GroupError::InvalidGroupId => ResponseError::InvalidGroupId,
             GroupError::NonEmptyGroup => ResponseError::NonEmptyGroup,
             GroupError::GroupIdNotFound => ResponseError::GroupIdNotFound,
+            GroupError::FencedMemberEpoch => ResponseError::FencedMemberEpoch,
+            GroupError::UnreleasedInstanceId => ResponseError::UnreleasedInstanceId,
+            GroupError::UnsupportedAssignor => ResponseError::UnsupportedAssignor,
+            GroupError::StaleMemberEpoch => ResponseError::StaleMemberEpoch,
+            GroupError::InvalidRequest => ResponseError::InvalidRequest,
+            GroupError::UnsupportedVersion => ResponseError::UnsupportedVersion,
         };
         e.code()
     }
