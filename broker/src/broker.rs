@@ -29,6 +29,8 @@ pub struct Broker {
     pub config: ServerConfig,
     pub metadata: MetadataController,
     pub replicas: ReplicaManager,
+    /// The group coordinator (every group, on a single node).
+    pub groups: crate::coordinator::GroupService,
     producer_ids: Mutex<(i64, i64)>,
 }
 
@@ -118,7 +120,9 @@ pub struct NewTopic {
 impl Broker {
     pub fn new(config: ServerConfig, metadata: MetadataController) -> Self {
         let replicas = ReplicaManager::new(config.clone());
+        let groups = crate::coordinator::GroupService::new(&config);
         Self {
+            groups,
             config,
             metadata,
             replicas,

@@ -44,6 +44,9 @@ pub enum PartitionError {
     InvalidTimestamp(i64),
     #[error("storage failure: {0}")]
     Storage(String),
+    /// Kafka's rule: only the broker writes its internal topics.
+    #[error("Cannot append to internal topic {0}")]
+    InternalTopic(String),
 }
 
 impl PartitionError {
@@ -66,6 +69,7 @@ impl PartitionError {
             PartitionError::UnsupportedVersion => ResponseError::UnsupportedVersion,
             PartitionError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
             PartitionError::Storage(_) => ResponseError::KafkaStorageError,
+            PartitionError::InternalTopic(_) => ResponseError::InvalidTopicException,
         };
         e.code()
     }

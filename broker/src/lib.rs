@@ -2,6 +2,7 @@
 
 pub mod broker;
 pub mod config;
+pub mod coordinator;
 pub mod error;
 pub mod group;
 pub mod handlers;
@@ -38,6 +39,8 @@ pub enum StartError {
     Metadata(#[from] metadata::MetadataError),
     #[error("opening partitions: {0}")]
     Partitions(#[from] error::PartitionError),
+    #[error("loading consumer groups: {0}")]
+    Groups(#[from] coordinator::StorageError),
     #[error("cannot listen on {0}: {1}")]
     Listen(String, std::io::Error),
 }
@@ -92,6 +95,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let retention_check_ms = config.log_retention_check_interval_ms;
     let broker = Arc::new(Broker::new(config, metadata));
     broker.sync_replicas()?;
+    let loaded = broker.groups.load(&broker)?;
+    if loaded > 0 {
+        tracing::info!(records = loaded, "loaded consumer groups and offsets");
+    }
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = Vec::new();
@@ -102,6 +109,13 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
             if let Err(e) = server::serve(broker, listener, rx).await {
                 tracing::error!(error = %e, "listener failed");
             }
+        }));
+    }
+    {
+        let broker = broker.clone();
+        let rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            broker.groups.run_timers(&broker, rx).await;
         }));
     }
     {
@@ -169,6 +183,9 @@ impl RunningBroker {
     /// Stops accepting, closes connections, closes every partition cleanly.
     pub async fn shutdown(self) {
         let _ = self.shutdown.send(true);
+        // Parked JoinGroup/SyncGroup requests would hold their connections
+        // open; answer them so connections can close.
+        self.broker.groups.abandon_parked();
         for t in self.tasks {
             let _ = t.await;
         }

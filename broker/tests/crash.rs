@@ -1,5 +1,6 @@
-//! kill -9 under acks=all produce load: on restart every acked batch is
-//! there, byte for byte at its acked offsets, and offsets are contiguous.
+//! kill -9 under acks=all produce load and offset commits: on restart every
+//! acked batch is there, byte for byte at its acked offsets, offsets are
+//! contiguous, and every acknowledged commit is still committed.
 //!
 //! The kill times come from a seed (`CRASH_SEED`, else the clock), printed
 //! so a failure replays.
@@ -97,6 +98,77 @@ async fn produce_until_killed(addr: std::net::SocketAddr, round: usize, id: usiz
     }
 }
 
+/// partition -> the highest committed offset the broker acknowledged.
+type Commits = Arc<Mutex<BTreeMap<i32, i64>>>;
+
+const GROUP: &str = "crash-group";
+
+/// Commits ever-growing offsets for the group until the broker dies.
+async fn commit_until_killed(addr: std::net::SocketAddr, round: usize, commits: Commits) {
+    let Ok(stream) = tokio::net::TcpStream::connect(addr).await else {
+        return;
+    };
+    drop(stream);
+    let mut c = Client::connect(addr).await;
+    for n in 0i64.. {
+        let partition = (n % i64::from(PARTITIONS)) as i32;
+        let offset = (round as i64) * 1_000_000 + n;
+        let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+        p.partition_index = partition;
+        p.committed_offset = offset;
+        let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+        t.name = TopicName(kafka_protocol::protocol::StrBytes::from_static_str("crash"));
+        t.partitions = vec![p];
+        let r: OffsetCommitResponse = c
+            .call(
+                ApiKey::OffsetCommit,
+                8,
+                &OffsetCommitRequest::default()
+                    .with_group_id(GroupId(
+                        kafka_protocol::protocol::StrBytes::from_static_str(GROUP),
+                    ))
+                    .with_generation_id_or_member_epoch(-1)
+                    .with_topics(vec![t]),
+            )
+            .await;
+        if r.topics[0].partitions[0].error_code == 0 {
+            commits.lock().unwrap().insert(partition, offset);
+        }
+    }
+}
+
+/// Every acknowledged commit is still there: the committed offset is at
+/// least the last acknowledged one (a commit the kill interrupted may have
+/// landed without its acknowledgement).
+async fn verify_commits(addr: std::net::SocketAddr, commits: &Commits, seed: u64) {
+    let mut c = Client::connect(addr).await;
+    let commits = commits.lock().unwrap().clone();
+    let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+    t.name = TopicName(kafka_protocol::protocol::StrBytes::from_static_str("crash"));
+    t.partition_indexes = (0..PARTITIONS).collect();
+    let r: OffsetFetchResponse = c
+        .call(
+            ApiKey::OffsetFetch,
+            7,
+            &OffsetFetchRequest::default()
+                .with_group_id(GroupId(
+                    kafka_protocol::protocol::StrBytes::from_static_str(GROUP),
+                ))
+                .with_topics(Some(vec![t])),
+        )
+        .await;
+    for p in &r.topics[0].partitions {
+        if let Some(&acked) = commits.get(&p.partition_index) {
+            assert!(
+                p.committed_offset >= acked,
+                "seed {seed}: partition {} committed {} but {acked} was acknowledged",
+                p.partition_index,
+                p.committed_offset
+            );
+        }
+    }
+}
+
 async fn verify(addr: std::net::SocketAddr, acked: &Acked, seed: u64) {
     let mut c = Client::connect(addr).await;
     let acked = acked.lock().unwrap().clone();
@@ -148,6 +220,7 @@ async fn acked_batches_survive_kill_9() {
     let port = free_port();
     let addr: std::net::SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
     let acked: Acked = Arc::default();
+    let commits: Commits = Arc::default();
     let mut rng = seed;
     for round in 0..ROUNDS {
         let mut child = spawn_broker(dir.path(), port);
@@ -155,12 +228,28 @@ async fn acked_batches_survive_kill_9() {
         if round == 0 {
             let mut c = Client::connect(addr).await;
             assert_eq!(c.create_topic("crash", PARTITIONS, &[]).await, 0);
+            // The first lookup creates __consumer_offsets.
+            let f: FindCoordinatorResponse = c
+                .call(
+                    ApiKey::FindCoordinator,
+                    3,
+                    &FindCoordinatorRequest::default()
+                        .with_key(kafka_protocol::protocol::StrBytes::from_static_str(GROUP)),
+                )
+                .await;
+            assert_eq!(f.error_code, 0);
         } else {
             verify(addr, &acked, seed).await;
+            verify_commits(addr, &commits, seed).await;
         }
-        let tasks: Vec<_> = (0..PRODUCERS)
+        let mut tasks: Vec<_> = (0..PRODUCERS)
             .map(|id| tokio::spawn(produce_until_killed(addr, round, id, acked.clone())))
             .collect();
+        tasks.push(tokio::spawn(commit_until_killed(
+            addr,
+            round,
+            commits.clone(),
+        )));
         // xorshift: 300..1300 ms of load before the kill.
         rng ^= rng << 13;
         rng ^= rng >> 7;
@@ -175,9 +264,16 @@ async fn acked_batches_survive_kill_9() {
     let mut child = spawn_broker(dir.path(), port);
     wait_ready(addr).await;
     verify(addr, &acked, seed).await;
+    verify_commits(addr, &commits, seed).await;
     let total: usize = acked.lock().unwrap().values().map(Vec::len).sum();
-    eprintln!("crash test: {total} acked records verified after {ROUNDS} kills");
+    eprintln!(
+        "crash test: {total} acked records and the group's commits verified after {ROUNDS} kills"
+    );
     assert!(total > 0, "seed {seed}: no produce was acked at all");
+    assert!(
+        !commits.lock().unwrap().is_empty(),
+        "seed {seed}: no commit was acknowledged"
+    );
     child.kill().ok();
     child.wait().ok();
 }

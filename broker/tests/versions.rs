@@ -192,6 +192,108 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
                 version,
             )
         }
+        ApiKey::FindCoordinator => {
+            let mut r = FindCoordinatorRequest::default();
+            if version >= 4 {
+                r.coordinator_keys = vec![StrBytes::from_static_str("sweep-group")];
+            } else {
+                r.key = StrBytes::from_static_str("sweep-group");
+            }
+            enc(r, version)
+        }
+        // Without protocols a join is refused at once (INCONSISTENT_GROUP_PROTOCOL):
+        // the sweep checks that every version's response encodes, not the
+        // rebalance, which tests/groups.rs covers.
+        ApiKey::JoinGroup => enc(
+            JoinGroupRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("sweep-group")))
+                .with_session_timeout_ms(10_000)
+                .with_protocol_type(StrBytes::from_static_str("consumer")),
+            version,
+        ),
+        ApiKey::SyncGroup => enc(
+            SyncGroupRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("sweep-group")))
+                .with_member_id(StrBytes::from_static_str("nobody")),
+            version,
+        ),
+        ApiKey::Heartbeat => enc(
+            HeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("sweep-group")))
+                .with_member_id(StrBytes::from_static_str("nobody")),
+            version,
+        ),
+        ApiKey::LeaveGroup => {
+            let mut r = LeaveGroupRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("sweep-group")));
+            if version >= 3 {
+                let mut m = leave_group_request::MemberIdentity::default();
+                m.member_id = StrBytes::from_static_str("nobody");
+                r.members = vec![m];
+            } else {
+                r.member_id = StrBytes::from_static_str("nobody");
+            }
+            enc(r, version)
+        }
+        ApiKey::OffsetCommit => {
+            let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+            p.committed_offset = 1;
+            let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+            t.name = name("sweep");
+            t.partitions = vec![p];
+            enc(
+                OffsetCommitRequest::default()
+                    .with_group_id(GroupId(StrBytes::from_static_str("sweep-commit")))
+                    .with_generation_id_or_member_epoch(-1)
+                    .with_topics(vec![t]),
+                version,
+            )
+        }
+        ApiKey::OffsetFetch => {
+            let mut r = OffsetFetchRequest::default();
+            if version >= 8 {
+                let mut t = offset_fetch_request::OffsetFetchRequestTopics::default();
+                t.name = name("sweep");
+                t.partition_indexes = vec![0];
+                let mut g = offset_fetch_request::OffsetFetchRequestGroup::default();
+                g.group_id = GroupId(StrBytes::from_static_str("sweep-commit"));
+                g.topics = Some(vec![t]);
+                r.groups = vec![g];
+            } else {
+                let mut t = offset_fetch_request::OffsetFetchRequestTopic::default();
+                t.name = name("sweep");
+                t.partition_indexes = vec![0];
+                r.group_id = GroupId(StrBytes::from_static_str("sweep-commit"));
+                r.topics = Some(vec![t]);
+            }
+            enc(r, version)
+        }
+        ApiKey::OffsetDelete => {
+            let mut p = offset_delete_request::OffsetDeleteRequestPartition::default();
+            p.partition_index = 0;
+            let mut t = offset_delete_request::OffsetDeleteRequestTopic::default();
+            t.name = name("sweep");
+            t.partitions = vec![p];
+            enc(
+                OffsetDeleteRequest::default()
+                    .with_group_id(GroupId(StrBytes::from_static_str("sweep-commit")))
+                    .with_topics(vec![t]),
+                version,
+            )
+        }
+        ApiKey::ListGroups => enc(ListGroupsRequest::default(), version),
+        ApiKey::DescribeGroups => enc(
+            DescribeGroupsRequest::default().with_groups(vec![
+                GroupId(StrBytes::from_static_str("sweep-commit")),
+                GroupId(StrBytes::from_static_str("no-such-group")),
+            ]),
+            version,
+        ),
+        ApiKey::DeleteGroups => enc(
+            DeleteGroupsRequest::default()
+                .with_groups_names(vec![GroupId(StrBytes::from_static_str("no-such-group"))]),
+            version,
+        ),
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

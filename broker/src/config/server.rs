@@ -80,6 +80,20 @@ pub struct ServerConfig {
     pub queued_max_requests: usize,
     pub max_connections: usize,
     pub metrics_listen: Option<SocketAddr>,
+    /// `group.*`: the classic group protocol's timing and size limits.
+    pub group_initial_rebalance_delay_ms: i64,
+    pub group_min_session_timeout_ms: i32,
+    pub group_max_session_timeout_ms: i32,
+    pub group_max_size: i32,
+    /// `offsets.*`: the `__consumer_offsets` topic and committed offsets.
+    pub offsets_topic_num_partitions: i32,
+    /// Kafka's default is 3; ours is 1 so that a single node (the default
+    /// set-up) can serve groups, as Kafka's shipped `server.properties` does.
+    pub offsets_topic_replication_factor: i16,
+    pub offsets_topic_segment_bytes: u64,
+    pub offsets_retention_ms: i64,
+    pub offsets_retention_check_interval_ms: i64,
+    pub offset_metadata_max_bytes: usize,
     /// Every key that was set, as given, for DescribeConfigs.
     pub explicit: BTreeMap<String, String>,
 }
@@ -116,6 +130,16 @@ impl Default for ServerConfig {
             queued_max_requests: 500,
             max_connections: 10_000,
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9404))),
+            group_initial_rebalance_delay_ms: 3_000,
+            group_min_session_timeout_ms: 6_000,
+            group_max_session_timeout_ms: 1_800_000,
+            group_max_size: i32::MAX,
+            offsets_topic_num_partitions: 50,
+            offsets_topic_replication_factor: 1,
+            offsets_topic_segment_bytes: 104_857_600,
+            offsets_retention_ms: 7 * 24 * 3_600_000,
+            offsets_retention_check_interval_ms: 600_000,
+            offset_metadata_max_bytes: 4096,
             explicit: BTreeMap::new(),
         }
     }
@@ -309,6 +333,30 @@ impl ServerConfig {
                     )
                 }
             }
+            "group.initial.rebalance.delay.ms" => {
+                self.group_initial_rebalance_delay_ms = parse_num(key, v)?
+            }
+            "group.min.session.timeout.ms" => {
+                self.group_min_session_timeout_ms = parse_num(key, v)?
+            }
+            "group.max.session.timeout.ms" => {
+                self.group_max_session_timeout_ms = parse_num(key, v)?
+            }
+            "group.max.size" => self.group_max_size = parse_num(key, v)?,
+            "offsets.topic.num.partitions" => {
+                self.offsets_topic_num_partitions = parse_num(key, v)?
+            }
+            "offsets.topic.replication.factor" => {
+                self.offsets_topic_replication_factor = parse_num(key, v)?
+            }
+            "offsets.topic.segment.bytes" => self.offsets_topic_segment_bytes = parse_num(key, v)?,
+            "offsets.retention.minutes" => {
+                self.offsets_retention_ms = parse_num::<i64>(key, v)?.saturating_mul(60_000)
+            }
+            "offsets.retention.check.interval.ms" => {
+                self.offsets_retention_check_interval_ms = parse_num(key, v)?
+            }
+            "offset.metadata.max.bytes" => self.offset_metadata_max_bytes = parse_num(key, v)?,
             other => {
                 // Kafka logs unknown keys and carries on; so do we, so that a
                 // server.properties written for Kafka starts unchanged.
@@ -387,6 +435,51 @@ impl ServerConfig {
             return n(
                 "log.retention.check.interval.ms",
                 &self.log_retention_check_interval_ms,
+                "must be at least 1",
+            );
+        }
+        if self.group_initial_rebalance_delay_ms < 0 {
+            return n(
+                "group.initial.rebalance.delay.ms",
+                &self.group_initial_rebalance_delay_ms,
+                "must be at least 0",
+            );
+        }
+        if self.group_min_session_timeout_ms > self.group_max_session_timeout_ms {
+            return n(
+                "group.min.session.timeout.ms",
+                &self.group_min_session_timeout_ms,
+                "must not exceed group.max.session.timeout.ms",
+            );
+        }
+        if self.group_max_size < 1 {
+            return n("group.max.size", &self.group_max_size, "must be at least 1");
+        }
+        if self.offsets_topic_num_partitions < 1 {
+            return n(
+                "offsets.topic.num.partitions",
+                &self.offsets_topic_num_partitions,
+                "must be at least 1",
+            );
+        }
+        if self.offsets_topic_replication_factor < 1 {
+            return n(
+                "offsets.topic.replication.factor",
+                &self.offsets_topic_replication_factor,
+                "must be at least 1",
+            );
+        }
+        if self.offsets_retention_ms < 60_000 {
+            return n(
+                "offsets.retention.minutes",
+                &(self.offsets_retention_ms / 60_000),
+                "must be at least 1",
+            );
+        }
+        if self.offsets_retention_check_interval_ms < 1 {
+            return n(
+                "offsets.retention.check.interval.ms",
+                &self.offsets_retention_check_interval_ms,
                 "must be at least 1",
             );
         }

@@ -36,6 +36,12 @@ impl GroupCoordinator {
         self.groups.get(group_id)
     }
 
+    /// Adds a group rebuilt from `__consumer_offsets` at load time,
+    /// replacing any group of the same id.
+    pub fn insert_loaded(&mut self, group: ClassicGroup) {
+        self.groups.insert(group.group_id().to_string(), group);
+    }
+
     /// Every group, in no particular order (ListGroups).
     pub fn groups(&self) -> impl Iterator<Item = &ClassicGroup> {
         self.groups.values()

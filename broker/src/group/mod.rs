@@ -212,6 +212,8 @@ pub enum GroupError {
     InvalidRequest,
     #[error("members of a consumer-protocol group must commit with OffsetCommit v9+")]
     UnsupportedVersion,
+    #[error("the group's members are subscribed to this topic")]
+    GroupSubscribedToTopic,
 }
 
 impl GroupError {
@@ -237,6 +239,7 @@ impl GroupError {
             GroupError::StaleMemberEpoch => ResponseError::StaleMemberEpoch,
             GroupError::InvalidRequest => ResponseError::InvalidRequest,
             GroupError::UnsupportedVersion => ResponseError::UnsupportedVersion,
+            GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
         };
         e.code()
     }

@@ -6,15 +6,26 @@ mod alter_configs;
 mod api_versions;
 mod create_partitions;
 mod create_topics;
+mod delete_groups;
 mod delete_records;
 mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
+mod describe_groups;
 mod fetch;
+mod find_coordinator;
+mod heartbeat;
 mod init_producer_id;
+mod join_group;
+mod leave_group;
+mod list_groups;
 mod list_offsets;
 mod metadata;
+mod offset_commit;
+mod offset_delete;
+mod offset_fetch;
 mod produce;
+mod sync_group;
 
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
@@ -33,7 +44,21 @@ pub enum Reply {
     Unsupported,
 }
 
-pub async fn dispatch(broker: &Broker, version: i16, request: RequestKind) -> Reply {
+/// Who sent a request: group members are described by these.
+#[derive(Clone, Debug, Default)]
+pub struct RequestContext {
+    /// The request header's `client.id` (empty when null).
+    pub client_id: String,
+    /// The peer's address as Kafka reports it: `/` + IP.
+    pub client_host: String,
+}
+
+pub async fn dispatch(
+    broker: &Broker,
+    ctx: &RequestContext,
+    version: i16,
+    request: RequestKind,
+) -> Reply {
     use RequestKind as R;
     use ResponseKind as S;
     match request {
@@ -74,6 +99,29 @@ pub async fn dispatch(broker: &Broker, version: i16, request: RequestKind) -> Re
         R::IncrementalAlterConfigs(r) => Reply::Respond(S::IncrementalAlterConfigs(
             alter_configs::handle_incremental(broker, version, r).await,
         )),
+        R::FindCoordinator(r) => Reply::Respond(S::FindCoordinator(
+            find_coordinator::handle(broker, version, r).await,
+        )),
+        R::JoinGroup(r) => Reply::Respond(S::JoinGroup(
+            join_group::handle(broker, ctx, version, r).await,
+        )),
+        R::SyncGroup(r) => {
+            Reply::Respond(S::SyncGroup(sync_group::handle(broker, version, r).await))
+        }
+        R::Heartbeat(r) => Reply::Respond(S::Heartbeat(heartbeat::handle(broker, r))),
+        R::LeaveGroup(r) => Reply::Respond(S::LeaveGroup(leave_group::handle(broker, version, r))),
+        R::OffsetCommit(r) => {
+            Reply::Respond(S::OffsetCommit(offset_commit::handle(broker, version, r)))
+        }
+        R::OffsetFetch(r) => {
+            Reply::Respond(S::OffsetFetch(offset_fetch::handle(broker, version, r)))
+        }
+        R::OffsetDelete(r) => Reply::Respond(S::OffsetDelete(offset_delete::handle(broker, r))),
+        R::ListGroups(r) => Reply::Respond(S::ListGroups(list_groups::handle(broker, version, r))),
+        R::DescribeGroups(r) => {
+            Reply::Respond(S::DescribeGroups(describe_groups::handle(broker, r)))
+        }
+        R::DeleteGroups(r) => Reply::Respond(S::DeleteGroups(delete_groups::handle(broker, r))),
         _ => Reply::Unsupported,
     }
 }

@@ -74,6 +74,8 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
                 continue;
             } else if req.transactional_id.is_some() {
                 Err(PartitionError::TransactionsUnsupported)
+            } else if name == crate::coordinator::OFFSETS_TOPIC {
+                Err(PartitionError::InternalTopic(name.clone()))
             } else {
                 let tp = TopicPartition::new(name.as_str(), pd.index);
                 match (broker.replicas.get(&tp), pd.records) {

@@ -21,7 +21,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
 
 use crate::broker::Broker;
-use crate::handlers::{dispatch, Reply};
+use crate::handlers::{dispatch, Reply, RequestContext};
 
 /// A frame read off the socket, holding its share of the memory budget.
 struct Frame {
@@ -45,6 +45,10 @@ pub async fn run(
     memory: Arc<Semaphore>,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
+    let client_host = stream
+        .peer_addr()
+        .map(|a| format!("/{}", a.ip()))
+        .unwrap_or_default();
     let (read_half, write_half) = stream.into_split();
     let (tx, mut rx) =
         mpsc::channel::<Result<Frame, ConnectionError>>(broker.config.queued_max_requests);
@@ -61,7 +65,7 @@ pub async fn run(
             Some(Err(e)) => break Err(e),
             Some(Ok(f)) => f,
         };
-        match handle_frame(&broker, frame.body).await {
+        match handle_frame(&broker, &client_host, frame.body).await {
             Ok(Some(bytes)) => {
                 out.write_all(&bytes).await?;
                 // Flush unless more requests are already waiting: their
@@ -119,7 +123,11 @@ async fn read_frames(
 
 /// Decodes, dispatches and encodes one request. `Ok(None)`: no response is
 /// due (acks=0). `Err`: the connection must close.
-async fn handle_frame(broker: &Broker, body: Bytes) -> Result<Option<Bytes>, ConnectionError> {
+async fn handle_frame(
+    broker: &Broker,
+    client_host: &str,
+    body: Bytes,
+) -> Result<Option<Bytes>, ConnectionError> {
     let started = Instant::now();
     let request = match decode_request(body.clone()) {
         Ok(r) => r,
@@ -144,7 +152,16 @@ async fn handle_frame(broker: &Broker, body: Bytes) -> Result<Option<Bytes>, Con
     let version = request.api_version();
     let correlation_id = request.correlation_id();
     let key_label = format!("{api_key:?}");
-    let reply = dispatch(broker, version, request.body).await;
+    let ctx = RequestContext {
+        client_id: request
+            .header
+            .client_id
+            .as_ref()
+            .map(|c| c.to_string())
+            .unwrap_or_default(),
+        client_host: client_host.to_string(),
+    };
+    let reply = dispatch(broker, &ctx, version, request.body).await;
     let result = match reply {
         Reply::Respond(resp) => match encode_response(api_key, version, correlation_id, &resp) {
             Ok(bytes) => Ok(Some(bytes)),

@@ -1,0 +1,833 @@
+//! The group coordinator's runtime: the async side of `group/`.
+//!
+//! `group/` decides; this module keeps the decisions' promises. It holds the
+//! state machines behind one lock, parks JoinGroup/SyncGroup requests until
+//! a completion answers them, runs the timer task that calls `tick`, and
+//! stores what must be stored (committed offsets, group metadata) in the
+//! `__consumer_offsets` topic before anyone is answered, as Kafka does.
+//!
+//! Writes go through the same `Partition::append_as_leader` as a producer's
+//! acks=all batch, so a committed offset carries the same promise as an
+//! acked record (see docs/contract.md). The lock is a plain mutex: appends
+//! are synchronous and short, and holding it across the append keeps the
+//! order of writes in the log the order of the in-memory changes.
+
+mod storage;
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+
+use tokio::sync::{oneshot, Notify};
+
+use crate::broker::{now_ms, Broker};
+use crate::config::ServerConfig;
+use crate::group::{
+    ClassicGroup, ClassicGroupConfig, Completions, GenerationId, GroupError, GroupInstanceId,
+    GroupState, HeartbeatRequest, JoinRequest, JoinResponse, LeaveMember, LeaveMemberResponse,
+    MemberId, Reply, SyncRequest, SyncResponse,
+};
+use crate::group::{CoordinatorRecord, GroupExpiryState, OffsetAndMetadata, OffsetStore};
+
+pub use storage::{StorageError, OFFSETS_TOPIC};
+
+/// The classic-group settings from `server.properties`.
+pub fn classic_config(c: &ServerConfig) -> ClassicGroupConfig {
+    ClassicGroupConfig {
+        initial_rebalance_delay_ms: c.group_initial_rebalance_delay_ms,
+        min_session_timeout_ms: c.group_min_session_timeout_ms,
+        max_session_timeout_ms: c.group_max_session_timeout_ms,
+        max_size: c.group_max_size as usize,
+        ..ClassicGroupConfig::default()
+    }
+}
+
+struct State {
+    classic: crate::group::GroupCoordinator,
+    offsets: OffsetStore,
+    parked_joins: HashMap<(String, MemberId), oneshot::Sender<JoinResponse>>,
+    parked_syncs: HashMap<(String, MemberId), oneshot::Sender<SyncResponse>>,
+    /// When the last offsets-retention pass ran.
+    last_expiry_ms: i64,
+    /// When group metrics were last published.
+    last_metrics_ms: i64,
+}
+
+/// How often member counts, committed offsets and lag are published.
+const METRICS_INTERVAL_MS: i64 = 10_000;
+
+/// What a handler gets for one group in ListGroups / DescribeGroups.
+pub struct GroupSummary {
+    pub group_id: String,
+    pub protocol_type: String,
+    pub state: GroupState,
+}
+
+/// A DescribeGroups entry, copied out of the lock.
+pub struct GroupDescription {
+    pub state: GroupState,
+    pub protocol_type: String,
+    pub protocol_name: String,
+    pub members: Vec<DescribedMember>,
+}
+
+pub struct DescribedMember {
+    pub member_id: String,
+    pub group_instance_id: Option<String>,
+    pub client_id: String,
+    pub client_host: String,
+    pub metadata: bytes::Bytes,
+    pub assignment: bytes::Bytes,
+}
+
+/// One partition's commit, as OffsetCommit hands it over.
+pub struct CommitPartition {
+    pub topic: String,
+    pub partition: i32,
+    pub offset: OffsetAndMetadata,
+}
+
+pub struct GroupService {
+    state: Mutex<State>,
+    /// Wakes the timer task when a call may have moved a deadline earlier.
+    wake: Notify,
+    offset_metadata_max_bytes: usize,
+    offsets_retention_ms: i64,
+    offsets_retention_check_interval_ms: i64,
+}
+
+/// How a parked request ends if its slot is taken by a newer request of the
+/// same member, or the group is dropped without answering it: the client
+/// rejoins, which is always safe.
+const ABANDONED: GroupError = GroupError::RebalanceInProgress;
+
+impl GroupService {
+    pub fn new(config: &ServerConfig) -> Self {
+        GroupService {
+            state: Mutex::new(State {
+                classic: crate::group::GroupCoordinator::new(classic_config(config)),
+                offsets: OffsetStore::new(),
+                parked_joins: HashMap::new(),
+                parked_syncs: HashMap::new(),
+                last_expiry_ms: now_ms(),
+                last_metrics_ms: 0,
+            }),
+            wake: Notify::new(),
+            offset_metadata_max_bytes: config.offset_metadata_max_bytes,
+            offsets_retention_ms: config.offsets_retention_ms,
+            offsets_retention_check_interval_ms: config.offsets_retention_check_interval_ms,
+        }
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().expect("group state poisoned")
+    }
+
+    /// Rebuilds groups and offsets from the `__consumer_offsets` partitions
+    /// this node hosts. Called once at start, before the listener serves.
+    pub fn load(&self, broker: &Broker) -> Result<usize, StorageError> {
+        let records = storage::read_all(broker)?;
+        let now = now_ms();
+        let mut st = self.lock();
+        let count = records.len();
+        for r in &records {
+            st.offsets.apply(r);
+        }
+        let config = st.classic.config().clone();
+        let restored: Vec<ClassicGroup> = st
+            .offsets
+            .group_metadata_all()
+            .map(|(group_id, m)| {
+                ClassicGroup::from_group_metadata(group_id, config.clone(), m.clone(), now)
+            })
+            .collect();
+        for group in restored {
+            st.classic.insert_loaded(group);
+        }
+        // A group that only ever committed offsets (an admin client, or a
+        // consumer that assigns partitions itself) has no metadata record;
+        // it comes back as an empty group, as in Kafka's replay.
+        let offset_groups: Vec<String> = st.offsets.groups().map(str::to_string).collect();
+        for group_id in offset_groups {
+            if st.classic.group(&group_id).is_none() {
+                st.classic
+                    .insert_loaded(ClassicGroup::new(&group_id, config.clone(), now));
+            }
+        }
+        Ok(count)
+    }
+
+    // ---------------------------------------------------------------- classic
+
+    pub async fn join(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        request: JoinRequest,
+    ) -> JoinResponse {
+        let member_id = request.member_id.clone();
+        let waiting = {
+            let now = now_ms();
+            let mut st = self.lock();
+            let out = st.classic.join(group_id, request, now);
+            let waiting = match out.reply {
+                Reply::Now(r) => Err(r),
+                Reply::Parked(m) => {
+                    let (tx, rx) = oneshot::channel();
+                    st.parked_joins
+                        .insert((group_id.to_string(), m.clone()), tx);
+                    Ok((m, rx))
+                }
+            };
+            self.complete(broker, &mut st, group_id, out.completed);
+            waiting
+        };
+        self.wake.notify_one();
+        match waiting {
+            Err(r) => r,
+            Ok((m, rx)) => rx.await.unwrap_or_else(|_| {
+                JoinResponse::error(if m.is_unknown() { member_id } else { m }, ABANDONED)
+            }),
+        }
+    }
+
+    pub async fn sync(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        request: SyncRequest,
+    ) -> SyncResponse {
+        let waiting = {
+            let now = now_ms();
+            let mut st = self.lock();
+            let out = st.classic.sync(group_id, request, now);
+            let waiting = match out.reply {
+                Reply::Now(r) => Err(r),
+                Reply::Parked(m) => {
+                    let (tx, rx) = oneshot::channel();
+                    st.parked_syncs.insert((group_id.to_string(), m), tx);
+                    Ok(rx)
+                }
+            };
+            self.complete(broker, &mut st, group_id, out.completed);
+            waiting
+        };
+        self.wake.notify_one();
+        match waiting {
+            Err(r) => r,
+            Ok(rx) => rx.await.unwrap_or_else(|_| SyncResponse::error(ABANDONED)),
+        }
+    }
+
+    pub fn heartbeat(&self, group_id: &str, request: &HeartbeatRequest) -> Result<(), GroupError> {
+        let r = self.lock().classic.heartbeat(group_id, request, now_ms());
+        self.wake.notify_one();
+        r
+    }
+
+    pub fn leave(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        members: &[LeaveMember],
+    ) -> Result<Vec<LeaveMemberResponse>, GroupError> {
+        let mut st = self.lock();
+        let out = st.classic.leave(group_id, members, now_ms());
+        self.complete(broker, &mut st, group_id, out.completed);
+        drop(st);
+        self.wake.notify_one();
+        out.result
+    }
+
+    /// Stores what a call's completions require, then answers the parked
+    /// requests they name. Called with the lock held.
+    fn complete(&self, broker: &Broker, st: &mut State, group_id: &str, completed: Completions) {
+        let mut failure = None;
+        if !completed.joins.is_empty() {
+            // The join phase completed: a new generation, one rebalance.
+            metrics::counter!("kafka_group_rebalances_total", "group" => group_id.to_string())
+                .increment(1);
+        }
+        if completed.group_metadata_changed {
+            if let Some(group) = st.classic.group(group_id) {
+                let value = if group.state() == GroupState::Dead {
+                    None
+                } else {
+                    Some(group.group_metadata())
+                };
+                let record = CoordinatorRecord::GroupMetadata {
+                    group_id: group_id.to_string(),
+                    value,
+                };
+                match storage::append(broker, group_id, std::slice::from_ref(&record)) {
+                    Ok(()) => st.offsets.apply(&record),
+                    Err(e) => {
+                        tracing::error!(group = group_id, error = %e, "storing group metadata failed");
+                        failure = Some(e.group_error());
+                    }
+                }
+            }
+        }
+        for (member, response) in completed.joins {
+            if let Some(tx) = st
+                .parked_joins
+                .remove(&(group_id.to_string(), member.clone()))
+            {
+                let response = match failure {
+                    Some(e) => JoinResponse::error(member, e),
+                    None => response,
+                };
+                let _ = tx.send(response);
+            }
+        }
+        for (member, response) in completed.syncs {
+            if let Some(tx) = st.parked_syncs.remove(&(group_id.to_string(), member)) {
+                let response = match failure {
+                    Some(e) => SyncResponse::error(e),
+                    None => response,
+                };
+                let _ = tx.send(response);
+            }
+        }
+    }
+
+    /// The timer task: fires group deadlines and runs offset expiry, until
+    /// `shutdown` flips.
+    pub async fn run_timers(
+        &self,
+        broker: &Broker,
+        mut shutdown: tokio::sync::watch::Receiver<bool>,
+    ) {
+        loop {
+            let now = now_ms();
+            let next = {
+                let st = self.lock();
+                let expiry = (st.last_expiry_ms + self.offsets_retention_check_interval_ms)
+                    .min(st.last_metrics_ms + METRICS_INTERVAL_MS);
+                st.classic
+                    .next_deadline_ms()
+                    .map_or(expiry, |d| d.min(expiry))
+            };
+            let wait_ms = (next - now).clamp(0, 60_000) as u64;
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(wait_ms)) => {}
+                _ = self.wake.notified() => {}
+                _ = shutdown.changed() => return,
+            }
+            let now = now_ms();
+            let mut st = self.lock();
+            for (group_id, completed) in st.classic.tick(now) {
+                self.complete(broker, &mut st, &group_id, completed);
+            }
+            if now >= st.last_expiry_ms + self.offsets_retention_check_interval_ms {
+                st.last_expiry_ms = now;
+                self.expire_offsets(broker, &mut st, now);
+            }
+            if now >= st.last_metrics_ms + METRICS_INTERVAL_MS {
+                st.last_metrics_ms = now;
+                publish_metrics(broker, &st, now);
+            }
+        }
+    }
+
+    /// Kafka's periodic cleanup: tombstones for expired offsets, and for
+    /// empty groups left with no offsets.
+    fn expire_offsets(&self, broker: &Broker, st: &mut State, now: i64) {
+        let expiration = {
+            let State {
+                classic, offsets, ..
+            } = &*st;
+            offsets.expired_records(now, self.offsets_retention_ms, |g| {
+                expiry_state(classic.group(g))
+            })
+        };
+        let mut by_group: std::collections::BTreeMap<String, Vec<CoordinatorRecord>> =
+            Default::default();
+        for r in expiration.records {
+            let group_id = match &r {
+                CoordinatorRecord::OffsetCommit { group_id, .. }
+                | CoordinatorRecord::GroupMetadata { group_id, .. } => group_id.clone(),
+                CoordinatorRecord::Other { .. } => continue,
+            };
+            by_group.entry(group_id).or_default().push(r);
+        }
+        for (group_id, records) in &by_group {
+            match storage::append(broker, group_id, records) {
+                Ok(()) => records.iter().for_each(|r| st.offsets.apply(r)),
+                Err(e) => {
+                    tracing::error!(group = %group_id, error = %e, "expiring offsets failed");
+                    return;
+                }
+            }
+            let expired = records
+                .iter()
+                .filter(|r| matches!(r, CoordinatorRecord::OffsetCommit { .. }))
+                .count();
+            if expired > 0 {
+                tracing::info!(group = %group_id, offsets = expired, "expired committed offsets");
+                metrics::counter!("kafka_group_offsets_expired_total").increment(expired as u64);
+            }
+        }
+        for group_id in expiration.deleted_groups {
+            if st
+                .classic
+                .group(&group_id)
+                .is_some_and(|g| g.state() == GroupState::Empty)
+            {
+                let _ = st.classic.delete_group(&group_id, now);
+                tracing::info!(group = %group_id, "removed an empty group with no offsets left");
+            }
+        }
+    }
+
+    /// Answers every parked request (the broker is stopping).
+    pub fn abandon_parked(&self) {
+        let mut st = self.lock();
+        st.parked_joins.clear();
+        st.parked_syncs.clear();
+    }
+
+    // ---------------------------------------------------------------- offsets
+
+    /// OffsetCommit for one group: validates the member, stores every
+    /// partition's offset, and returns one result per partition in order.
+    #[allow(clippy::too_many_arguments)]
+    pub fn commit_offsets(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        member_id: &MemberId,
+        group_instance_id: Option<&GroupInstanceId>,
+        generation_id: GenerationId,
+        reports_group_id_not_found: bool,
+        partitions: Vec<CommitPartition>,
+    ) -> Result<Vec<Result<(), CommitError>>, GroupError> {
+        let now = now_ms();
+        let mut st = self.lock();
+        st.classic.validate_offset_commit(
+            group_id,
+            member_id,
+            group_instance_id,
+            generation_id,
+            reports_group_id_not_found,
+            now,
+        )?;
+        let mut results = Vec::with_capacity(partitions.len());
+        let mut records = Vec::new();
+        for p in partitions {
+            if p.offset.metadata.len() > self.offset_metadata_max_bytes {
+                results.push(Err(CommitError::OffsetMetadataTooLarge));
+                continue;
+            }
+            results.push(Ok(()));
+            records.push(CoordinatorRecord::OffsetCommit {
+                group_id: group_id.to_string(),
+                topic: p.topic,
+                partition: p.partition,
+                value: Some(p.offset),
+            });
+        }
+        if !records.is_empty() {
+            if let Err(e) = storage::append(broker, group_id, &records) {
+                tracing::error!(group = group_id, error = %e, "storing offsets failed");
+                let code = e.group_error();
+                return Ok(results
+                    .into_iter()
+                    .map(|r| r.and(Err(CommitError::Group(code))))
+                    .collect());
+            }
+            for r in &records {
+                st.offsets.apply(r);
+            }
+        }
+        Ok(results)
+    }
+
+    /// The committed offset of one partition, if any.
+    pub fn committed(
+        &self,
+        group_id: &str,
+        topic: &str,
+        partition: i32,
+    ) -> Option<OffsetAndMetadata> {
+        self.lock()
+            .offsets
+            .fetch(group_id, topic, partition)
+            .cloned()
+    }
+
+    /// Every committed offset of a group, sorted by topic and partition.
+    pub fn committed_all(&self, group_id: &str) -> Vec<(String, i32, OffsetAndMetadata)> {
+        self.lock()
+            .offsets
+            .fetch_group(group_id)
+            .map(|(t, p, o)| (t.to_string(), p, o.clone()))
+            .collect()
+    }
+
+    /// OffsetDelete: removes a group's offsets for partitions the group is
+    /// not consuming. Returns per-partition errors (None = deleted).
+    pub fn delete_offsets(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        topics: &[(String, Vec<i32>)],
+    ) -> Result<Vec<TopicOffsetDeletion>, DeleteOffsetsError> {
+        let mut st = self.lock();
+        let group = st
+            .classic
+            .group(group_id)
+            .ok_or(DeleteOffsetsError::Group(GroupError::GroupIdNotFound))?;
+        let subscribed = match group.state() {
+            GroupState::Dead => return Err(DeleteOffsetsError::Group(GroupError::GroupIdNotFound)),
+            GroupState::Empty => Some(Default::default()),
+            _ if group.protocol_type() == Some("consumer") => subscribed_topics(group),
+            _ => return Err(DeleteOffsetsError::Group(GroupError::NonEmptyGroup)),
+        };
+        let mut out = Vec::new();
+        let mut records = Vec::new();
+        for (topic, partitions) in topics {
+            // Undecodable subscriptions (None) count as subscribed to all.
+            if subscribed
+                .as_ref()
+                .is_none_or(|s| s.contains(topic.as_str()))
+            {
+                out.push((
+                    topic.clone(),
+                    partitions
+                        .iter()
+                        .map(|&p| (p, Some(GroupError::GroupSubscribedToTopic)))
+                        .collect(),
+                ));
+                continue;
+            }
+            records.extend(
+                st.offsets
+                    .delete_partition_records(group_id, topic, partitions),
+            );
+            out.push((
+                topic.clone(),
+                partitions.iter().map(|&p| (p, None)).collect(),
+            ));
+        }
+        if !records.is_empty() {
+            if let Err(e) = storage::append(broker, group_id, &records) {
+                tracing::error!(group = group_id, error = %e, "storing offset deletion failed");
+                return Err(DeleteOffsetsError::Storage(e.group_error()));
+            }
+            for r in &records {
+                st.offsets.apply(r);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Writes tombstones for every group's offsets of a deleted topic.
+    pub fn on_topic_deleted(&self, broker: &Broker, topic: &str) {
+        let mut st = self.lock();
+        let groups: Vec<String> = st.offsets.groups().map(str::to_string).collect();
+        for group_id in groups {
+            let partitions: Vec<i32> = st
+                .offsets
+                .fetch_group(&group_id)
+                .filter(|(t, _, _)| *t == topic)
+                .map(|(_, p, _)| p)
+                .collect();
+            if partitions.is_empty() {
+                continue;
+            }
+            let records = st
+                .offsets
+                .delete_partition_records(&group_id, topic, &partitions);
+            match storage::append(broker, &group_id, &records) {
+                Ok(()) => records.iter().for_each(|r| st.offsets.apply(r)),
+                Err(e) => {
+                    tracing::error!(group = %group_id, topic, error = %e, "removing offsets of a deleted topic failed")
+                }
+            }
+        }
+    }
+
+    // ------------------------------------------------------------------ admin
+
+    pub fn list(&self) -> Vec<GroupSummary> {
+        let st = self.lock();
+        let mut out: Vec<GroupSummary> = st
+            .classic
+            .groups()
+            .filter(|g| g.state() != GroupState::Dead)
+            .map(|g| GroupSummary {
+                group_id: g.group_id().to_string(),
+                protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+                state: g.state(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
+        out
+    }
+
+    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
+        let st = self.lock();
+        let g = st.classic.group(group_id)?;
+        // Kafka hands out member metadata and assignments only once the
+        // group is Stable: before that they belong to a generation in flux.
+        let stable = g.state() == GroupState::Stable;
+        Some(GroupDescription {
+            state: g.state(),
+            protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+            protocol_name: if stable {
+                g.protocol_name().unwrap_or_default().to_string()
+            } else {
+                String::new()
+            },
+            members: g
+                .members()
+                .map(|m| DescribedMember {
+                    member_id: m.member_id.to_string(),
+                    group_instance_id: m.group_instance_id.map(|i| i.to_string()),
+                    client_id: m.client_id.to_string(),
+                    client_host: m.client_host.to_string(),
+                    metadata: if stable {
+                        m.metadata.clone()
+                    } else {
+                        Default::default()
+                    },
+                    assignment: if stable {
+                        m.assignment.clone()
+                    } else {
+                        Default::default()
+                    },
+                })
+                .collect(),
+        })
+    }
+
+    /// DeleteGroups for one group: only an empty group goes, with its offsets.
+    pub fn delete_group(&self, broker: &Broker, group_id: &str) -> Result<(), GroupError> {
+        let now = now_ms();
+        let mut st = self.lock();
+        match st.classic.group(group_id) {
+            None => return Err(GroupError::GroupIdNotFound),
+            Some(g) => g.validate_delete()?,
+        }
+        let records = st.offsets.delete_group_records(group_id);
+        if records.is_empty() {
+            return st.classic.delete_group(group_id, now);
+        }
+        if let Err(e) = storage::append(broker, group_id, &records) {
+            tracing::error!(group = group_id, error = %e, "storing group deletion failed");
+            return Err(e.group_error());
+        }
+        for r in &records {
+            st.offsets.apply(r);
+        }
+        st.classic.delete_group(group_id, now)
+    }
+}
+
+/// Members per group, and per committed partition: the committed offset,
+/// the lag in records (high watermark - committed) and, when records are
+/// waiting, the lag in time: now - the timestamp of the first batch at the
+/// committed offset (a batch's first timestamp, so it can overstate the lag
+/// by the time one batch spans).
+fn publish_metrics(broker: &Broker, st: &State, now: i64) {
+    for g in st.classic.groups() {
+        metrics::gauge!("kafka_group_members", "group" => g.group_id().to_string())
+            .set(g.num_members() as f64);
+    }
+    let groups: Vec<&str> = st.offsets.groups().collect();
+    for group_id in groups {
+        for (topic, partition, o) in st.offsets.fetch_group(group_id) {
+            let labels = [
+                ("group", group_id.to_string()),
+                ("topic", topic.to_string()),
+                ("partition", partition.to_string()),
+            ];
+            metrics::gauge!("kafka_group_committed_offset", &labels).set(o.committed_offset as f64);
+            let Some(part) = broker
+                .replicas
+                .get(&crate::types::TopicPartition::new(topic, partition))
+            else {
+                continue;
+            };
+            let part = part.lock().expect("partition poisoned");
+            let hw = part.high_watermark().0;
+            let lag = (hw - o.committed_offset).max(0);
+            metrics::gauge!("kafka_group_lag", &labels).set(lag as f64);
+            let lag_seconds = if lag == 0 {
+                0.0
+            } else {
+                part.read(
+                    crate::types::Offset(o.committed_offset.max(part.log_start_offset().0)),
+                    1,
+                    true,
+                )
+                .ok()
+                .and_then(|f| {
+                    protocol::record_batch::RecordBatchView::parse(&f.records)
+                        .ok()
+                        .map(|b| b.base_timestamp())
+                })
+                .map_or(0.0, |ts| ((now - ts).max(0) as f64) / 1000.0)
+            };
+            metrics::gauge!("kafka_group_lag_seconds", &labels).set(lag_seconds);
+        }
+    }
+}
+
+/// What offset expiry needs to know of a group (Kafka's
+/// `offsetExpirationCondition`).
+fn expiry_state(group: Option<&ClassicGroup>) -> GroupExpiryState {
+    let Some(g) = group else {
+        return GroupExpiryState::ClassicSimple;
+    };
+    match g.state() {
+        GroupState::Empty | GroupState::Dead if g.protocol_type().is_none_or(str::is_empty) => {
+            GroupExpiryState::ClassicSimple
+        }
+        GroupState::Empty | GroupState::Dead => GroupExpiryState::ClassicEmpty {
+            since_ms: Some(g.state_timestamp_ms()),
+        },
+        GroupState::Stable if g.protocol_type() == Some("consumer") => {
+            GroupExpiryState::ClassicActive {
+                subscribed_topics: subscribed_topics(g).map(|t| t.into_iter().collect()),
+            }
+        }
+        _ => GroupExpiryState::ClassicActive {
+            subscribed_topics: None,
+        },
+    }
+}
+
+/// OffsetDelete's result for one topic: per partition, why it was kept
+/// (None: deleted, or had no offset).
+pub type TopicOffsetDeletion = (String, Vec<(i32, Option<GroupError>)>);
+
+/// Why one partition of an OffsetCommit was not stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitError {
+    OffsetMetadataTooLarge,
+    Group(GroupError),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeleteOffsetsError {
+    Group(GroupError),
+    Storage(GroupError),
+}
+
+/// The topics a consumer group's members subscribe to, from their
+/// `ConsumerProtocolSubscription` metadata (Kafka's
+/// `ClassicGroup.computeSubscribedTopics`).
+fn subscribed_topics(group: &ClassicGroup) -> Option<std::collections::HashSet<String>> {
+    use kafka_protocol::messages::ConsumerProtocolSubscription;
+    use kafka_protocol::protocol::Decodable;
+    let mut topics = std::collections::HashSet::new();
+    for m in group.members() {
+        let mut buf = m.metadata.clone();
+        if buf.len() < 2 {
+            return None;
+        }
+        let version = i16::from_be_bytes([buf[0], buf[1]]);
+        bytes::Buf::advance(&mut buf, 2);
+        // A member whose metadata does not decode could be subscribed to
+        // anything; Kafka then treats the group as subscribed to every topic.
+        let s = ConsumerProtocolSubscription::decode(&mut buf, version.clamp(0, 3)).ok()?;
+        topics.extend(s.topics.into_iter().map(|t| t.to_string()));
+    }
+    Some(topics)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ServerConfig;
+
+    fn config(dir: &std::path::Path) -> ServerConfig {
+        ServerConfig::from_pairs(
+            [
+                ("listeners", "PLAINTEXT://127.0.0.1:0"),
+                ("log.dirs", dir.to_str().unwrap()),
+                ("metrics.listen.address", "none"),
+                ("offsets.topic.num.partitions", "2"),
+                ("offsets.retention.minutes", "1"),
+            ]
+            .map(|(k, v)| (k.to_string(), v.to_string())),
+        )
+        .unwrap()
+    }
+
+    fn commit(offset: i64) -> CommitPartition {
+        CommitPartition {
+            topic: "t".into(),
+            partition: 0,
+            offset: OffsetAndMetadata {
+                committed_offset: offset,
+                committed_leader_epoch: None,
+                metadata: String::new(),
+                commit_timestamp_ms: now_ms(),
+                expire_timestamp_ms: None,
+                topic_id: None,
+            },
+        }
+    }
+
+    /// The timer task's expiry pass, run with a clock moved past
+    /// `offsets.retention.minutes`: an empty simple group loses its offsets
+    /// and the group itself, in memory and in the log (a restart agrees).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn expired_offsets_are_tombstoned_and_stay_gone_after_restart() {
+        let dir = tempfile::tempdir().unwrap();
+        let running = crate::start(config(dir.path())).await.unwrap();
+        let broker = running.broker.clone();
+        broker
+            .create_topic(
+                crate::broker::NewTopic {
+                    name: OFFSETS_TOPIC.into(),
+                    num_partitions: 2,
+                    replication_factor: 1,
+                    assignments: vec![],
+                    configs: [("cleanup.policy".to_string(), "compact".to_string())].into(),
+                },
+                false,
+            )
+            .await
+            .unwrap();
+        let unknown = MemberId::unknown();
+        let results = broker
+            .groups
+            .commit_offsets(
+                &broker,
+                "old",
+                &unknown,
+                None,
+                GenerationId(-1),
+                false,
+                vec![commit(5)],
+            )
+            .unwrap();
+        assert_eq!(results, vec![Ok(())]);
+        assert!(broker.groups.committed("old", "t", 0).is_some());
+        let now = now_ms();
+        {
+            let mut st = broker.groups.lock();
+            // Not yet: one minute has not passed.
+            broker.groups.expire_offsets(&broker, &mut st, now + 1_000);
+        }
+        assert!(broker.groups.committed("old", "t", 0).is_some());
+        {
+            let mut st = broker.groups.lock();
+            broker.groups.expire_offsets(&broker, &mut st, now + 61_000);
+        }
+        assert!(broker.groups.committed("old", "t", 0).is_none());
+        assert!(
+            broker.groups.describe("old").is_none(),
+            "the empty group went too"
+        );
+        drop(broker);
+        running.shutdown().await;
+
+        let running = crate::start(config(dir.path())).await.unwrap();
+        assert!(running.broker.groups.committed("old", "t", 0).is_none());
+        running.shutdown().await;
+    }
+}

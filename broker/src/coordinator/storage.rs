@@ -1,0 +1,190 @@
+//! The `__consumer_offsets` topic: where the coordinator's records live.
+//!
+//! A normal compacted, partitioned topic. A group's records all go to
+//! partition `abs(hash(group_id)) % partitions` (Kafka's rule, so a group's
+//! coordinator is the leader of that partition), written as ordinary v2
+//! batches through the same append path as a producer's acks=all batch.
+
+use bytes::{Bytes, BytesMut};
+use kafka_protocol::records::{
+    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+};
+
+use protocol::record_batch::{BatchIter, BatchIterItem};
+
+use crate::broker::{now_ms, Broker};
+use crate::error::PartitionError;
+use crate::group::offsets::partition_for;
+use crate::group::records::{self, CoordinatorRecord};
+use crate::group::GroupError;
+use crate::types::{Offset, TopicPartition};
+
+pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
+/// How much of a partition one read takes while loading.
+const LOAD_READ_BYTES: usize = 4 << 20;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StorageError {
+    #[error("the {OFFSETS_TOPIC} topic does not exist yet")]
+    OffsetsTopicMissing,
+    #[error("partition {0} of {OFFSETS_TOPIC} is not hosted here")]
+    PartitionNotLocal(i32),
+    #[error("append to {OFFSETS_TOPIC}: {0}")]
+    Append(#[from] PartitionError),
+    #[error("encoding records: {0}")]
+    Encode(String),
+}
+
+impl StorageError {
+    /// What a client is told. Kafka maps a failed coordinator write to
+    /// COORDINATOR_NOT_AVAILABLE (retriable: the client finds the
+    /// coordinator again), except for records too large for the log.
+    pub fn group_error(&self) -> GroupError {
+        match self {
+            StorageError::OffsetsTopicMissing
+            | StorageError::PartitionNotLocal(_)
+            | StorageError::Append(_)
+            | StorageError::Encode(_) => GroupError::CoordinatorNotAvailable,
+        }
+    }
+}
+
+/// The partition of `__consumer_offsets` that holds a group, by the topic's
+/// actual partition count (Kafka falls back to the configured count only
+/// while the topic does not exist).
+pub fn partition_of(broker: &Broker, group_id: &str) -> i32 {
+    let count = broker
+        .metadata
+        .image()
+        .topics
+        .get(OFFSETS_TOPIC)
+        .map(|t| t.partitions.len() as i32)
+        .filter(|&n| n > 0)
+        .unwrap_or(broker.config.offsets_topic_num_partitions);
+    partition_for(group_id, count)
+}
+
+/// Appends `records` for `group_id` as one batch and waits for nothing
+/// more: on a single node the append is the acks=all point.
+pub fn append(
+    broker: &Broker,
+    group_id: &str,
+    records: &[CoordinatorRecord],
+) -> Result<(), StorageError> {
+    if !broker.metadata.image().topics.contains_key(OFFSETS_TOPIC) {
+        return Err(StorageError::OffsetsTopicMissing);
+    }
+    let partition = partition_of(broker, group_id);
+    let tp = TopicPartition::new(OFFSETS_TOPIC, partition);
+    let part = broker
+        .replicas
+        .get(&tp)
+        .ok_or(StorageError::PartitionNotLocal(partition))?;
+    let now = now_ms();
+    let batch: Vec<Record> = records
+        .iter()
+        .enumerate()
+        .map(|(i, r)| {
+            let (key, value) =
+                records::encode(r).map_err(|e| StorageError::Encode(e.to_string()))?;
+            Ok(Record {
+                transactional: false,
+                control: false,
+                partition_leader_epoch: -1,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                // No producer id, so no sequence: the encoder keeps records
+                // in one batch while offset - sequence is constant, and
+                // writes base sequence -1.
+                sequence: i as i32 - 1,
+                timestamp: now,
+                key: Some(key),
+                value,
+                headers: Default::default(),
+                delete_horizon: false,
+            })
+        })
+        .collect::<Result<_, StorageError>>()?;
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &batch,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| StorageError::Encode(e.to_string()))?;
+    let bytes: Bytes = buf.freeze();
+    part.lock()
+        .expect("partition poisoned")
+        .append_as_leader(&bytes, -1, now)?;
+    broker.replicas.appended.notify_waiters();
+    Ok(())
+}
+
+/// Every record in the local `__consumer_offsets` partitions, partition by
+/// partition in offset order. A record whose bytes do not decode is logged
+/// and skipped: one bad record must not keep every group on the partition
+/// from loading.
+pub fn read_all(broker: &Broker) -> Result<Vec<CoordinatorRecord>, StorageError> {
+    let mut out = Vec::new();
+    let Some(topic) = broker.metadata.image().topics.get(OFFSETS_TOPIC).cloned() else {
+        return Ok(out);
+    };
+    for p in 0..topic.partitions.len() as i32 {
+        let Some(part) = broker.replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
+            continue;
+        };
+        let mut offset = part.lock().expect("partition poisoned").log_start_offset();
+        loop {
+            let fetched = {
+                let part = part.lock().expect("partition poisoned");
+                if offset >= part.high_watermark() {
+                    break;
+                }
+                part.read(offset, LOAD_READ_BYTES, true)?
+            };
+            let mut next = offset;
+            for item in BatchIter::new(&fetched.records) {
+                let BatchIterItem::Batch { batch, .. } = item else {
+                    // Reads stop at the high watermark on batch boundaries;
+                    // anything else is corruption the log would have cut.
+                    break;
+                };
+                next = Offset(batch.last_offset() + 1);
+                if batch.is_control() {
+                    continue;
+                }
+                let mut one = Bytes::copy_from_slice(batch.as_bytes());
+                let set = match RecordBatchDecoder::decode(&mut one) {
+                    Ok(set) => set,
+                    Err(e) => {
+                        tracing::warn!(partition = p, offset = batch.base_offset(), error = %e, "skipping an undecodable {OFFSETS_TOPIC} batch");
+                        continue;
+                    }
+                };
+                for r in set.records {
+                    if r.offset < offset.0 {
+                        continue;
+                    }
+                    let Some(key) = r.key else { continue };
+                    match records::decode(&key, r.value.as_deref()) {
+                        Ok(rec) => out.push(rec),
+                        Err(e) => {
+                            tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an undecodable {OFFSETS_TOPIC} record")
+                        }
+                    }
+                }
+            }
+            if next <= offset {
+                break;
+            }
+            offset = next;
+        }
+    }
+    Ok(out)
+}

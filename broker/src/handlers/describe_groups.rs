@@ -1,0 +1,57 @@
+//! DescribeGroups (key 15): state, protocol and members of groups. A group
+//! that does not exist is reported as Dead with no error (v0-5), as Kafka
+//! does before v6.
+
+use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
+use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+use crate::group::GroupState;
+
+/// Kafka's value when authorized operations were not asked for.
+const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
+/// READ (3), DELETE (6) and DESCRIBE (8): what a group allows, and with no
+/// authorizer configured every client may do all of it.
+const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
+
+pub fn handle(broker: &Broker, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+    let mut resp = DescribeGroupsResponse::default();
+    for group_id in req.groups {
+        let mut d = DescribedGroup::default();
+        d.authorized_operations = if req.include_authorized_operations {
+            GROUP_OPERATIONS
+        } else {
+            OPERATIONS_NOT_REQUESTED
+        };
+        match broker.groups.describe(&group_id.0) {
+            None => {
+                d.group_state = str_bytes(GroupState::Dead.as_str());
+                d.protocol_type = str_bytes("");
+                d.protocol_data = str_bytes("");
+            }
+            Some(g) => {
+                d.group_state = str_bytes(g.state.as_str());
+                d.protocol_type = str_bytes(g.protocol_type);
+                d.protocol_data = str_bytes(g.protocol_name);
+                d.members = g
+                    .members
+                    .into_iter()
+                    .map(|m| {
+                        let mut dm = DescribedGroupMember::default();
+                        dm.member_id = str_bytes(m.member_id);
+                        dm.group_instance_id = m.group_instance_id.map(str_bytes);
+                        dm.client_id = str_bytes(m.client_id);
+                        dm.client_host = str_bytes(m.client_host);
+                        dm.member_metadata = m.metadata;
+                        dm.member_assignment = m.assignment;
+                        dm
+                    })
+                    .collect();
+            }
+        }
+        d.group_id = group_id;
+        resp.groups.push(d);
+    }
+    resp
+}

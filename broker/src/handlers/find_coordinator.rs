@@ -1,0 +1,112 @@
+//! FindCoordinator (key 10): which broker coordinates a group. v4+ batch
+//! keys. The first lookup of a group creates `__consumer_offsets`, as Kafka
+//! does, so a broker that never serves a group never has the topic.
+
+use kafka_protocol::messages::find_coordinator_response::Coordinator;
+use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+
+use super::str_bytes;
+use crate::broker::{Broker, CreateTopicError, NewTopic};
+use crate::coordinator::OFFSETS_TOPIC;
+
+/// `key_type` values.
+const GROUP: i8 = 0;
+const TRANSACTION: i8 = 1;
+
+pub async fn handle(
+    broker: &Broker,
+    version: i16,
+    req: FindCoordinatorRequest,
+) -> FindCoordinatorResponse {
+    let keys = if version >= 4 {
+        req.coordinator_keys
+    } else {
+        vec![req.key]
+    };
+    let mut coordinators = Vec::with_capacity(keys.len());
+    for key in keys {
+        coordinators.push(find(broker, key, req.key_type).await);
+    }
+    let mut resp = FindCoordinatorResponse::default();
+    if version < 4 {
+        // One key: the answer goes in the top-level fields.
+        if let Some(c) = coordinators.pop() {
+            resp.error_code = c.error_code;
+            resp.error_message = if version >= 1 { c.error_message } else { None };
+            resp.node_id = c.node_id;
+            resp.host = c.host;
+            resp.port = c.port;
+        }
+    } else {
+        resp.coordinators = coordinators;
+    }
+    resp
+}
+
+async fn find(broker: &Broker, key: StrBytes, key_type: i8) -> Coordinator {
+    let mut c = Coordinator::default();
+    c.key = key;
+    c.node_id = BrokerId(-1);
+    c.host = str_bytes("");
+    c.port = -1;
+    let error = match key_type {
+        GROUP => match ensure_offsets_topic(broker).await {
+            Ok(()) => {
+                let l = &broker.config.advertised_listeners[0];
+                c.node_id = BrokerId(broker.node_id().0);
+                c.host = str_bytes(l.host.clone());
+                c.port = i32::from(l.port);
+                return c;
+            }
+            Err(msg) => (ResponseError::CoordinatorNotAvailable, msg),
+        },
+        // No transaction coordinator: InitProducerId refuses transactional
+        // ids the same way, so a transactional client fails fast and clearly.
+        TRANSACTION => (
+            ResponseError::TransactionalIdAuthorizationFailed,
+            "transactions are not supported by this broker".to_string(),
+        ),
+        other => (
+            ResponseError::InvalidRequest,
+            format!("unsupported coordinator key type {other}"),
+        ),
+    };
+    c.error_code = error.0.code();
+    c.error_message = Some(str_bytes(error.1));
+    c
+}
+
+/// Creates `__consumer_offsets` if it does not exist. A concurrent lookup
+/// that created it first is success.
+async fn ensure_offsets_topic(broker: &Broker) -> Result<(), String> {
+    if broker.metadata.image().topics.contains_key(OFFSETS_TOPIC) {
+        return Ok(());
+    }
+    let configs = [
+        ("cleanup.policy", "compact".to_string()),
+        ("compression.type", "producer".to_string()),
+        (
+            "segment.bytes",
+            broker.config.offsets_topic_segment_bytes.to_string(),
+        ),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v))
+    .collect();
+    let topic = NewTopic {
+        name: OFFSETS_TOPIC.to_string(),
+        num_partitions: broker.config.offsets_topic_num_partitions,
+        replication_factor: broker.config.offsets_topic_replication_factor,
+        assignments: Vec::new(),
+        configs,
+    };
+    match broker.create_topic(topic, false).await {
+        Ok(_) | Err(CreateTopicError::TopicAlreadyExists(_)) => Ok(()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot create {OFFSETS_TOPIC}");
+            Err(e.to_string())
+        }
+    }
+}

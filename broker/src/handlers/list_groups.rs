@@ -1,0 +1,40 @@
+//! ListGroups (key 16): every group this coordinator owns, filtered by
+//! state (v4+) and type (v5+).
+
+use kafka_protocol::messages::list_groups_response::ListedGroup;
+use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
+
+use super::str_bytes;
+use crate::broker::Broker;
+
+/// The only group type until KIP-848 groups are served.
+const CLASSIC: &str = "classic";
+
+pub fn handle(broker: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
+    let states: Vec<String> = if version >= 4 {
+        req.states_filter.iter().map(|s| s.to_lowercase()).collect()
+    } else {
+        Vec::new()
+    };
+    let types: Vec<String> = if version >= 5 {
+        req.types_filter.iter().map(|s| s.to_lowercase()).collect()
+    } else {
+        Vec::new()
+    };
+    let mut resp = ListGroupsResponse::default();
+    if !types.is_empty() && !types.iter().any(|t| t == CLASSIC) {
+        return resp;
+    }
+    for g in broker.groups.list() {
+        if !states.is_empty() && !states.contains(&g.state.as_str().to_lowercase()) {
+            continue;
+        }
+        let mut l = ListedGroup::default();
+        l.group_id = GroupId(str_bytes(g.group_id));
+        l.protocol_type = str_bytes(g.protocol_type);
+        l.group_state = str_bytes(g.state.as_str());
+        l.group_type = str_bytes(CLASSIC);
+        resp.groups.push(l);
+    }
+    resp
+}

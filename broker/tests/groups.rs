@@ -1,0 +1,582 @@
+//! Consumer groups over the wire: the classic protocol's request flow,
+//! committed offsets and their storage in `__consumer_offsets`. The state
+//! machine's rules are tested without sockets in `src/group/tests.rs`;
+//! these tests check the wiring, the parked responses and persistence.
+
+mod common;
+
+use std::time::Duration;
+
+use bytes::{BufMut, Bytes, BytesMut};
+use common::{start, Client};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::{Encodable, StrBytes};
+use kafka_protocol::ResponseError;
+
+const NONE: i16 = 0;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn gid(v: &str) -> GroupId {
+    GroupId(s(v))
+}
+
+/// A consumer's subscription metadata (ConsumerProtocolSubscription v0).
+fn subscription(topics: &[&str]) -> Bytes {
+    let mut b = BytesMut::new();
+    b.put_i16(0);
+    ConsumerProtocolSubscription::default()
+        .with_topics(topics.iter().map(|t| s(t)).collect())
+        .encode(&mut b, 0)
+        .unwrap();
+    b.freeze()
+}
+
+fn join_request(group: &str, member_id: &str, instance: Option<&str>) -> JoinGroupRequest {
+    let mut p = join_group_request::JoinGroupRequestProtocol::default();
+    p.name = s("range");
+    p.metadata = subscription(&["orders"]);
+    JoinGroupRequest::default()
+        .with_group_id(gid(group))
+        .with_session_timeout_ms(10_000)
+        .with_rebalance_timeout_ms(10_000)
+        .with_member_id(s(member_id))
+        .with_group_instance_id(instance.map(s))
+        .with_protocol_type(s("consumer"))
+        .with_protocols(vec![p])
+}
+
+async fn join(c: &mut Client, group: &str, member_id: &str) -> JoinGroupResponse {
+    c.call(ApiKey::JoinGroup, 9, &join_request(group, member_id, None))
+        .await
+}
+
+/// A dynamic member's first join: MEMBER_ID_REQUIRED, then the real join.
+async fn join_new(c: &mut Client, group: &str) -> JoinGroupResponse {
+    let first = join(c, group, "").await;
+    assert_eq!(first.error_code, ResponseError::MemberIdRequired.code());
+    assert!(!first.member_id.is_empty());
+    join(c, group, &first.member_id).await
+}
+
+async fn sync(
+    c: &mut Client,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+    assignments: &[(&str, &[u8])],
+) -> SyncGroupResponse {
+    let assignments = assignments
+        .iter()
+        .map(|(m, a)| {
+            let mut x = sync_group_request::SyncGroupRequestAssignment::default();
+            x.member_id = s(m);
+            x.assignment = Bytes::copy_from_slice(a);
+            x
+        })
+        .collect();
+    c.call(
+        ApiKey::SyncGroup,
+        5,
+        &SyncGroupRequest::default()
+            .with_group_id(gid(group))
+            .with_generation_id(generation)
+            .with_member_id(s(member_id))
+            .with_protocol_type(Some(s("consumer")))
+            .with_protocol_name(Some(s("range")))
+            .with_assignments(assignments),
+    )
+    .await
+}
+
+async fn heartbeat(c: &mut Client, group: &str, member_id: &str, generation: i32) -> i16 {
+    let r: HeartbeatResponse = c
+        .call(
+            ApiKey::Heartbeat,
+            4,
+            &HeartbeatRequest::default()
+                .with_group_id(gid(group))
+                .with_generation_id(generation)
+                .with_member_id(s(member_id)),
+        )
+        .await;
+    r.error_code
+}
+
+async fn commit(
+    c: &mut Client,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+    topic: &str,
+    offsets: &[(i32, i64)],
+) -> Vec<i16> {
+    let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+    t.name = TopicName(s(topic));
+    t.partitions = offsets
+        .iter()
+        .map(|&(p, o)| {
+            let mut x = offset_commit_request::OffsetCommitRequestPartition::default();
+            x.partition_index = p;
+            x.committed_offset = o;
+            x.committed_leader_epoch = 0;
+            x.committed_metadata = Some(s(&format!("meta-{o}")));
+            x
+        })
+        .collect();
+    let r: OffsetCommitResponse = c
+        .call(
+            ApiKey::OffsetCommit,
+            8,
+            &OffsetCommitRequest::default()
+                .with_group_id(gid(group))
+                .with_generation_id_or_member_epoch(generation)
+                .with_member_id(s(member_id))
+                .with_topics(vec![t]),
+        )
+        .await;
+    r.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect()
+}
+
+/// (partition, committed offset, metadata) for the requested partitions.
+async fn fetch_offsets(
+    c: &mut Client,
+    group: &str,
+    topic: &str,
+    partitions: &[i32],
+) -> Vec<(i32, i64, String)> {
+    let mut t = offset_fetch_request::OffsetFetchRequestTopics::default();
+    t.name = TopicName(s(topic));
+    t.partition_indexes = partitions.to_vec();
+    let mut g = offset_fetch_request::OffsetFetchRequestGroup::default();
+    g.group_id = gid(group);
+    g.topics = Some(vec![t]);
+    let r: OffsetFetchResponse = c
+        .call(
+            ApiKey::OffsetFetch,
+            9,
+            &OffsetFetchRequest::default().with_groups(vec![g]),
+        )
+        .await;
+    assert_eq!(r.groups[0].error_code, NONE);
+    r.groups[0]
+        .topics
+        .iter()
+        .flat_map(|t| t.partitions.iter())
+        .map(|p| {
+            assert_eq!(p.error_code, NONE);
+            (
+                p.partition_index,
+                p.committed_offset,
+                p.metadata
+                    .as_ref()
+                    .map(|m| m.to_string())
+                    .unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+async fn find_coordinator(c: &mut Client, group: &str) -> FindCoordinatorResponse {
+    c.call(
+        ApiKey::FindCoordinator,
+        6,
+        &FindCoordinatorRequest::default().with_coordinator_keys(vec![s(group)]),
+    )
+    .await
+}
+
+async fn describe(c: &mut Client, group: &str) -> describe_groups_response::DescribedGroup {
+    let r: DescribeGroupsResponse = c
+        .call(
+            ApiKey::DescribeGroups,
+            5,
+            &DescribeGroupsRequest::default().with_groups(vec![gid(group)]),
+        )
+        .await;
+    r.groups.into_iter().next().unwrap()
+}
+
+const FAST: &[(&str, &str)] = &[
+    ("group.initial.rebalance.delay.ms", "0"),
+    ("offsets.topic.num.partitions", "3"),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn find_coordinator_creates_the_offsets_topic_and_names_this_broker() {
+    let b = start(FAST).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    let r = find_coordinator(&mut c, "g").await;
+    assert_eq!(r.coordinators.len(), 1);
+    let co = &r.coordinators[0];
+    assert_eq!(co.error_code, NONE);
+    assert_eq!(co.key.as_str(), "g");
+    assert_eq!(co.node_id.0, 1);
+    assert_eq!(co.port, i32::from(b.running.local_addr.port()));
+    // v0-3 answer one key in the top-level fields.
+    let old: FindCoordinatorResponse = c
+        .call(
+            ApiKey::FindCoordinator,
+            2,
+            &FindCoordinatorRequest::default().with_key(s("g")),
+        )
+        .await;
+    assert_eq!((old.error_code, old.node_id.0), (NONE, 1));
+    // The topic is internal and compacted, with the configured partitions.
+    let meta: MetadataResponse = c
+        .call(
+            ApiKey::Metadata,
+            12,
+            &MetadataRequest::default().with_topics(None),
+        )
+        .await;
+    let t = meta
+        .topics
+        .iter()
+        .find(|t| t.name.as_ref().map(|n| n.as_str()) == Some("__consumer_offsets"))
+        .expect("offsets topic exists");
+    assert!(t.is_internal);
+    assert_eq!(t.partitions.len(), 3);
+    // Transactions have no coordinator here: a clear refusal, not a hang.
+    let txn: FindCoordinatorResponse = c
+        .call(
+            ApiKey::FindCoordinator,
+            6,
+            &FindCoordinatorRequest::default()
+                .with_key_type(1)
+                .with_coordinator_keys(vec![s("tx")]),
+        )
+        .await;
+    assert_eq!(
+        txn.coordinators[0].error_code,
+        ResponseError::TransactionalIdAuthorizationFailed.code()
+    );
+    // Only the broker writes its internal topics.
+    let produced = c
+        .produce(
+            "__consumer_offsets",
+            0,
+            1,
+            common::batch(&["x"], kafka_protocol::records::Compression::None, None),
+        )
+        .await;
+    assert_eq!(
+        produced.error_code,
+        ResponseError::InvalidTopicException.code()
+    );
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_members_rebalance_commit_and_leave() {
+    let b = start(FAST).await;
+    let addr = b.running.local_addr;
+    let mut a = Client::connect(addr).await;
+    assert_eq!(a.create_topic("orders", 2, &[]).await, NONE);
+    find_coordinator(&mut a, "g").await;
+
+    // A alone: leader of generation 1.
+    let ja = join_new(&mut a, "g").await;
+    assert_eq!(ja.error_code, NONE);
+    assert_eq!(ja.generation_id, 1);
+    assert_eq!(ja.leader, ja.member_id);
+    assert_eq!(ja.members.len(), 1);
+    let a_id = ja.member_id.to_string();
+    let sa = sync(&mut a, "g", &a_id, 1, &[(&a_id, b"all")]).await;
+    assert_eq!((sa.error_code, &sa.assignment[..]), (NONE, &b"all"[..]));
+    assert_eq!(heartbeat(&mut a, "g", &a_id, 1).await, NONE);
+    assert_eq!(
+        commit(&mut a, "g", &a_id, 1, "orders", &[(0, 5), (1, 7)]).await,
+        vec![NONE, NONE]
+    );
+
+    // B joins: its join waits until A rejoins (A learns of the rebalance from
+    // its heartbeat), then both are in generation 2.
+    let b_task = tokio::spawn(async move {
+        let mut bc = Client::connect(addr).await;
+        let jb = join_new(&mut bc, "g").await;
+        (bc, jb)
+    });
+    let mut rebalancing = false;
+    for _ in 0..100 {
+        match heartbeat(&mut a, "g", &a_id, 1).await {
+            0 => tokio::time::sleep(Duration::from_millis(20)).await,
+            code => {
+                assert_eq!(code, ResponseError::RebalanceInProgress.code());
+                rebalancing = true;
+                break;
+            }
+        }
+    }
+    assert!(rebalancing, "A never heard of the rebalance");
+    // A commit from the old generation during the rebalance is still
+    // accepted (Kafka allows it while PreparingRebalance)...
+    let ja2 = join(&mut a, "g", &a_id).await;
+    let (mut bc, jb) = b_task.await.unwrap();
+    assert_eq!((ja2.error_code, jb.error_code), (NONE, NONE));
+    assert_eq!((ja2.generation_id, jb.generation_id), (2, 2));
+    assert_eq!(ja2.members.len(), 2, "the leader sees both members");
+    let b_id = jb.member_id.to_string();
+    // ...but not after it: generation 1 is stale now.
+    assert_eq!(
+        commit(&mut a, "g", &a_id, 1, "orders", &[(0, 6)]).await,
+        vec![ResponseError::IllegalGeneration.code()]
+    );
+    // The follower's sync waits for the leader's assignment.
+    let b_sync = tokio::spawn(async move {
+        let r = sync(&mut bc, "g", &b_id, 2, &[]).await;
+        (bc, b_id, r)
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let sa2 = sync(
+        &mut a,
+        "g",
+        &a_id,
+        2,
+        &[(&a_id, b"p0"), (jb.member_id.as_str(), b"p1")],
+    )
+    .await;
+    let (mut bc, b_id, sb2) = b_sync.await.unwrap();
+    assert_eq!(&sa2.assignment[..], b"p0");
+    assert_eq!(&sb2.assignment[..], b"p1");
+    assert_eq!(
+        commit(&mut bc, "g", &b_id, 2, "orders", &[(1, 9)]).await,
+        vec![NONE]
+    );
+    assert_eq!(
+        fetch_offsets(&mut a, "g", "orders", &[0, 1]).await,
+        vec![(0, 5, "meta-5".into()), (1, 9, "meta-9".into())]
+    );
+
+    let d = describe(&mut a, "g").await;
+    assert_eq!(d.group_state.as_str(), "Stable");
+    assert_eq!(d.protocol_data.as_str(), "range");
+    assert_eq!(d.members.len(), 2);
+    assert!(d
+        .members
+        .iter()
+        .all(|m| m.client_host.starts_with("/127.0.0.1")));
+
+    let listed: ListGroupsResponse = a
+        .call(
+            ApiKey::ListGroups,
+            5,
+            &ListGroupsRequest::default().with_states_filter(vec![s("stable")]),
+        )
+        .await;
+    assert_eq!(listed.groups.len(), 1);
+    assert_eq!(listed.groups[0].group_type.as_str(), "classic");
+    let none: ListGroupsResponse = a
+        .call(
+            ApiKey::ListGroups,
+            5,
+            &ListGroupsRequest::default().with_states_filter(vec![s("Empty")]),
+        )
+        .await;
+    assert!(none.groups.is_empty());
+
+    // A non-empty group cannot be deleted, nor its offsets for a topic it
+    // is subscribed to.
+    let del: DeleteGroupsResponse = a
+        .call(
+            ApiKey::DeleteGroups,
+            2,
+            &DeleteGroupsRequest::default().with_groups_names(vec![gid("g")]),
+        )
+        .await;
+    assert_eq!(
+        del.results[0].error_code,
+        ResponseError::NonEmptyGroup.code()
+    );
+    let mut p = offset_delete_request::OffsetDeleteRequestPartition::default();
+    p.partition_index = 0;
+    let mut t = offset_delete_request::OffsetDeleteRequestTopic::default();
+    t.name = TopicName(s("orders"));
+    t.partitions = vec![p];
+    let od: OffsetDeleteResponse = a
+        .call(
+            ApiKey::OffsetDelete,
+            0,
+            &OffsetDeleteRequest::default()
+                .with_group_id(gid("g"))
+                .with_topics(vec![t.clone()]),
+        )
+        .await;
+    assert_eq!(od.error_code, NONE);
+    assert_eq!(
+        od.topics[0].partitions[0].error_code,
+        ResponseError::GroupSubscribedToTopic.code()
+    );
+
+    // Both leave (one batched LeaveGroup): the group is Empty, and then its
+    // offsets can be deleted, then the group.
+    let members = [&a_id, &jb.member_id.to_string()]
+        .iter()
+        .map(|m| {
+            let mut x = leave_group_request::MemberIdentity::default();
+            x.member_id = s(m);
+            x
+        })
+        .collect();
+    let left: LeaveGroupResponse = a
+        .call(
+            ApiKey::LeaveGroup,
+            5,
+            &LeaveGroupRequest::default()
+                .with_group_id(gid("g"))
+                .with_members(members),
+        )
+        .await;
+    assert_eq!(left.error_code, NONE);
+    assert!(left.members.iter().all(|m| m.error_code == NONE));
+    assert_eq!(describe(&mut a, "g").await.group_state.as_str(), "Empty");
+    let od: OffsetDeleteResponse = a
+        .call(
+            ApiKey::OffsetDelete,
+            0,
+            &OffsetDeleteRequest::default()
+                .with_group_id(gid("g"))
+                .with_topics(vec![t]),
+        )
+        .await;
+    assert_eq!(od.topics[0].partitions[0].error_code, NONE);
+    assert_eq!(
+        fetch_offsets(&mut a, "g", "orders", &[0, 1]).await,
+        vec![(0, -1, String::new()), (1, 9, "meta-9".into())]
+    );
+    let del: DeleteGroupsResponse = a
+        .call(
+            ApiKey::DeleteGroups,
+            2,
+            &DeleteGroupsRequest::default().with_groups_names(vec![gid("g")]),
+        )
+        .await;
+    assert_eq!(del.results[0].error_code, NONE);
+    assert_eq!(describe(&mut a, "g").await.group_state.as_str(), "Dead");
+    assert_eq!(
+        fetch_offsets(&mut a, "g", "orders", &[1]).await,
+        vec![(1, -1, String::new())]
+    );
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commit_errors_are_per_partition_and_per_group() {
+    let b = start(FAST).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("orders", 1, &[]).await, NONE);
+    find_coordinator(&mut c, "simple").await;
+    // An unknown topic or partition is refused by itself; the rest commits.
+    let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+    t.name = TopicName(s("orders"));
+    let mut good = offset_commit_request::OffsetCommitRequestPartition::default();
+    good.committed_offset = 3;
+    let mut bad = good.clone();
+    bad.partition_index = 7;
+    let mut big = good.clone();
+    big.committed_metadata = Some(s(&"m".repeat(5000)));
+    t.partitions = vec![good, bad, big];
+    let r: OffsetCommitResponse = c
+        .call(
+            ApiKey::OffsetCommit,
+            9,
+            &OffsetCommitRequest::default()
+                .with_group_id(gid("simple"))
+                .with_generation_id_or_member_epoch(-1)
+                .with_topics(vec![t]),
+        )
+        .await;
+    let codes: Vec<i16> = r.topics[0]
+        .partitions
+        .iter()
+        .map(|p| p.error_code)
+        .collect();
+    assert_eq!(
+        codes,
+        vec![
+            NONE,
+            ResponseError::UnknownTopicOrPartition.code(),
+            ResponseError::OffsetMetadataTooLarge.code()
+        ]
+    );
+    // A member of a group that does not exist: v9 says so, older versions
+    // answer ILLEGAL_GENERATION as Kafka does.
+    assert_eq!(
+        commit(&mut c, "nobody-home", "m", 3, "orders", &[(0, 1)]).await,
+        vec![ResponseError::IllegalGeneration.code()]
+    );
+    // A simple group with a member id that is not in it.
+    assert_eq!(
+        commit(&mut c, "simple", "stranger", 1, "orders", &[(0, 1)]).await,
+        vec![ResponseError::UnknownMemberId.code()]
+    );
+    assert_eq!(
+        heartbeat(&mut c, "simple", "stranger", 1).await,
+        ResponseError::UnknownMemberId.code()
+    );
+    // Offsets of a deleted topic go with it.
+    assert_eq!(
+        fetch_offsets(&mut c, "simple", "orders", &[0]).await,
+        vec![(0, 3, String::new())]
+    );
+    let del: DeleteTopicsResponse = c
+        .call(
+            ApiKey::DeleteTopics,
+            5,
+            &DeleteTopicsRequest::default().with_topic_names(vec![TopicName(s("orders"))]),
+        )
+        .await;
+    assert_eq!(del.responses[0].error_code, NONE);
+    assert_eq!(
+        fetch_offsets(&mut c, "simple", "orders", &[0]).await,
+        vec![(0, -1, String::new())]
+    );
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offsets_and_group_membership_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(dir.path(), FAST);
+    let running = broker::start(cfg.clone()).await.unwrap();
+    let mut c = Client::connect(running.local_addr).await;
+    assert_eq!(c.create_topic("orders", 2, &[]).await, NONE);
+    find_coordinator(&mut c, "g").await;
+    let j = join_new(&mut c, "g").await;
+    let member = j.member_id.to_string();
+    assert_eq!(
+        sync(&mut c, "g", &member, 1, &[(&member, b"both")])
+            .await
+            .error_code,
+        NONE
+    );
+    assert_eq!(
+        commit(&mut c, "g", &member, 1, "orders", &[(0, 11), (1, 22)]).await,
+        vec![NONE, NONE]
+    );
+    assert_eq!(
+        commit(&mut c, "g", &member, 1, "orders", &[(1, 23)]).await,
+        vec![NONE]
+    );
+    running.shutdown().await;
+
+    let running = broker::start(cfg).await.unwrap();
+    let mut c = Client::connect(running.local_addr).await;
+    assert_eq!(
+        fetch_offsets(&mut c, "g", "orders", &[0, 1]).await,
+        vec![(0, 11, "meta-11".into()), (1, 23, "meta-23".into())]
+    );
+    // The member and its generation came back with the group: it goes on
+    // heartbeating without a rebalance.
+    assert_eq!(heartbeat(&mut c, "g", &member, 1).await, NONE);
+    let d = describe(&mut c, "g").await;
+    assert_eq!(d.group_state.as_str(), "Stable");
+    assert_eq!(&d.members[0].member_assignment[..], b"both");
+    running.shutdown().await;
+}
