@@ -113,6 +113,18 @@ async fn commit(
     topic: &str,
     offsets: &[(i32, i64)],
 ) -> Vec<i16> {
+    commit_at(c, 8, group, member_id, generation, topic, offsets).await
+}
+
+async fn commit_at(
+    c: &mut Client,
+    version: i16,
+    group: &str,
+    member_id: &str,
+    generation: i32,
+    topic: &str,
+    offsets: &[(i32, i64)],
+) -> Vec<i16> {
     let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
     t.name = TopicName(s(topic));
     t.partitions = offsets
@@ -129,7 +141,7 @@ async fn commit(
     let r: OffsetCommitResponse = c
         .call(
             ApiKey::OffsetCommit,
-            8,
+            version,
             &OffsetCommitRequest::default()
                 .with_group_id(gid(group))
                 .with_generation_id_or_member_epoch(generation)
@@ -579,4 +591,160 @@ async fn offsets_and_group_membership_survive_a_restart() {
     assert_eq!(d.group_state.as_str(), "Stable");
     assert_eq!(&d.members[0].member_assignment[..], b"both");
     running.shutdown().await;
+}
+
+async fn consumer_heartbeat(
+    c: &mut Client,
+    group: &str,
+    member_id: &str,
+    epoch: i32,
+    owned: Option<Vec<(uuid::Uuid, Vec<i32>)>>,
+) -> ConsumerGroupHeartbeatResponse {
+    let mut r = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(gid(group))
+        .with_member_id(s(member_id))
+        .with_member_epoch(epoch)
+        .with_rebalance_timeout_ms(10_000);
+    if epoch == 0 {
+        r.subscribed_topic_names = Some(vec![TopicName(s("orders"))]);
+    }
+    r.topic_partitions = owned.map(|o| {
+        o.into_iter()
+            .map(|(topic_id, partitions)| {
+                let mut tp = consumer_group_heartbeat_request::TopicPartitions::default();
+                tp.topic_id = topic_id;
+                tp.partitions = partitions;
+                tp
+            })
+            .collect()
+    });
+    c.call(ApiKey::ConsumerGroupHeartbeat, 1, &r).await
+}
+
+fn assigned(r: &ConsumerGroupHeartbeatResponse) -> Vec<(uuid::Uuid, Vec<i32>)> {
+    r.assignment
+        .as_ref()
+        .map(|a| {
+            a.topic_partitions
+                .iter()
+                .map(|tp| (tp.topic_id, tp.partitions.clone()))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_members_get_server_side_assignments_and_epoch_checked_commits() {
+    let b = start(FAST).await;
+    let mut a = Client::connect(b.running.local_addr).await;
+    let mut bc = Client::connect(b.running.local_addr).await;
+    assert_eq!(a.create_topic("orders", 4, &[]).await, NONE);
+    find_coordinator(&mut a, "g848").await;
+    let a_id = uuid::Uuid::new_v4().to_string();
+    let b_id = uuid::Uuid::new_v4().to_string();
+
+    // A alone gets all four partitions at epoch 1.
+    let ra = consumer_heartbeat(&mut a, "g848", &a_id, 0, Some(vec![])).await;
+    assert_eq!(ra.error_code, NONE);
+    assert_eq!(ra.member_epoch, 1);
+    let a_parts = assigned(&ra);
+    assert_eq!(a_parts.len(), 1);
+    assert_eq!(a_parts[0].1.len(), 4);
+    let ra = consumer_heartbeat(&mut a, "g848", &a_id, 1, Some(a_parts.clone())).await;
+    assert_eq!(ra.error_code, NONE);
+
+    // B joins: epoch 2. B gets nothing until A has revoked what moves.
+    let rb = consumer_heartbeat(&mut bc, "g848", &b_id, 0, Some(vec![])).await;
+    assert_eq!(rb.error_code, NONE);
+    assert!(assigned(&rb).iter().all(|(_, p)| p.is_empty()));
+    let ra = consumer_heartbeat(&mut a, "g848", &a_id, 1, Some(a_parts.clone())).await;
+    let a_keep = assigned(&ra);
+    assert_eq!(a_keep[0].1.len(), 2, "A is told to keep two");
+    // A reports the revocation; B then receives the other two.
+    let ra = consumer_heartbeat(&mut a, "g848", &a_id, ra.member_epoch, Some(a_keep.clone())).await;
+    assert_eq!(ra.member_epoch, 2);
+    let rb = consumer_heartbeat(&mut bc, "g848", &b_id, rb.member_epoch, Some(vec![])).await;
+    let b_parts = assigned(&rb);
+    assert_eq!(b_parts[0].1.len(), 2);
+    let mut all: Vec<i32> = a_keep[0].1.iter().chain(&b_parts[0].1).copied().collect();
+    all.sort();
+    assert_eq!(all, vec![0, 1, 2, 3]);
+
+    // Commits carry the member epoch: the current one is accepted, an old
+    // one is STALE_MEMBER_EPOCH.
+    // Members of the consumer protocol commit with v9+ (older versions get
+    // UNSUPPORTED_VERSION, as in Kafka).
+    assert_eq!(
+        commit(&mut a, "g848", &a_id, 2, "orders", &[(a_keep[0].1[0], 10)]).await,
+        vec![ResponseError::UnsupportedVersion.code()]
+    );
+    assert_eq!(
+        commit_at(
+            &mut a,
+            9,
+            "g848",
+            &a_id,
+            2,
+            "orders",
+            &[(a_keep[0].1[0], 10)]
+        )
+        .await,
+        vec![NONE]
+    );
+    let mut t = offset_commit_request::OffsetCommitRequestTopic::default();
+    t.name = TopicName(s("orders"));
+    let mut p = offset_commit_request::OffsetCommitRequestPartition::default();
+    p.partition_index = a_keep[0].1[0];
+    p.committed_offset = 11;
+    t.partitions = vec![p];
+    let stale: OffsetCommitResponse = a
+        .call(
+            ApiKey::OffsetCommit,
+            9,
+            &OffsetCommitRequest::default()
+                .with_group_id(gid("g848"))
+                .with_generation_id_or_member_epoch(1)
+                .with_member_id(s(&a_id))
+                .with_topics(vec![t]),
+        )
+        .await;
+    assert_eq!(
+        stale.topics[0].partitions[0].error_code,
+        ResponseError::StaleMemberEpoch.code()
+    );
+
+    let listed: ListGroupsResponse = a
+        .call(
+            ApiKey::ListGroups,
+            5,
+            &ListGroupsRequest::default().with_types_filter(vec![s("consumer")]),
+        )
+        .await;
+    assert_eq!(listed.groups.len(), 1);
+    assert_eq!(listed.groups[0].group_id.as_str(), "g848");
+    let d: ConsumerGroupDescribeResponse = a
+        .call(
+            ApiKey::ConsumerGroupDescribe,
+            1,
+            &ConsumerGroupDescribeRequest::default().with_group_ids(vec![gid("g848"), gid("nope")]),
+        )
+        .await;
+    assert_eq!(d.groups[0].error_code, NONE);
+    assert_eq!(d.groups[0].members.len(), 2);
+    assert_eq!(d.groups[0].group_epoch, 2);
+    assert_eq!(
+        d.groups[1].error_code,
+        ResponseError::GroupIdNotFound.code()
+    );
+
+    // Leaving (epoch -1) hands A's partitions to B at the next epoch.
+    let left = consumer_heartbeat(&mut a, "g848", &a_id, -1, None).await;
+    assert_eq!((left.error_code, left.member_epoch), (NONE, -1));
+    let rb = consumer_heartbeat(&mut bc, "g848", &b_id, 2, Some(b_parts)).await;
+    assert_eq!(rb.member_epoch, 3);
+    assert_eq!(assigned(&rb)[0].1.len(), 4);
+    // A heartbeat from a member the group no longer has is fenced.
+    let gone = consumer_heartbeat(&mut a, "g848", &a_id, 2, Some(vec![])).await;
+    assert_eq!(gone.error_code, ResponseError::UnknownMemberId.code());
+    b.running.shutdown().await;
 }

@@ -294,6 +294,23 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
                 .with_groups_names(vec![GroupId(StrBytes::from_static_str("no-such-group"))]),
             version,
         ),
+        ApiKey::ConsumerGroupHeartbeat => enc(
+            ConsumerGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(StrBytes::from_static_str("sweep-848")))
+                .with_member_id(StrBytes::from_string(uuid::Uuid::new_v4().to_string()))
+                .with_member_epoch(0)
+                .with_rebalance_timeout_ms(10_000)
+                .with_subscribed_topic_names(Some(vec![name("sweep")]))
+                .with_topic_partitions(Some(vec![])),
+            version,
+        ),
+        ApiKey::ConsumerGroupDescribe => enc(
+            ConsumerGroupDescribeRequest::default().with_group_ids(vec![
+                GroupId(StrBytes::from_static_str("sweep-848")),
+                GroupId(StrBytes::from_static_str("sweep-commit")),
+            ]),
+            version,
+        ),
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

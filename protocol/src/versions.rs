@@ -76,11 +76,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::ListGroups, 0, 5),
     ApiRange::new(ApiKey::DeleteGroups, 0, 2),
     ApiRange::new(ApiKey::OffsetDelete, 0, 0),
-];
-
-/// Consumer-group APIs: guarded and tested, but not advertised until the
-/// broker implements them. Move an entry into [`SUPPORTED_APIS`] to enable it.
-pub const GROUP_APIS: &[ApiRange] = &[
+    // KIP-848: the consumer group protocol (group.protocol=consumer).
     ApiRange::new(ApiKey::ConsumerGroupHeartbeat, 0, 1),
     ApiRange::new(ApiKey::ConsumerGroupDescribe, 0, 1),
 ];
@@ -133,20 +129,17 @@ mod tests {
     }
 
     #[test]
-    fn each_api_appears_once_and_group_apis_are_not_advertised() {
-        let all: Vec<_> = SUPPORTED_APIS.iter().chain(GROUP_APIS).collect();
-        for (i, a) in all.iter().enumerate() {
+    fn each_api_appears_once() {
+        for (i, a) in SUPPORTED_APIS.iter().enumerate() {
             assert!(a.min_version <= a.min_accepted_version);
             assert!(a.min_accepted_version <= a.max_version);
             assert!(
-                all[i + 1..].iter().all(|b| b.api_key != a.api_key),
+                SUPPORTED_APIS[i + 1..]
+                    .iter()
+                    .all(|b| b.api_key != a.api_key),
                 "{:?} listed twice",
                 a.api_key
             );
-        }
-        for g in GROUP_APIS {
-            assert_eq!(supported(g.api_key as i16), None);
-            assert!(!accepted(g.api_key as i16, g.max_version));
         }
     }
 

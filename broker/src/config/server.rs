@@ -85,6 +85,12 @@ pub struct ServerConfig {
     pub group_min_session_timeout_ms: i32,
     pub group_max_session_timeout_ms: i32,
     pub group_max_size: i32,
+    /// `group.consumer.*`: KIP-848 consumer groups.
+    pub group_consumer_session_timeout_ms: i32,
+    pub group_consumer_heartbeat_interval_ms: i32,
+    pub group_consumer_max_size: i32,
+    /// Server assignor names, the first the default.
+    pub group_consumer_assignors: Vec<String>,
     /// `offsets.*`: the `__consumer_offsets` topic and committed offsets.
     pub offsets_topic_num_partitions: i32,
     /// Kafka's default is 3; ours is 1 so that a single node (the default
@@ -134,6 +140,10 @@ impl Default for ServerConfig {
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
             group_max_size: i32::MAX,
+            group_consumer_session_timeout_ms: 45_000,
+            group_consumer_heartbeat_interval_ms: 5_000,
+            group_consumer_max_size: i32::MAX,
+            group_consumer_assignors: vec!["uniform".into(), "range".into()],
             offsets_topic_num_partitions: 50,
             offsets_topic_replication_factor: 1,
             offsets_topic_segment_bytes: 104_857_600,
@@ -343,6 +353,20 @@ impl ServerConfig {
                 self.group_max_session_timeout_ms = parse_num(key, v)?
             }
             "group.max.size" => self.group_max_size = parse_num(key, v)?,
+            "group.consumer.session.timeout.ms" => {
+                self.group_consumer_session_timeout_ms = parse_num(key, v)?
+            }
+            "group.consumer.heartbeat.interval.ms" => {
+                self.group_consumer_heartbeat_interval_ms = parse_num(key, v)?
+            }
+            "group.consumer.max.size" => self.group_consumer_max_size = parse_num(key, v)?,
+            "group.consumer.assignors" => {
+                self.group_consumer_assignors = v
+                    .split(',')
+                    .map(|a| a.trim().to_string())
+                    .filter(|a| !a.is_empty())
+                    .collect()
+            }
             "offsets.topic.num.partitions" => {
                 self.offsets_topic_num_partitions = parse_num(key, v)?
             }
@@ -454,6 +478,9 @@ impl ServerConfig {
         }
         if self.group_max_size < 1 {
             return n("group.max.size", &self.group_max_size, "must be at least 1");
+        }
+        if let Err(e) = crate::coordinator::consumer_config(self) {
+            return n("group.consumer.*", &"", &e);
         }
         if self.offsets_topic_num_partitions < 1 {
             return n(

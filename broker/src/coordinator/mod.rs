@@ -21,6 +21,11 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::broker::{now_ms, Broker};
 use crate::config::ServerConfig;
+use crate::group::consumer::{
+    make_way_for_consumer_group, ConsumerGroupConfig, ConsumerGroupCoordinator,
+    ConsumerGroupDescription, ConsumerGroupState, ConsumerHeartbeat, ConsumerHeartbeatReply, Epoch,
+    ServerAssignor, TopicId, TopicMetadata, TopicsView,
+};
 use crate::group::{
     ClassicGroup, ClassicGroupConfig, Completions, GenerationId, GroupError, GroupInstanceId,
     GroupState, HeartbeatRequest, JoinRequest, JoinResponse, LeaveMember, LeaveMemberResponse,
@@ -41,8 +46,46 @@ pub fn classic_config(c: &ServerConfig) -> ClassicGroupConfig {
     }
 }
 
+/// The KIP-848 settings from `server.properties`, or why they cannot work.
+pub fn consumer_config(c: &ServerConfig) -> Result<ConsumerGroupConfig, String> {
+    let assignors = c
+        .group_consumer_assignors
+        .iter()
+        .map(|a| ServerAssignor::from_name(a).ok_or_else(|| format!("unknown assignor {a}")))
+        .collect::<Result<Vec<_>, _>>()?;
+    let config = ConsumerGroupConfig {
+        session_timeout_ms: c.group_consumer_session_timeout_ms,
+        heartbeat_interval_ms: c.group_consumer_heartbeat_interval_ms,
+        max_size: c.group_consumer_max_size.max(1) as usize,
+        assignors,
+    };
+    config.validate().map_err(|e| e.to_string())?;
+    Ok(config)
+}
+
+/// The metadata image as the KIP-848 assignors see topics.
+pub struct ImageTopics(pub std::sync::Arc<crate::metadata::MetadataImage>);
+
+impl TopicsView for ImageTopics {
+    fn topic(&self, name: &str) -> Option<TopicMetadata> {
+        self.0.topics.get(name).map(|t| TopicMetadata {
+            topic_id: TopicId(t.topic_id),
+            partition_count: t.partitions.len() as i32,
+        })
+    }
+
+    fn topic_name(&self, topic_id: TopicId) -> Option<String> {
+        self.0
+            .topics
+            .values()
+            .find(|t| t.topic_id == topic_id.0)
+            .map(|t| t.name.clone())
+    }
+}
+
 struct State {
     classic: crate::group::GroupCoordinator,
+    consumer: ConsumerGroupCoordinator,
     offsets: OffsetStore,
     parked_joins: HashMap<(String, MemberId), oneshot::Sender<JoinResponse>>,
     parked_syncs: HashMap<(String, MemberId), oneshot::Sender<SyncResponse>>,
@@ -59,7 +102,10 @@ const METRICS_INTERVAL_MS: i64 = 10_000;
 pub struct GroupSummary {
     pub group_id: String,
     pub protocol_type: String,
-    pub state: GroupState,
+    /// Kafka's state name (classic or consumer states).
+    pub state: &'static str,
+    /// `classic` or `consumer` (ListGroups v5).
+    pub group_type: &'static str,
 }
 
 /// A DescribeGroups entry, copied out of the lock.
@@ -105,6 +151,9 @@ impl GroupService {
         GroupService {
             state: Mutex::new(State {
                 classic: crate::group::GroupCoordinator::new(classic_config(config)),
+                consumer: ConsumerGroupCoordinator::new(
+                    consumer_config(config).unwrap_or_default(),
+                ),
                 offsets: OffsetStore::new(),
                 parked_joins: HashMap::new(),
                 parked_syncs: HashMap::new(),
@@ -168,6 +217,9 @@ impl GroupService {
         let waiting = {
             let now = now_ms();
             let mut st = self.lock();
+            if let Err(e) = st.consumer.make_way_for_classic_group(group_id) {
+                return JoinResponse::error(request.member_id, e);
+            }
             let out = st.classic.join(group_id, request, now);
             let waiting = match out.reply {
                 Reply::Now(r) => Err(r),
@@ -318,6 +370,9 @@ impl GroupService {
             for (group_id, completed) in st.classic.tick(now) {
                 self.complete(broker, &mut st, &group_id, completed);
             }
+            for group_id in st.consumer.tick(now) {
+                tracing::debug!(group = %group_id, "consumer group timers fired");
+            }
             if now >= st.last_expiry_ms + self.offsets_retention_check_interval_ms {
                 st.last_expiry_ms = now;
                 self.expire_offsets(broker, &mut st, now);
@@ -379,6 +434,56 @@ impl GroupService {
         }
     }
 
+    // ---------------------------------------------------------------- KIP-848
+
+    /// ConsumerGroupHeartbeat. Groups of this protocol are not stored yet
+    /// (their committed offsets are): after a broker restart a member's
+    /// heartbeat finds no group, and is told UNKNOWN_MEMBER_ID so that it
+    /// rejoins with epoch 0 rather than Kafka's GROUP_ID_NOT_FOUND, which
+    /// clients treat as fatal and which Kafka, storing its groups, never
+    /// has to send for this reason.
+    pub fn consumer_heartbeat(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        request: ConsumerHeartbeat,
+    ) -> Result<ConsumerHeartbeatReply, GroupError> {
+        let now = now_ms();
+        let topics = ImageTopics(broker.metadata.image());
+        let mut st = self.lock();
+        let State {
+            classic, consumer, ..
+        } = &mut *st;
+        make_way_for_consumer_group(classic, group_id, request.member_epoch, now)?;
+        let rejoin_after_restart = consumer.group(group_id).is_none()
+            && request.member_epoch.0 > 0
+            && !group_id.is_empty();
+        if rejoin_after_restart {
+            return Err(GroupError::UnknownMemberId);
+        }
+        let joined = request.member_epoch == Epoch::JOIN;
+        let r = consumer.heartbeat(group_id, request, &topics, now);
+        drop(st);
+        if joined {
+            self.wake.notify_one();
+        }
+        r
+    }
+
+    pub fn consumer_describe(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+    ) -> Result<ConsumerGroupDescription, GroupError> {
+        let topics = ImageTopics(broker.metadata.image());
+        let st = self.lock();
+        if st.consumer.group(group_id).is_none() && st.classic.group(group_id).is_some() {
+            // Kafka: "Group {} is not a consumer group."
+            return Err(GroupError::GroupIdNotFound);
+        }
+        st.consumer.describe(group_id, &topics)
+    }
+
     /// Answers every parked request (the broker is stopping).
     pub fn abandon_parked(&self) {
         let mut st = self.lock();
@@ -398,19 +503,30 @@ impl GroupService {
         member_id: &MemberId,
         group_instance_id: Option<&GroupInstanceId>,
         generation_id: GenerationId,
-        reports_group_id_not_found: bool,
+        api_version: i16,
         partitions: Vec<CommitPartition>,
     ) -> Result<Vec<Result<(), CommitError>>, GroupError> {
         let now = now_ms();
         let mut st = self.lock();
-        st.classic.validate_offset_commit(
-            group_id,
-            member_id,
-            group_instance_id,
-            generation_id,
-            reports_group_id_not_found,
-            now,
-        )?;
+        if st.consumer.group(group_id).is_some() {
+            // KIP-848 groups check the member epoch (STALE_MEMBER_EPOCH).
+            st.consumer.validate_offset_commit(
+                group_id,
+                member_id,
+                Epoch(generation_id.0),
+                api_version,
+                false,
+            )?;
+        } else {
+            st.classic.validate_offset_commit(
+                group_id,
+                member_id,
+                group_instance_id,
+                generation_id,
+                api_version >= 9,
+                now,
+            )?;
+        }
         let mut results = Vec::with_capacity(partitions.len());
         let mut records = Vec::new();
         for p in partitions {
@@ -558,9 +674,21 @@ impl GroupService {
             .map(|g| GroupSummary {
                 group_id: g.group_id().to_string(),
                 protocol_type: g.protocol_type().unwrap_or_default().to_string(),
-                state: g.state(),
+                state: g.state().as_str(),
+                group_type: "classic",
             })
             .collect();
+        out.extend(
+            st.consumer
+                .groups()
+                .filter(|g| g.state() != ConsumerGroupState::Dead)
+                .map(|g| GroupSummary {
+                    group_id: g.group_id().to_string(),
+                    protocol_type: "consumer".to_string(),
+                    state: g.state().as_str(),
+                    group_type: "consumer",
+                }),
+        );
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
     }
@@ -605,13 +733,25 @@ impl GroupService {
     pub fn delete_group(&self, broker: &Broker, group_id: &str) -> Result<(), GroupError> {
         let now = now_ms();
         let mut st = self.lock();
-        match st.classic.group(group_id) {
-            None => return Err(GroupError::GroupIdNotFound),
-            Some(g) => g.validate_delete()?,
+        let consumer_group = st.consumer.group(group_id).is_some();
+        match (st.classic.group(group_id), st.consumer.group(group_id)) {
+            (Some(g), _) => g.validate_delete()?,
+            (None, Some(g)) if g.state() != ConsumerGroupState::Empty => {
+                return Err(GroupError::NonEmptyGroup)
+            }
+            (None, Some(_)) => {}
+            (None, None) => return Err(GroupError::GroupIdNotFound),
         }
         let records = st.offsets.delete_group_records(group_id);
+        let forget = |st: &mut State| {
+            if consumer_group {
+                st.consumer.delete_group(group_id)
+            } else {
+                st.classic.delete_group(group_id, now)
+            }
+        };
         if records.is_empty() {
-            return st.classic.delete_group(group_id, now);
+            return forget(&mut st);
         }
         if let Err(e) = storage::append(broker, group_id, &records) {
             tracing::error!(group = group_id, error = %e, "storing group deletion failed");
@@ -620,7 +760,7 @@ impl GroupService {
         for r in &records {
             st.offsets.apply(r);
         }
-        st.classic.delete_group(group_id, now)
+        forget(&mut st)
     }
 }
 
@@ -633,6 +773,12 @@ fn publish_metrics(broker: &Broker, st: &State, now: i64) {
     for g in st.classic.groups() {
         metrics::gauge!("kafka_group_members", "group" => g.group_id().to_string())
             .set(g.num_members() as f64);
+    }
+    for g in st.consumer.groups() {
+        metrics::gauge!("kafka_group_members", "group" => g.group_id().to_string())
+            .set(g.num_members() as f64);
+        metrics::gauge!("kafka_group_epoch", "group" => g.group_id().to_string())
+            .set(f64::from(g.group_epoch().0));
     }
     let groups: Vec<&str> = st.offsets.groups().collect();
     for group_id in groups {
@@ -801,7 +947,7 @@ mod tests {
                 &unknown,
                 None,
                 GenerationId(-1),
-                false,
+                8,
                 vec![commit(5)],
             )
             .unwrap();

@@ -7,9 +7,6 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use super::str_bytes;
 use crate::broker::Broker;
 
-/// The only group type until KIP-848 groups are served.
-const CLASSIC: &str = "classic";
-
 pub fn handle(broker: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<String> = if version >= 4 {
         req.states_filter.iter().map(|s| s.to_lowercase()).collect()
@@ -22,18 +19,18 @@ pub fn handle(broker: &Broker, version: i16, req: ListGroupsRequest) -> ListGrou
         Vec::new()
     };
     let mut resp = ListGroupsResponse::default();
-    if !types.is_empty() && !types.iter().any(|t| t == CLASSIC) {
-        return resp;
-    }
     for g in broker.groups.list() {
-        if !states.is_empty() && !states.contains(&g.state.as_str().to_lowercase()) {
+        if !states.is_empty() && !states.contains(&g.state.to_lowercase()) {
+            continue;
+        }
+        if !types.is_empty() && !types.iter().any(|t| t == g.group_type) {
             continue;
         }
         let mut l = ListedGroup::default();
         l.group_id = GroupId(str_bytes(g.group_id));
         l.protocol_type = str_bytes(g.protocol_type);
-        l.group_state = str_bytes(g.state.as_str());
-        l.group_type = str_bytes(CLASSIC);
+        l.group_state = str_bytes(g.state);
+        l.group_type = str_bytes(g.group_type);
         resp.groups.push(l);
     }
     resp

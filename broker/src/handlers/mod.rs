@@ -4,6 +4,8 @@
 
 mod alter_configs;
 mod api_versions;
+mod consumer_group_describe;
+mod consumer_group_heartbeat;
 mod create_partitions;
 mod create_topics;
 mod delete_groups;
@@ -122,6 +124,12 @@ pub async fn dispatch(
             Reply::Respond(S::DescribeGroups(describe_groups::handle(broker, r)))
         }
         R::DeleteGroups(r) => Reply::Respond(S::DeleteGroups(delete_groups::handle(broker, r))),
+        R::ConsumerGroupHeartbeat(r) => Reply::Respond(S::ConsumerGroupHeartbeat(
+            consumer_group_heartbeat::handle(broker, ctx, version, r),
+        )),
+        R::ConsumerGroupDescribe(r) => Reply::Respond(S::ConsumerGroupDescribe(
+            consumer_group_describe::handle(broker, version, r),
+        )),
         _ => Reply::Unsupported,
     }
 }

@@ -69,7 +69,7 @@ pub fn handle(broker: &Broker, version: i16, req: OffsetCommitRequest) -> Offset
                 .map(|i| GroupInstanceId(i.to_string()))
                 .as_ref(),
             GenerationId(req.generation_id_or_member_epoch),
-            version >= 9,
+            version,
             commits,
         )
     };

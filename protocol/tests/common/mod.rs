@@ -5,7 +5,7 @@
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::{Encodable, StrBytes};
-use protocol::versions::{ApiRange, GROUP_APIS, SUPPORTED_APIS};
+use protocol::versions::{ApiRange, SUPPORTED_APIS};
 
 pub fn s(x: &'static str) -> StrBytes {
     StrBytes::from_static_str(x)
@@ -17,9 +17,9 @@ fn group(x: &'static str) -> GroupId {
     GroupId(s(x))
 }
 
-/// Every API the guard covers: the served ones and the group ones.
+/// Every API the guard covers: the served ones.
 pub fn all_apis() -> impl Iterator<Item = &'static ApiRange> {
-    SUPPORTED_APIS.iter().chain(GROUP_APIS.iter())
+    SUPPORTED_APIS.iter()
 }
 
 /// A request of `api_key` at `v` with every array populated (two elements

@@ -550,6 +550,14 @@ impl ConsumerGroup {
         self.members.len()
     }
 
+    /// Every topic some member subscribes to (offset expiry spares these).
+    pub fn subscribed_topics(&self) -> BTreeSet<String> {
+        self.subscribed_topic_names()
+            .into_iter()
+            .map(str::to_string)
+            .collect()
+    }
+
     pub fn has_member(&self, member_id: &str) -> bool {
         self.members.contains_key(member_id)
     }
