@@ -18,6 +18,7 @@ import java.util.concurrent.atomic.AtomicInteger;
 import java.util.concurrent.atomic.AtomicReference;
 import java.util.function.BooleanSupplier;
 import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.consumer.CloseOptions;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRebalanceListener;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -143,6 +144,7 @@ final class GroupScenarios {
     final AtomicInteger revokedCalls = new AtomicInteger();
     final AtomicInteger processedCount = new AtomicInteger();
     volatile boolean stop;
+    volatile boolean leaveOnClose;
     final Thread thread;
     final CountDownLatch closed = new CountDownLatch(1);
 
@@ -212,7 +214,11 @@ final class GroupScenarios {
             }
           }
         } finally {
-          consumer.close(Duration.ofSeconds(10));
+          // DEFAULT: a static member stays in the group (its restart must not rebalance);
+          // LEAVE_GROUP at the end of a scenario, so the group is empty and can be deleted.
+          consumer.close(CloseOptions.groupMembershipOperation(
+                  leaveOnClose ? CloseOptions.GroupMembershipOperation.LEAVE_GROUP : CloseOptions.GroupMembershipOperation.DEFAULT)
+              .withTimeout(Duration.ofSeconds(10)));
         }
       } catch (WakeupException e) {
         // stop() woke a blocked poll; closing is all that is left.
@@ -368,7 +374,10 @@ final class GroupScenarios {
             m3Assigned, m3.assignedCalls.get(), m3Revoked, m3.revokedCalls.get());
         staticDetail = ", static restart kept " + m1Owned.size() + " partitions and rebalanced nobody";
       }
-      for (Member m : after) m.stopAndWait();
+      for (Member m : after) {
+        m.leaveOnClose = true;
+        m.stopAndWait();
+      }
       synchronized (tracker) {
         Scenarios.check(tracker.violations.isEmpty(), "redelivered below the committed offset: %s", tracker.violations);
         for (int p = 0; p < PARTITIONS; p++) {
