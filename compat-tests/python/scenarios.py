@@ -724,6 +724,17 @@ class Member:
         self.processed = 0
         self.stop = False
         self.thread = threading.Thread(target=self.run, name=name, daemon=True)
+        # librdkafka's statistics name the group step a stuck member waits on.
+        self.group_state = "unknown"
+        self.config = dict(config, **{"statistics.interval.ms": 1000, "stats_cb": self.on_stats})
+
+    def on_stats(self, stats_json):
+        cgrp = json.loads(stats_json).get("cgrp") or {}
+        self.group_state = f"{cgrp.get('state')}/{cgrp.get('join_state')}"
+
+    def state(self):
+        step = GROUP_STEPS.get(self.group_state.split("/")[0], "")
+        return f"{self.name} {self.group_state}{' (' + step + ')' if step else ''}"
 
     def on_assign(self, consumer, partitions):
         self.owned.update(tp.partition for tp in partitions)
@@ -846,7 +857,8 @@ def group_rebalance(protocol):
             await_condition(
                 tracker,
                 lambda: f"3 members never held all {REBALANCE_PARTITIONS} partitions while processing "
-                f"({assignments(members)}, {tracker.unique()} processed)",
+                f"({assignments(members)}, {tracker.unique()} processed; group states: "
+                f"{', '.join(m.state() for m in members)}; {ctx.errors_seen()})",
                 STABLE_WAIT_S,
                 lambda: fully_assigned(members, REBALANCE_PARTITIONS) and tracker.unique() >= CHANGE_AFTER_RECORDS,
             )

@@ -308,12 +308,12 @@ func groupRebalance(ctx context.Context, env *sc.Env) (string, error) {
 	first := append([]*member(nil), all...)
 	if err := await(ctx, t, stableWait, func() string {
 		u, _, _ := t.snapshot()
-		return fmt.Sprintf("%s; 3 members never held all %d partitions while processing (%s, %d processed)", diagnoseCoordinator(cl, group), rebalancePartitions, assignments(first), u)
+		return fmt.Sprintf("3 members never held all %d partitions while processing (%s, %d processed)", rebalancePartitions, assignments(first), u)
 	}, func() bool {
 		u, _, _ := t.snapshot()
 		return fullyAssigned(first) && u >= changeAfterRecords
 	}); err != nil {
-		return "", err
+		return "", fmt.Errorf("%s; %w", diagnoseCoordinator(cl, group), err)
 	}
 	before := assignments(first)
 	processedBefore, _, _ := t.snapshot()
