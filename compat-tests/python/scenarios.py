@@ -32,6 +32,7 @@ from confluent_kafka import (
     TopicPartition,
 )
 from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import OffsetSpec
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
 
 FAMILY = "python"
@@ -826,11 +827,29 @@ def produce_phase(ctx, producer, topic, start, n, log_end):
     check(remaining == 0, f"Produce: {remaining} records unacknowledged; {ctx.errors_seen()}")
 
 
+def await_partitions_ready(ctx, topic, partitions):
+    """Waits until ListOffsets answers for every partition of the new topic: right after
+    CreateTopics Kafka answers NOT_LEADER_OR_FOLLOWER for a moment, and producing into that
+    window made the Java idempotent producer stall on a loaded machine."""
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    while True:
+        try:
+            for future in ctx.admin.list_offsets(request, request_timeout=ADMIN_TIMEOUT_S).values():
+                future.result(timeout=ADMIN_TIMEOUT_S)
+            return
+        except KafkaException as e:
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(f"ListOffsets on the new topic {topic}: {describe_error(e)}") from e
+            time.sleep(0.2)
+
+
 def group_rebalance(protocol):
     def run(ctx):
         topic = ctx.topic()
         group = f"{topic}-group"
         ctx.create_topic(topic, REBALANCE_PARTITIONS)
+        await_partitions_ready(ctx, topic, REBALANCE_PARTITIONS)
         config = {"group.id": group, "auto.offset.reset": "earliest", "group.protocol": protocol}
         if protocol == "classic":
             # librdkafka's default assignors (range,roundrobin), eager rebalancing.

@@ -287,6 +287,9 @@ func groupRebalance(ctx context.Context, env *sc.Env) (string, error) {
 		return "", err
 	}
 	defer deleteTopic(adm, topic)
+	if err := awaitPartitionsReady(ctx, adm, topic, rebalancePartitions); err != nil {
+		return "", err
+	}
 	t := newTracker()
 	var logEnd [rebalancePartitions]int64
 	var logEndMu sync.Mutex
@@ -391,4 +394,32 @@ func groupRebalance(ctx context.Context, env *sc.Env) (string, error) {
 	return fmt.Sprintf("%d records all processed (%d before the change), %d duplicates above the last commit, %d refused commits, 0 below a commit; "+
 		"default balancer (cooperative-sticky), BlockRebalanceOnPoll + CommitRecords after every poll; before %s; after %s; m4 processed %d; committed = log end %v",
 		total, processedBefore, duplicates, refused, before, afterText, m4.processed.Load(), end), nil
+}
+
+// awaitPartitionsReady waits until ListOffsets answers for every partition of
+// a new topic: right after CreateTopics Kafka answers NOT_LEADER_OR_FOLLOWER for
+// a moment, and producing into that window made the Java idempotent producer
+// stall on a loaded machine.
+func awaitPartitionsReady(ctx context.Context, adm *kadm.Client, topic string, partitions int32) error {
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		listed, err := adm.ListEndOffsets(ctx, topic)
+		if err == nil {
+			ready := int32(0)
+			listed.Each(func(o kadm.ListedOffset) {
+				if o.Err == nil {
+					ready++
+				} else {
+					err = o.Err
+				}
+			})
+			if ready == partitions {
+				return nil
+			}
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("ListOffsets on the new topic %s: %d partitions not ready: %v", topic, partitions, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
 }

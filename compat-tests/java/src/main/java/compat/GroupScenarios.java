@@ -238,6 +238,29 @@ final class GroupScenarios {
     }
   }
 
+  /**
+   * Waits until ListOffsets answers for every partition of a new topic. Right after CreateTopics,
+   * Kafka answers NOT_LEADER_OR_FOLLOWER for a moment; on a loaded machine the idempotent producer
+   * then once got stuck resending sequence 0 of a partition that already held its batches
+   * (OutOfOrderSequenceException until the delivery timeout), failing the scenario on Kafka.
+   */
+  static void awaitPartitionsReady(Admin admin, String topic, int partitions) throws Exception {
+    Map<TopicPartition, org.apache.kafka.clients.admin.OffsetSpec> latest = new HashMap<>();
+    for (int p = 0; p < partitions; p++) latest.put(new TopicPartition(topic, p), org.apache.kafka.clients.admin.OffsetSpec.latest());
+    long deadlineMs = System.currentTimeMillis() + Scenarios.API_TIMEOUT_MS;
+    while (true) {
+      try {
+        admin.listOffsets(latest).all().get(Scenarios.API_TIMEOUT_MS, TimeUnit.MILLISECONDS);
+        return;
+      } catch (java.util.concurrent.ExecutionException e) {
+        if (System.currentTimeMillis() > deadlineMs) {
+          throw new AssertionError("ListOffsets on the new topic " + topic + ": " + Scenarios.describe(e), e);
+        }
+        Thread.sleep(200);
+      }
+    }
+  }
+
   Properties memberProps(String group, Variant variant, String instanceId) {
     Properties p = s.groupConsumerProps(group);
     p.put(ConsumerConfig.MAX_POLL_RECORDS_CONFIG, 100);
@@ -318,6 +341,7 @@ final class GroupScenarios {
     try (Admin admin = s.admin();
         KafkaProducer<byte[], byte[]> producer = new KafkaProducer<>(s.producerProps())) {
       Scenarios.createTopic(admin, topic, PARTITIONS);
+      awaitPartitionsReady(admin, topic, PARTITIONS);
       String staticId = variant == Variant.STATIC ? "static-" + s.runId : null;
       Member m1 = new Member("m1", memberProps(group, variant, staticId), topic, tracker);
       Member m2 = new Member("m2", memberProps(group, variant, null), topic, tracker);
@@ -418,6 +442,7 @@ final class GroupScenarios {
     List<Member> members = new ArrayList<>();
     try (Admin admin = s.admin()) {
       Scenarios.createTopic(admin, topic, TIME_PARTITIONS);
+      awaitPartitionsReady(admin, topic, TIME_PARTITIONS);
       CountDownLatch go = new CountDownLatch(1);
       AtomicReference<Long> allAssignedNs = new AtomicReference<>();
       for (int i = 0; i < TIME_MEMBERS; i++) {
