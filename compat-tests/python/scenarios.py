@@ -877,7 +877,13 @@ def group_rebalance(protocol):
                 tracker,
                 lambda: f"3 members never held all {REBALANCE_PARTITIONS} partitions while processing "
                 f"({assignments(members)}, {tracker.unique()} processed; group states: "
-                f"{', '.join(m.state() for m in members)}; {ctx.errors_seen()})",
+                f"{', '.join(m.state() for m in members)}; {ctx.errors_seen()})"
+                + (
+                    "; group.protocol=consumer needs ConsumerGroupHeartbeat (key 68): librdkafka reports no error "
+                    "when the broker does not advertise it"
+                    if protocol == "consumer" and tracker.unique() == 0
+                    else ""
+                ),
                 STABLE_WAIT_S,
                 lambda: fully_assigned(members, REBALANCE_PARTITIONS) and tracker.unique() >= CHANGE_AFTER_RECORDS,
             )
