@@ -167,12 +167,14 @@ final class GroupScenarios {
 
     @Override
     public void onPartitionsAssigned(Collection<TopicPartition> partitions) {
+      System.err.println(java.time.Instant.now() + " member " + name + ": assigned " + partitions);
       if (!partitions.isEmpty()) assignedCalls.incrementAndGet();
       owned.addAll(partitions);
     }
 
     @Override
     public void onPartitionsRevoked(Collection<TopicPartition> partitions) {
+      System.err.println(java.time.Instant.now() + " member " + name + ": revoked " + partitions);
       if (!partitions.isEmpty()) revokedCalls.incrementAndGet();
       owned.removeAll(partitions);
     }
@@ -209,7 +211,7 @@ final class GroupScenarios {
                 | org.apache.kafka.clients.consumer.CommitFailedException e) {
               // A commit refused around a rebalance leaves these records above the last commit:
               // the next owner may process them again, which the scenario allows and counts.
-              System.err.println("member " + name + ": commit failed: " + e);
+              System.err.println(java.time.Instant.now() + " member " + name + ": commit failed: " + e);
               tracker.commitFailed();
             }
           }
