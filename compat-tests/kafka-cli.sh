@@ -9,6 +9,7 @@ usage() {
   echo "tools: kafka-topics kafka-console-producer kafka-console-consumer kafka-configs" >&2
   echo "       kafka-get-offsets kafka-consumer-groups kafka-delete-records" >&2
   echo "       kafka-producer-perf-test kafka-consumer-perf-test kafka-storage" >&2
+  echo "       kafka-broker-api-versions" >&2
   exit 2
 }
 [[ $# -ge 1 ]] || usage
@@ -25,6 +26,7 @@ case "$tool" in
   kafka-producer-perf-test) main=org.apache.kafka.tools.ProducerPerformance ;;
   kafka-consumer-perf-test) main=org.apache.kafka.tools.ConsumerPerformance ;;
   kafka-storage) main=kafka.tools.StorageTool ;;
+  kafka-broker-api-versions) main=org.apache.kafka.tools.BrokerApiVersionsCommand ;;
   *) usage ;;
 esac
 compgen -G "$KAFKA_LIBS/*.jar" >/dev/null || die "no Kafka jars in $KAFKA_LIBS; run install.sh kafka"

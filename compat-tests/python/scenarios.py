@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 
 from confluent_kafka import (
@@ -30,6 +31,8 @@ from confluent_kafka import (
     TopicCollection,
     TopicPartition,
 )
+from confluent_kafka import ConsumerGroupTopicPartitions
+from confluent_kafka.admin import OffsetSpec
 from confluent_kafka.admin import AdminClient, ConfigResource, ConfigSource, NewTopic, ResourceType
 
 FAMILY = "python"
@@ -50,6 +53,8 @@ SCENARIOS = [
     "partitions.many",
     "unknown.autocreate",
     "unknown.noautocreate",
+    "group.rebalance",
+    "group.rebalance.consumer",
 ]
 # The contract bounds each scenario at 60 s; the waits inside are shorter so a
 # broken broker shows up as a FAIL naming what was awaited, not as a bare timeout.
@@ -659,6 +664,295 @@ def unknown_noautocreate(ctx):
     return "Metadata: UNKNOWN_TOPIC_OR_PARTITION, topic not created"
 
 
+# ---------------------------------------------------------------- consumer groups (issue 5)
+
+REBALANCE_PARTITIONS = 6
+# Records per produce phase; phase 2 starts only after the membership change.
+PHASE_RECORDS = 3000
+# Produce rate of each phase: 3000 records take about 6 s, so the change lands mid-stream.
+RECORDS_PER_SECOND = 500
+# The membership change waits for a stable 3-member assignment and this many processed records.
+CHANGE_AFTER_RECORDS = 1000
+STABLE_WAIT_S = 30.0
+DRAIN_WAIT_S = 30.0
+GROUP_SCENARIO_TIMEOUT_S = 90.0
+
+
+class Tracker:
+    """What the group did to the topic: per partition the highest committed offset (taken when a
+    synchronous commit returned) and every processed offset. A delivery below the committed offset
+    of its moment is a violation; one at or above it that was processed before is a duplicate."""
+
+    def __init__(self, partitions):
+        self.lock = threading.Lock()
+        self.committed = [0] * partitions
+        self.processed = [set() for _ in range(partitions)]
+        self.violations = []
+        self.errors = []
+        self.duplicates = 0
+        self.commit_failures = 0
+
+    def deliver(self, member, partition, offset):
+        with self.lock:
+            if offset < self.committed[partition]:
+                self.violations.append(
+                    f"{member} got partition {partition} offset {offset} below the committed {self.committed[partition]}"
+                )
+            if offset in self.processed[partition]:
+                self.duplicates += 1
+            else:
+                self.processed[partition].add(offset)
+
+    def commit_done(self, offsets):
+        with self.lock:
+            for tp in offsets:
+                self.committed[tp.partition] = max(self.committed[tp.partition], tp.offset)
+
+    def unique(self):
+        with self.lock:
+            return sum(len(s) for s in self.processed)
+
+
+class Member:
+    """One group member on its own thread with its own Consumer: polls, processes (records the
+    delivery), commits the processed offsets synchronously after every poll (a refused commit is
+    retried after the next poll for the partitions it still owns) and tracks what it owns through
+    its rebalance callbacks."""
+
+    def __init__(self, ctx, name, config, topic, tracker):
+        self.ctx, self.name, self.config, self.topic, self.tracker = ctx, name, config, topic, tracker
+        self.owned = set()
+        self.processed = 0
+        self.stop = False
+        self.thread = threading.Thread(target=self.run, name=name, daemon=True)
+        # librdkafka's statistics name the group step a stuck member waits on.
+        self.group_state = "unknown"
+        self.config = dict(config, **{"statistics.interval.ms": 1000, "stats_cb": self.on_stats})
+
+    def on_stats(self, stats_json):
+        cgrp = json.loads(stats_json).get("cgrp") or {}
+        self.group_state = f"{cgrp.get('state')}/{cgrp.get('join_state')}"
+
+    def state(self):
+        step = GROUP_STEPS.get(self.group_state.split("/")[0], "")
+        return f"{self.name} {self.group_state}{' (' + step + ')' if step else ''}"
+
+    def on_assign(self, consumer, partitions):
+        self.owned.update(tp.partition for tp in partitions)
+
+    def on_revoke(self, consumer, partitions):
+        self.owned.difference_update(tp.partition for tp in partitions)
+
+    def run(self):
+        try:
+            consumer = self.ctx.consumer(**self.config)
+        except Exception as e:  # noqa: BLE001
+            self.tracker.errors.append(f"member {self.name}: {describe_error(e)}")
+            return
+        try:
+            consumer.subscribe([self.topic], on_assign=self.on_assign, on_revoke=self.on_revoke, on_lost=self.on_revoke)
+            pending = {}
+            while not self.stop:
+                batch = consumer.consume(num_messages=100, timeout=0.2)
+                for m in batch:
+                    if m.error() is not None:
+                        raise ScenarioFailed(f"member {self.name} Fetch: {describe_error(m.error())}")
+                    self.tracker.deliver(self.name, m.partition(), m.offset())
+                    self.processed += 1
+                    pending[m.partition()] = m.offset() + 1
+                owned_now = {tp.partition for tp in consumer.assignment()}
+                pending = {p: o for p, o in pending.items() if p in owned_now}
+                if not pending:
+                    continue
+                offsets = [TopicPartition(self.topic, p, o) for p, o in pending.items()]
+                try:
+                    consumer.commit(offsets=offsets, asynchronous=False)
+                    self.tracker.commit_done(offsets)
+                    pending = {}
+                except KafkaException as e:
+                    print(f"member {self.name}: commit failed: {describe_error(e)}", file=sys.stderr)
+                    with self.tracker.lock:
+                        self.tracker.commit_failures += 1
+        except Exception as e:  # noqa: BLE001 - reported by the scenario thread
+            self.tracker.errors.append(f"member {self.name}: {describe_error(e)}")
+        finally:
+            consumer.close()
+
+    def stop_and_wait(self):
+        self.stop = True
+        self.thread.join(20)
+        check(not self.thread.is_alive(), f"member {self.name} did not close within 20 s (LeaveGroup)")
+
+
+def await_condition(tracker, what, bound_s, done):
+    deadline = time.monotonic() + bound_s
+    while not done():
+        check(not tracker.errors, "; ".join(tracker.errors[:2]))
+        if time.monotonic() > deadline:
+            raise ScenarioFailed(f"{what() if callable(what) else what} (waited {bound_s:.0f} s)")
+        time.sleep(0.05)
+
+
+def fully_assigned(members, partitions):
+    """Every member owns partitions, none is owned twice, all are owned."""
+    owned = [set(m.owned) for m in members]
+    union = set().union(*owned)
+    return all(owned) and len(union) == partitions and sum(len(o) for o in owned) == partitions
+
+
+def assignments(members):
+    return " ".join(f"{m.name}={sorted(m.owned)}" for m in members)
+
+
+def produce_phase(ctx, producer, topic, start, n, log_end):
+    """Produces records start..start+n-1 at RECORDS_PER_SECOND and waits for every ack."""
+    errors = []
+
+    def on_delivery(err, msg):
+        if err is not None:
+            errors.append(err)
+        else:
+            log_end[msg.partition()] = max(log_end[msg.partition()], msg.offset() + 1)
+
+    began = time.monotonic()
+    for i in range(start, start + n):
+        producer.produce(topic, key=key(i), value=f"rebalance-{i}".encode(), on_delivery=on_delivery)
+        producer.poll(0)
+        wait = began + (i - start + 1) / RECORDS_PER_SECOND - time.monotonic()
+        if wait > 0:
+            time.sleep(wait)
+    remaining = producer.flush(FLUSH_TIMEOUT_S)
+    if errors:
+        raise ScenarioFailed(f"Produce: {describe_error(errors[0])}")
+    check(remaining == 0, f"Produce: {remaining} records unacknowledged; {ctx.errors_seen()}")
+
+
+def await_partitions_ready(ctx, topic, partitions):
+    """Waits until ListOffsets answers for every partition of the new topic: right after
+    CreateTopics Kafka answers NOT_LEADER_OR_FOLLOWER for a moment, and producing into that
+    window made the Java idempotent producer stall on a loaded machine."""
+    deadline = time.monotonic() + ADMIN_TIMEOUT_S
+    request = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    while True:
+        try:
+            for future in ctx.admin.list_offsets(request, request_timeout=ADMIN_TIMEOUT_S).values():
+                future.result(timeout=ADMIN_TIMEOUT_S)
+            return
+        except KafkaException as e:
+            if time.monotonic() > deadline:
+                raise ScenarioFailed(f"ListOffsets on the new topic {topic}: {describe_error(e)}") from e
+            time.sleep(0.2)
+
+
+def group_rebalance(protocol):
+    def run(ctx):
+        topic = ctx.topic()
+        group = f"{topic}-group"
+        ctx.create_topic(topic, REBALANCE_PARTITIONS)
+        await_partitions_ready(ctx, topic, REBALANCE_PARTITIONS)
+        config = {"group.id": group, "auto.offset.reset": "earliest", "group.protocol": protocol}
+        if protocol == "classic":
+            # librdkafka's default assignors (range,roundrobin), eager rebalancing.
+            config.update({"session.timeout.ms": 10000, "heartbeat.interval.ms": 1000})
+        tracker = Tracker(REBALANCE_PARTITIONS)
+        log_end = [0] * REBALANCE_PARTITIONS
+        producer = ctx.producer(acks="all")
+        members = [Member(ctx, f"m{i}", config, topic, tracker) for i in (1, 2, 3)]
+        all_members = list(members)
+        try:
+            phase1_errors = []
+
+            def phase1():
+                try:
+                    produce_phase(ctx, producer, topic, 0, PHASE_RECORDS, log_end)
+                except Exception as e:  # noqa: BLE001
+                    phase1_errors.append(describe_error(e))
+                    tracker.errors.append(f"produce phase 1: {describe_error(e)}")
+
+            producing = threading.Thread(target=phase1, daemon=True)
+            producing.start()
+            for m in members:
+                m.thread.start()
+            await_condition(
+                tracker,
+                lambda: f"3 members never held all {REBALANCE_PARTITIONS} partitions while processing "
+                f"({assignments(members)}, {tracker.unique()} processed; group states: "
+                f"{', '.join(m.state() for m in members)}; {ctx.errors_seen()})"
+                + (
+                    "; group.protocol=consumer needs ConsumerGroupHeartbeat (key 68): librdkafka reports no error "
+                    "when the broker does not advertise it"
+                    if protocol == "consumer" and tracker.unique() == 0
+                    else ""
+                ),
+                STABLE_WAIT_S,
+                lambda: fully_assigned(members, REBALANCE_PARTITIONS) and tracker.unique() >= CHANGE_AFTER_RECORDS,
+            )
+            before = assignments(members)
+            processed_before = tracker.unique()
+            # Mid-stream: m1 leaves (closes) and m4 joins.
+            members[0].stop_and_wait()
+            m4 = Member(ctx, "m4", config, topic, tracker)
+            all_members.append(m4)
+            m4.thread.start()
+            after = [members[1], members[2], m4]
+            await_condition(
+                tracker,
+                lambda: f"after m1 left and m4 joined the members never held all partitions ({assignments(after)})",
+                STABLE_WAIT_S,
+                lambda: fully_assigned(after, REBALANCE_PARTITIONS),
+            )
+            after_text = assignments(after)
+            producing.join(30)
+            check(not phase1_errors, f"produce phase 1: {phase1_errors}")
+            produce_phase(ctx, producer, topic, PHASE_RECORDS, PHASE_RECORDS, log_end)
+            total = 2 * PHASE_RECORDS
+            await_condition(tracker, lambda: f"processed {tracker.unique()} of {total} records", DRAIN_WAIT_S,
+                            lambda: tracker.unique() >= total)
+            await_condition(
+                tracker,
+                lambda: f"committed offsets {tracker.committed} never reached the log end offsets {log_end}",
+                DRAIN_WAIT_S,
+                lambda: tracker.committed == log_end,
+            )
+            for m in after:
+                m.stop_and_wait()
+            check(not tracker.violations, f"redelivered below the committed offset: {tracker.violations[:5]}")
+            for p in range(REBALANCE_PARTITIONS):
+                check(
+                    tracker.processed[p] == set(range(log_end[p])),
+                    f"partition {p}: processed {len(tracker.processed[p])} distinct offsets, log end {log_end[p]}",
+                )
+            futures = ctx.admin.list_consumer_group_offsets(
+                [ConsumerGroupTopicPartitions(group)], request_timeout=ADMIN_TIMEOUT_S
+            )
+            try:
+                result = futures[group].result(timeout=ADMIN_TIMEOUT_S + 5)
+            except KafkaException as e:
+                raise ScenarioFailed(f"OffsetFetch: {describe_error(e)}") from e
+            fetched = {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == topic}
+            check(
+                all(fetched.get(p) == log_end[p] for p in range(REBALANCE_PARTITIONS)),
+                f"OffsetFetch: committed {fetched}, log end {log_end}",
+            )
+            try:
+                ctx.admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group].result(
+                    timeout=ADMIN_TIMEOUT_S + 5
+                )
+            except Exception as e:  # noqa: BLE001 - cleanup
+                print(f"delete group {group}: {describe_error(e)}", file=sys.stderr)
+            return (
+                f"{total} records all processed ({processed_before} before the change), {tracker.duplicates} "
+                f"duplicates above the last commit, {tracker.commit_failures} refused commits, 0 below a commit; "
+                f"group.protocol={protocol}, synchronous commit after every consume(); before {before}; "
+                f"after {after_text}; m4 processed {m4.processed}; committed = log end {log_end}"
+            )
+        finally:
+            for m in all_members:
+                m.stop = True
+
+    return run
+
+
 RUNNERS = {
     "admin.topics": admin_topics,
     "codec.none": codec("none"),
@@ -676,6 +970,8 @@ RUNNERS = {
     "partitions.many": partitions_many,
     "unknown.autocreate": unknown_autocreate,
     "unknown.noautocreate": unknown_noautocreate,
+    "group.rebalance": group_rebalance("classic"),
+    "group.rebalance.consumer": group_rebalance("consumer"),
 }
 
 
@@ -696,7 +992,9 @@ def run_one(bootstrap, scenario):
 
 
 def run_child(bootstrap, scenario):
-    """Runs a scenario in a child process bounded by SCENARIO_TIMEOUT_S; returns its RESULT line."""
+    """Runs a scenario in a child process bounded by SCENARIO_TIMEOUT_S (the group scenarios by
+    GROUP_SCENARIO_TIMEOUT_S); returns its RESULT line."""
+    timeout_s = GROUP_SCENARIO_TIMEOUT_S if scenario.startswith("group.rebalance") else SCENARIO_TIMEOUT_S
     child = subprocess.Popen(
         [sys.executable, os.path.abspath(__file__), "--one", bootstrap, scenario],
         stdout=subprocess.PIPE,
@@ -704,13 +1002,13 @@ def run_child(bootstrap, scenario):
         start_new_session=True,
     )
     try:
-        out, _ = child.communicate(timeout=SCENARIO_TIMEOUT_S)
+        out, _ = child.communicate(timeout=timeout_s)
     except subprocess.TimeoutExpired:
         os.killpg(child.pid, signal.SIGKILL)
         out, _ = child.communicate()
         results = [l for l in out.splitlines() if l.startswith(f"RESULT {scenario} ")]
         # A scenario that reported but hung in cleanup keeps its result.
-        return results[0] if results else f"RESULT {scenario} FAIL timeout after {SCENARIO_TIMEOUT_S:.0f} s"
+        return results[0] if results else f"RESULT {scenario} FAIL timeout after {timeout_s:.0f} s"
     results = [l for l in out.splitlines() if l.startswith(f"RESULT {scenario} ")]
     for l in out.splitlines():
         if not l.startswith("RESULT "):

@@ -38,6 +38,7 @@ func main() {
 		"partitions.many":      partitionsMany,
 		"unknown.autocreate":   unknownAutocreate,
 		"unknown.noautocreate": unknownNoAutocreate,
+		"group.rebalance":      groupRebalance,
 	})
 }
 

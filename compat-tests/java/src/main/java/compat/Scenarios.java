@@ -58,6 +58,8 @@ public final class Scenarios {
   static final String FAMILY = "java";
   /** The contract bounds every scenario; a hung one is reported as "timeout" and abandoned. */
   static final long SCENARIO_TIMEOUT_MS = 60_000;
+  /** The consumer-group scenarios wait for several rebalances and get the contract's upper bound. */
+  static final long GROUP_SCENARIO_TIMEOUT_MS = 90_000;
   /** Client-side bounds, well below the scenario bound so a client error is seen, not a timeout. */
   static final int API_TIMEOUT_MS = 20_000;
   static final int REQUEST_TIMEOUT_MS = 15_000;
@@ -81,7 +83,13 @@ public final class Scenarios {
           "large.above_max",
           "partitions.many",
           "unknown.autocreate",
-          "unknown.noautocreate");
+          "unknown.noautocreate",
+          "group.rebalance.range",
+          "group.rebalance.cooperative",
+          "group.rebalance.static",
+          "group.rebalance.consumer",
+          "group.rebalance.time.classic",
+          "group.rebalance.time.consumer");
 
   /** A scenario either returns its PASS detail or throws; Na marks a check this API cannot express. */
   interface Scenario {
@@ -135,15 +143,16 @@ public final class Scenarios {
               t.setDaemon(true);
               return t;
             });
+    long timeoutMs = id.startsWith("group.rebalance") ? GROUP_SCENARIO_TIMEOUT_MS : SCENARIO_TIMEOUT_MS;
     long startNs = System.nanoTime();
     Future<String> future = executor.submit(scenario::run);
     try {
-      String detail = future.get(SCENARIO_TIMEOUT_MS, TimeUnit.MILLISECONDS);
+      String detail = future.get(timeoutMs, TimeUnit.MILLISECONDS);
       result(id, "PASS", String.format("%s (%.1f s)", detail, (System.nanoTime() - startNs) / 1e9));
       return true;
     } catch (TimeoutException e) {
       future.cancel(true);
-      result(id, "FAIL", "timeout after " + SCENARIO_TIMEOUT_MS / 1000 + " s");
+      result(id, "FAIL", "timeout after " + timeoutMs / 1000 + " s");
       return false;
     } catch (ExecutionException e) {
       if (e.getCause() instanceof Na na) {
@@ -180,6 +189,12 @@ public final class Scenarios {
       case "partitions.many" -> this::partitionsMany;
       case "unknown.autocreate" -> this::unknownAutocreate;
       case "unknown.noautocreate" -> this::unknownNoAutocreate;
+      case "group.rebalance.range" -> () -> new GroupScenarios(this).rebalance(GroupScenarios.Variant.RANGE);
+      case "group.rebalance.cooperative" -> () -> new GroupScenarios(this).rebalance(GroupScenarios.Variant.COOPERATIVE);
+      case "group.rebalance.static" -> () -> new GroupScenarios(this).rebalance(GroupScenarios.Variant.STATIC);
+      case "group.rebalance.consumer" -> () -> new GroupScenarios(this).rebalance(GroupScenarios.Variant.CONSUMER);
+      case "group.rebalance.time.classic" -> () -> new GroupScenarios(this).rebalanceTime(false);
+      case "group.rebalance.time.consumer" -> () -> new GroupScenarios(this).rebalanceTime(true);
       default -> null;
     };
   }
