@@ -607,6 +607,8 @@ async fn consumer_heartbeat(
         .with_rebalance_timeout_ms(10_000);
     if epoch == 0 {
         r.subscribed_topic_names = Some(vec![TopicName(s("orders"))]);
+        // As librdkafka sends it: an empty regex that means none.
+        r.subscribed_topic_regex = Some(s(""));
     }
     r.topic_partitions = owned.map(|o| {
         o.into_iter()
