@@ -50,6 +50,9 @@ pub struct Partition {
     leader_epoch: LeaderEpoch,
     high_watermark: Offset,
     configs: TopicConfigs,
+    /// The configs the produce path reads on every append, parsed once
+    /// (TopicConfigs keeps strings, as DescribeConfigs reports them).
+    append_config: AppendConfig,
     /// Replicas currently in sync, the leader included. One on a single node.
     isr_size: usize,
 }
@@ -69,6 +72,26 @@ pub fn read_partition_metadata(dir: &std::path::Path) -> Option<Uuid> {
     text.lines()
         .find_map(|l| l.strip_prefix("topic_id: "))
         .and_then(|id| id.trim().parse().ok())
+}
+
+/// What `append_as_leader` needs from the topic's configs.
+#[derive(Clone, Copy, Debug)]
+struct AppendConfig {
+    max_message_bytes: u32,
+    min_insync_replicas: i32,
+    compression_target: Option<protocol::record_batch::Codec>,
+    log_append_time: bool,
+}
+
+impl From<&TopicConfigs> for AppendConfig {
+    fn from(c: &TopicConfigs) -> Self {
+        AppendConfig {
+            max_message_bytes: c.max_message_bytes(),
+            min_insync_replicas: c.min_insync_replicas(),
+            compression_target: c.compression_target(),
+            log_append_time: c.log_append_time(),
+        }
+    }
 }
 
 impl Partition {
@@ -109,6 +132,7 @@ impl Partition {
             producers,
             leader_epoch,
             high_watermark,
+            append_config: AppendConfig::from(&configs),
             configs,
             isr_size: 1,
         })
@@ -135,6 +159,7 @@ impl Partition {
 
     pub fn set_configs(&mut self, configs: TopicConfigs) {
         self.log.set_config(configs.log_config());
+        self.append_config = AppendConfig::from(&configs);
         self.configs = configs;
     }
 
@@ -147,7 +172,8 @@ impl Partition {
         acks: i16,
         now_ms: i64,
     ) -> Result<AppendOutcome, PartitionError> {
-        let max = self.configs.max_message_bytes();
+        let cfg = self.append_config;
+        let max = cfg.max_message_bytes;
         if records.len() > max as usize {
             return Err(PartitionError::MessageTooLarge {
                 size: records.len(),
@@ -155,17 +181,17 @@ impl Partition {
             });
         }
         let view = single_client_batch(records)?;
-        if acks == -1 && (self.isr_size as i32) < self.configs.min_insync_replicas() {
+        if acks == -1 && (self.isr_size as i32) < cfg.min_insync_replicas {
             return Err(PartitionError::NotEnoughReplicas {
                 isr: self.isr_size,
-                min_isr: self.configs.min_insync_replicas(),
+                min_isr: cfg.min_insync_replicas,
             });
         }
         // Kafka's LogValidator runs before the producer-state check: keys on
         // compacted topics, then recompression to the topic's codec.
         // The log's config holds the cleanup policy already parsed.
         let compacted = self.log.config().cleanup_policy.compact;
-        let target = self.configs.compression_target();
+        let target = cfg.compression_target;
         let recompressed = if compacted || target.is_some_and(|t| view.codec().ok() != Some(t)) {
             let scan = transcode::scan(&view, compacted, target, max)?;
             if !scan.keyless.is_empty() {
@@ -183,7 +209,7 @@ impl Partition {
             return Ok(AppendOutcome {
                 base_offset: m.first_offset,
                 last_offset: m.last_offset,
-                log_append_time_ms: if self.configs.log_append_time() {
+                log_append_time_ms: if cfg.log_append_time {
                     m.timestamp_ms
                 } else {
                     -1
@@ -198,7 +224,7 @@ impl Partition {
         let mut batch = BytesMut::from(&records[..]);
         rewrite::set_base_offset(&mut batch, base_offset.0);
         rewrite::set_partition_leader_epoch(&mut batch, self.leader_epoch.0);
-        let log_append_time_ms = if self.configs.log_append_time() {
+        let log_append_time_ms = if cfg.log_append_time {
             rewrite::set_log_append_time(&mut batch, now_ms);
             now_ms
         } else {
