@@ -715,6 +715,31 @@ async fn kip848_members_get_server_side_assignments_and_epoch_checked_commits() 
         ResponseError::StaleMemberEpoch.code()
     );
 
+    // OffsetFetch v9 checks a member's epoch the same way; an admin fetch
+    // (no member) is free.
+    let fetch_as = |member: Option<&str>, epoch: i32| {
+        let mut g = offset_fetch_request::OffsetFetchRequestGroup::default();
+        g.group_id = gid("g848");
+        g.member_id = member.map(s);
+        g.member_epoch = epoch;
+        g.topics = None;
+        OffsetFetchRequest::default().with_groups(vec![g])
+    };
+    let r: OffsetFetchResponse = a
+        .call(ApiKey::OffsetFetch, 9, &fetch_as(Some(&a_id), 1))
+        .await;
+    assert_eq!(
+        r.groups[0].error_code,
+        ResponseError::StaleMemberEpoch.code()
+    );
+    let r: OffsetFetchResponse = a
+        .call(ApiKey::OffsetFetch, 9, &fetch_as(Some(&a_id), 2))
+        .await;
+    assert_eq!(r.groups[0].error_code, NONE);
+    assert_eq!(r.groups[0].topics[0].partitions[0].committed_offset, 10);
+    let r: OffsetFetchResponse = a.call(ApiKey::OffsetFetch, 9, &fetch_as(None, -1)).await;
+    assert_eq!(r.groups[0].error_code, NONE);
+
     let listed: ListGroupsResponse = a
         .call(
             ApiKey::ListGroups,

@@ -558,6 +558,25 @@ impl GroupService {
         Ok(results)
     }
 
+    /// OffsetFetch v9+ from a member of a KIP-848 group: its epoch must be
+    /// current (STALE_MEMBER_EPOCH otherwise), so a fenced member cannot
+    /// resume from offsets its replacement is moving. Anyone else (admin
+    /// clients, classic groups) fetches freely.
+    pub fn validate_offset_fetch(
+        &self,
+        group_id: &str,
+        member_id: Option<&str>,
+        member_epoch: i32,
+    ) -> Result<(), GroupError> {
+        let st = self.lock();
+        if st.consumer.group(group_id).is_none() {
+            return Ok(());
+        }
+        let member = member_id.map(|m| MemberId(m.to_string()));
+        st.consumer
+            .validate_offset_fetch(group_id, member.as_ref(), Epoch(member_epoch))
+    }
+
     /// The committed offset of one partition, if any.
     pub fn committed(
         &self,

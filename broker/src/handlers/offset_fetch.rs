@@ -67,6 +67,19 @@ pub fn handle(broker: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetF
                     .collect()
             });
             let mut rg = OffsetFetchResponseGroup::default();
+            if version >= 9 {
+                let member = g.member_id.as_ref().map(|m| m.as_str());
+                if let Err(e) =
+                    broker
+                        .groups
+                        .validate_offset_fetch(&g.group_id.0, member, g.member_epoch)
+                {
+                    rg.error_code = e.code();
+                    rg.group_id = g.group_id;
+                    resp.groups.push(rg);
+                    continue;
+                }
+            }
             for (topic, answers) in fetch_group(broker, &g.group_id.0, topics) {
                 let mut rt = OffsetFetchResponseTopics::default();
                 rt.name = TopicName(str_bytes(topic));
