@@ -907,13 +907,16 @@ mod prop {
 
     #[derive(Clone, Debug)]
     enum Op {
-        Join(usize, bool),
+        /// The member joins with subscription number `.1` (see [`subscription`]).
+        Join(usize, u8),
         Leave(usize),
         Heartbeat(usize),
         /// The member heartbeats but keeps what it was told to revoke.
         SlowHeartbeat(usize),
         GrowTopic(usize, i32),
-        Resubscribe(usize, bool),
+        /// Creates topic t2 (which some regexes match) or x.
+        CreateTopic(bool),
+        Resubscribe(usize, u8),
         /// A static member leaves with -2 and a new process takes over.
         StaticBounce(usize),
         /// Time passes without heartbeats; timers fire.
@@ -922,23 +925,50 @@ mod prop {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            3 => (0..5usize, any::<bool>()).prop_map(|(i, both)| Op::Join(i, both)),
+            3 => (0..5usize, 0..SUBSCRIPTIONS).prop_map(|(i, s)| Op::Join(i, s)),
             1 => (0..5usize).prop_map(Op::Leave),
             6 => (0..5usize).prop_map(Op::Heartbeat),
             2 => (0..5usize).prop_map(Op::SlowHeartbeat),
             1 => (0..2usize, 1..4i32).prop_map(|(t, n)| Op::GrowTopic(t, n)),
-            1 => (0..5usize, any::<bool>()).prop_map(|(i, both)| Op::Resubscribe(i, both)),
+            1 => any::<bool>().prop_map(Op::CreateTopic),
+            1 => (0..5usize, 0..SUBSCRIPTIONS).prop_map(|(i, s)| Op::Resubscribe(i, s)),
             1 => (0..5usize).prop_map(Op::StaticBounce),
             1 => (1_000..50_000i64).prop_map(Op::Advance),
         ]
     }
 
-    fn subscription(both: bool) -> Vec<&'static str> {
-        if both {
-            vec!["t0", "t1"]
-        } else {
-            vec!["t0"]
+    const SUBSCRIPTIONS: u8 = 5;
+
+    /// Topic names and a regex: by names, by both, by regex only.
+    fn subscription(kind: u8) -> (Vec<String>, Option<String>) {
+        let (names, regex): (&[&str], Option<&str>) = match kind {
+            0 => (&["t0"], None),
+            1 => (&["t0", "t1"], None),
+            2 => (&["t0"], Some("t1")),
+            3 => (&[], Some(".*")),
+            _ => (&[], Some("t[0-9]+")),
+        };
+        (
+            names.iter().map(|n| n.to_string()).collect(),
+            regex.map(str::to_string),
+        )
+    }
+
+    /// What a client subscribes to now, as the test works it out: its names
+    /// and the non-internal topics its regex matches whole.
+    fn expected_topics(c: &Client, topics: &Topics) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = c.topics.iter().cloned().collect();
+        if let Some(r) = &c.regex {
+            let full = regex::Regex::new(&format!("^(?:{r})$")).unwrap();
+            out.extend(
+                topics
+                    .0
+                    .keys()
+                    .filter(|n| !n.starts_with("__") && full.is_match(n))
+                    .cloned(),
+            );
         }
+        out
     }
 
     /// No two members believe they own the same partition at once: the
@@ -980,7 +1010,11 @@ mod prop {
     }
 
     fn run(ops: Vec<Op>, assignor: &str) {
-        let mut h = Harness::new(Topics::with(&[("t0", 1, 4), ("t1", 2, 3)]));
+        let mut h = Harness::new(Topics::with(&[
+            ("t0", 1, 4),
+            ("t1", 2, 3),
+            ("__consumer_offsets", 9, 2),
+        ]));
         let mut clients: Vec<Option<Client>> = vec![None; 5];
         // What a slow client was told to own and has not acted on yet; it
         // does so before its next normal heartbeat.
@@ -988,14 +1022,15 @@ mod prop {
         let mut generation = 0;
         for op in ops {
             match op {
-                Op::Join(i, both) => {
+                Op::Join(i, kind) => {
                     if clients[i].is_none() {
                         generation += 1;
                         let mut c = Client::static_member(
                             &format!("m{i}-{generation}"),
                             &format!("instance-{i}"),
-                            &subscription(both),
+                            &[],
                         );
+                        (c.topics, c.regex) = subscription(kind);
                         if i % 2 == 0 {
                             c.instance_id = None;
                         }
@@ -1048,14 +1083,22 @@ mod prop {
                     let m = h.topics.topic(&name).unwrap();
                     h.topics.set(&name, t as u8 + 1, m.partition_count + n);
                 }
-                Op::Resubscribe(i, both) => {
+                Op::CreateTopic(matching) => {
+                    let (name, id) = if matching { ("t2", 3) } else { ("x", 4) };
+                    if h.topics.topic(name).is_none() {
+                        h.topics.set(name, id, 2);
+                    }
+                }
+                Op::Resubscribe(i, kind) => {
                     if let Some(c) = clients[i].as_mut() {
                         if let Some(target) = slow_targets[i].take() {
                             c.owned = target;
                         }
-                        c.topics = subscription(both).iter().map(|s| s.to_string()).collect();
+                        (c.topics, c.regex) = subscription(kind);
                         let mut req = c.heartbeat_request();
                         req.subscribed_topic_names = Some(c.topics.clone());
+                        // "" clears a regex the member had.
+                        req.subscribed_topic_regex = Some(c.regex.clone().unwrap_or_default());
                         if let Some(reply) = send_or_rejoin(&mut h, c, req) {
                             c.apply(&reply);
                         }
@@ -1116,7 +1159,7 @@ mod prop {
         h.settle(&mut live);
         let mut subscribed: BTreeSet<String> = BTreeSet::new();
         for c in clients.iter().flatten() {
-            subscribed.extend(c.topics.iter().cloned());
+            subscribed.extend(expected_topics(c, &h.topics));
         }
         let mut expected = BTreeSet::new();
         for name in &subscribed {
