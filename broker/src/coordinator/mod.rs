@@ -81,6 +81,15 @@ impl TopicsView for ImageTopics {
             .find(|t| t.topic_id == topic_id.0)
             .map(|t| t.name.clone())
     }
+
+    fn topic_names(&self) -> Vec<String> {
+        self.0
+            .topics
+            .keys()
+            .filter(|name| !crate::group::consumer::is_internal_topic(name))
+            .cloned()
+            .collect()
+    }
 }
 
 struct State {

@@ -214,6 +214,8 @@ pub enum GroupError {
     UnsupportedVersion,
     #[error("the group's members are subscribed to this topic")]
     GroupSubscribedToTopic,
+    #[error("the subscribed topic regex is not a valid regular expression")]
+    InvalidRegularExpression,
 }
 
 impl GroupError {
@@ -240,6 +242,7 @@ impl GroupError {
             GroupError::InvalidRequest => ResponseError::InvalidRequest,
             GroupError::UnsupportedVersion => ResponseError::UnsupportedVersion,
             GroupError::GroupSubscribedToTopic => ResponseError::GroupSubscribedToTopic,
+            GroupError::InvalidRegularExpression => ResponseError::InvalidRegularExpression,
         };
         e.code()
     }

@@ -83,6 +83,56 @@ pub trait TopicsView {
     fn topic(&self, name: &str) -> Option<TopicMetadata>;
     /// For ConsumerGroupDescribe, which names the topics of assignments.
     fn topic_name(&self, topic_id: TopicId) -> Option<String>;
+    /// The names of every topic, for resolving regex subscriptions.
+    /// Implementations should leave out internal topics
+    /// (`__consumer_offsets`, ...), which Kafka never lets a regex match;
+    /// the group skips the names [`is_internal_topic`] knows anyway.
+    fn topic_names(&self) -> Vec<String>;
+}
+
+/// Kafka's `Topic.isInternal`: topics a regex subscription never matches.
+pub fn is_internal_topic(name: &str) -> bool {
+    matches!(
+        name,
+        "__consumer_offsets" | "__transaction_state" | "__share_group_state"
+    )
+}
+
+/// Compiles a `SubscribedTopicRegex`. Kafka compiles it with RE2/J and
+/// matches topic names with `Matcher.matches()`, which must match the whole
+/// name, so the pattern is anchored at both ends. The pattern is first
+/// compiled as written, so that the wrapping cannot turn an unbalanced
+/// pattern such as `a)|(b` into a valid one. The `regex` crate's size and
+/// nesting limits turn a pathological pattern into an error, not a blow-up.
+fn compile_subscription_regex(pattern: &str) -> Result<regex::Regex, GroupError> {
+    regex::Regex::new(pattern).map_err(|_| GroupError::InvalidRegularExpression)?;
+    regex::Regex::new(&format!("^(?:{pattern})$")).map_err(|_| GroupError::InvalidRegularExpression)
+}
+
+/// A regex some member subscribes with, and the topics it matched when the
+/// group last looked (Kafka's `ResolvedRegularExpression`).
+#[derive(Clone, Debug)]
+struct ResolvedRegex {
+    matcher: regex::Regex,
+    topics: BTreeSet<String>,
+}
+
+impl ResolvedRegex {
+    fn new(matcher: regex::Regex) -> Self {
+        ResolvedRegex {
+            matcher,
+            topics: BTreeSet::new(),
+        }
+    }
+
+    /// The names among `names` the regex matches, internal topics aside.
+    fn resolve<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+        names
+            .into_iter()
+            .filter(|n| !is_internal_topic(n) && self.matcher.is_match(n))
+            .map(str::to_string)
+            .collect()
+    }
 }
 
 /// The broker settings of consumer groups, with Kafka's names and defaults
@@ -176,7 +226,9 @@ pub struct ConsumerHeartbeat {
     /// -1 when unchanged.
     pub rebalance_timeout_ms: i32,
     pub subscribed_topic_names: Option<Vec<String>>,
-    /// v1. Always answered INVALID_REQUEST: see [`validate_heartbeat`].
+    /// v1 (Java's `subscribe(SubscriptionPattern)`): the member also
+    /// subscribes to every topic whose whole name matches. `Some("")`
+    /// clears the member's regex, as in Kafka.
     pub subscribed_topic_regex: Option<String>,
     pub server_assignor: Option<String>,
     /// The partitions the member owns right now.
@@ -267,6 +319,8 @@ struct Member {
     client_host: String,
     rebalance_timeout_ms: i32,
     subscribed_topic_names: BTreeSet<String>,
+    /// Never `Some("")`: an empty regex is stored as none.
+    subscribed_topic_regex: Option<String>,
     server_assignor: Option<ServerAssignor>,
     member_epoch: Epoch,
     previous_member_epoch: Epoch,
@@ -287,6 +341,7 @@ impl Member {
             client_host: String::new(),
             rebalance_timeout_ms: -1,
             subscribed_topic_names: BTreeSet::new(),
+            subscribed_topic_regex: None,
             server_assignor: None,
             member_epoch: Epoch(0),
             previous_member_epoch: Epoch(-1),
@@ -333,6 +388,11 @@ pub struct ConsumerGroup {
     /// epoch was last decided; a difference on a later heartbeat (a topic
     /// created, deleted or grown) bumps the group epoch.
     subscription_metadata: BTreeMap<String, TopicMetadata>,
+    /// Every regex some member subscribes with, resolved against the
+    /// topics of the last heartbeat (Kafka's `resolvedRegularExpressions`).
+    /// Not part of the snapshot: it is rebuilt from the subscription
+    /// metadata on restore.
+    regexes: BTreeMap<String, ResolvedRegex>,
     /// Kafka's `currentPartitionEpoch`: who owns each partition (assigned or
     /// pending revocation) and at which epoch.
     partition_owners: HashMap<(TopicId, i32), (MemberId, Epoch)>,
@@ -361,7 +421,6 @@ pub struct MemberDescription {
     pub client_id: String,
     pub client_host: String,
     pub subscribed_topic_names: Vec<String>,
-    /// Always `None`: regex subscriptions are turned away.
     pub subscribed_topic_regex: Option<String>,
     pub assignment: Vec<DescribedTopicPartitions>,
     pub target_assignment: Vec<DescribedTopicPartitions>,
@@ -379,14 +438,9 @@ pub struct DescribedTopicPartitions {
     pub partitions: Vec<i32>,
 }
 
-/// Kafka 4.x's `throwIfConsumerGroupHeartbeatRequestIsInvalid`.
-///
-/// Regex subscriptions (v1 `SubscribedTopicRegex`) are answered
-/// INVALID_REQUEST, as Kafka did before it resolved them on the broker
-/// ("not supported yet"): matching Kafka's RE2J patterns needs a regex
-/// engine this crate does not depend on. Java consumers subscribing with a
-/// `java.util.regex.Pattern` resolve it themselves and send topic names;
-/// only `SubscriptionPattern` subscriptions are affected.
+/// Kafka 4.x's `throwIfConsumerGroupHeartbeatRequestIsInvalid`. The regex
+/// itself is compiled later, when a member brings a new one (Kafka's
+/// `maybeUpdateRegularExpressions`).
 pub fn validate_heartbeat(
     group_id: &str,
     req: &ConsumerHeartbeat,
@@ -406,7 +460,6 @@ pub fn validate_heartbeat(
     if group_id.is_empty()
         || req.instance_id.as_ref().is_some_and(|i| i.0.is_empty())
         || empty(&req.rack_id)
-        || req.subscribed_topic_regex.is_some()
     {
         return Err(GroupError::InvalidRequest);
     }
@@ -423,7 +476,11 @@ pub fn validate_heartbeat(
         }
         // An empty list is accepted: the member is in the group without
         // subscribing to anything.
-        if req.subscribed_topic_names.is_none() {
+        let has_regex = req
+            .subscribed_topic_regex
+            .as_deref()
+            .is_some_and(|r| !r.is_empty());
+        if req.subscribed_topic_names.is_none() && !has_regex {
             return Err(GroupError::InvalidRequest);
         }
     } else if epoch == Epoch::STATIC_LEAVE {
@@ -529,6 +586,7 @@ impl ConsumerGroup {
             static_members: HashMap::new(),
             target_assignment: BTreeMap::new(),
             subscription_metadata: BTreeMap::new(),
+            regexes: BTreeMap::new(),
             partition_owners: HashMap::new(),
             assignor: default_assignor,
         }
@@ -619,11 +677,60 @@ impl ConsumerGroup {
             .map(|(m, _)| m)
     }
 
+    /// Every topic some member subscribes to, by name or through its regex.
     fn subscribed_topic_names(&self) -> BTreeSet<&str> {
         self.members
             .values()
-            .flat_map(|m| m.subscribed_topic_names.iter().map(String::as_str))
+            .flat_map(|m| self.member_topic_names(m))
             .collect()
+    }
+
+    /// A member's subscription: its topic names and the topics its regex
+    /// resolved to (Kafka's `TargetAssignmentBuilder` takes the union).
+    fn member_topic_names<'a>(&'a self, member: &'a Member) -> impl Iterator<Item = &'a str> {
+        let resolved = member
+            .subscribed_topic_regex
+            .as_ref()
+            .and_then(|r| self.regexes.get(r))
+            .into_iter()
+            .flat_map(|r| r.topics.iter());
+        member
+            .subscribed_topic_names
+            .iter()
+            .chain(resolved)
+            .map(String::as_str)
+    }
+
+    /// Forgets the regexes no member subscribes with any more.
+    fn prune_regexes(&mut self) {
+        let used: BTreeSet<&String> = self
+            .members
+            .values()
+            .filter_map(|m| m.subscribed_topic_regex.as_ref())
+            .collect();
+        self.regexes.retain(|r, _| used.contains(r));
+    }
+
+    /// Resolves every regex of the group against the current topics;
+    /// returns whether any resolution changed. Kafka resolves in the
+    /// background, at most every 10 s and when topics were created; here it
+    /// happens on every heartbeat of a group that has regexes, which sees
+    /// the same changes sooner.
+    fn refresh_regexes(&mut self, topics: &dyn TopicsView) -> bool {
+        self.prune_regexes();
+        if self.regexes.is_empty() {
+            return false;
+        }
+        let names = topics.topic_names();
+        let mut changed = false;
+        for resolved in self.regexes.values_mut() {
+            let now = resolved.resolve(names.iter().map(String::as_str));
+            if now != resolved.topics {
+                resolved.topics = now;
+                changed = true;
+            }
+        }
+        changed
     }
 
     fn compute_subscription_metadata<'a>(
@@ -730,6 +837,7 @@ impl ConsumerGroup {
         if self.drop_member(member_id).is_none() {
             return;
         }
+        self.prune_regexes();
         let names: BTreeSet<String> = self
             .subscribed_topic_names()
             .into_iter()
@@ -832,12 +940,29 @@ impl ConsumerGroup {
         if let Some(names) = &req.subscribed_topic_names {
             updated.subscribed_topic_names = names.iter().cloned().collect();
         }
+        if let Some(regex) = &req.subscribed_topic_regex {
+            updated.subscribed_topic_regex = Some(regex.clone()).filter(|r| !r.is_empty());
+        }
+        let regex_changed = updated.subscribed_topic_regex != member.subscribed_topic_regex;
+        if regex_changed {
+            // A regex new to the group is compiled before anything changes,
+            // so an invalid one leaves the group as it was (Kafka's
+            // `throwIfRegularExpressionIsInvalid`).
+            if let Some(regex) = &updated.subscribed_topic_regex {
+                if !self.regexes.contains_key(regex) {
+                    let matcher = compile_subscription_regex(regex)?;
+                    self.regexes
+                        .insert(regex.clone(), ResolvedRegex::new(matcher));
+                }
+            }
+        }
         updated.client_id = req.client_id.clone();
         updated.client_host = req.client_host.clone();
         // A new group moves away from epoch 0 on its first heartbeat even if
         // the member subscribes to nothing (Kafka 4.x).
         let mut bump_group_epoch = self.group_epoch == Epoch(0)
-            || updated.subscribed_topic_names != member.subscribed_topic_names;
+            || updated.subscribed_topic_names != member.subscribed_topic_names
+            || regex_changed;
 
         if let Some(old_id) = &replaced {
             // The departed static member leaves without an epoch bump: the
@@ -849,6 +974,12 @@ impl ConsumerGroup {
             }
         }
         self.put_member(updated.clone());
+
+        // A regex that now matches other topics changes the subscription
+        // (Kafka bumps the epoch when a refresh resolved differently).
+        if self.refresh_regexes(topics) {
+            bump_group_epoch = true;
+        }
 
         // Kafka refreshes the subscription metadata when a subscription
         // changed or the metadata image did; comparing on every heartbeat
@@ -900,7 +1031,7 @@ impl ConsumerGroup {
         // changed.
         let full_request = joining
             || (req.rebalance_timeout_ms != -1
-                && req.subscribed_topic_names.is_some()
+                && (req.subscribed_topic_names.is_some() || req.subscribed_topic_regex.is_some())
                 && req.owned_topic_partitions.is_some());
         let assignment = if full_request || reconciled.assigned != member.assigned {
             Some(reconciled.assigned.clone())
@@ -976,9 +1107,8 @@ impl ConsumerGroup {
             .map(|m| MemberSpec {
                 member_id: m.member_id.clone(),
                 instance_id: m.instance_id.clone(),
-                subscribed_topic_ids: m
-                    .subscribed_topic_names
-                    .iter()
+                subscribed_topic_ids: self
+                    .member_topic_names(m)
                     .filter_map(|name| self.subscription_metadata.get(name))
                     .map(|t| t.topic_id)
                     .collect(),
@@ -1216,7 +1346,7 @@ impl ConsumerGroup {
                     client_id: m.client_id.clone(),
                     client_host: m.client_host.clone(),
                     subscribed_topic_names: m.subscribed_topic_names.iter().cloned().collect(),
-                    subscribed_topic_regex: None,
+                    subscribed_topic_regex: m.subscribed_topic_regex.clone(),
                     assignment: describe(&m.assigned),
                     target_assignment: describe(
                         self.target_assignment
@@ -1259,6 +1389,8 @@ pub struct MemberSnapshot {
     pub client_host: String,
     pub rebalance_timeout_ms: i32,
     pub subscribed_topic_names: Vec<String>,
+    /// `None` (or empty) when the member subscribes by names only.
+    pub subscribed_topic_regex: Option<String>,
     pub server_assignor: Option<ServerAssignor>,
     pub member_epoch: Epoch,
     pub previous_member_epoch: Epoch,
@@ -1283,6 +1415,8 @@ pub enum ConsumerGroupRestoreError {
         group_epoch: Epoch,
         assignment_epoch: Epoch,
     },
+    #[error("member {member_id} subscribes with an invalid regex {regex:?}")]
+    InvalidRegularExpression { member_id: MemberId, regex: String },
 }
 
 impl ConsumerGroup {
@@ -1306,6 +1440,7 @@ impl ConsumerGroup {
                     client_host: m.client_host.clone(),
                     rebalance_timeout_ms: m.rebalance_timeout_ms,
                     subscribed_topic_names: m.subscribed_topic_names.iter().cloned().collect(),
+                    subscribed_topic_regex: m.subscribed_topic_regex.clone(),
                     server_assignor: m.server_assignor,
                     member_epoch: m.member_epoch,
                     previous_member_epoch: m.previous_member_epoch,
@@ -1378,6 +1513,7 @@ impl ConsumerGroup {
                 client_host: m.client_host,
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
                 subscribed_topic_names: m.subscribed_topic_names.into_iter().collect(),
+                subscribed_topic_regex: m.subscribed_topic_regex.filter(|r| !r.is_empty()),
                 server_assignor: m.server_assignor,
                 member_epoch: m.member_epoch,
                 previous_member_epoch: m.previous_member_epoch,
@@ -1385,6 +1521,25 @@ impl ConsumerGroup {
                 assigned: m.assigned_partitions,
                 pending_revocation: m.partitions_pending_revocation,
             };
+            if let Some(regex) = &member.subscribed_topic_regex {
+                if !group.regexes.contains_key(regex) {
+                    let matcher = compile_subscription_regex(regex).map_err(|_| {
+                        ConsumerGroupRestoreError::InvalidRegularExpression {
+                            member_id: member.member_id.clone(),
+                            regex: regex.clone(),
+                        }
+                    })?;
+                    // The subscription metadata holds every subscribed
+                    // topic that existed when the epoch was decided, so the
+                    // regex resolves among its names as it did then, and
+                    // the next heartbeat bumps the epoch only if topics
+                    // changed since.
+                    let mut resolved = ResolvedRegex::new(matcher);
+                    resolved.topics =
+                        resolved.resolve(group.subscription_metadata.keys().map(String::as_str));
+                    group.regexes.insert(regex.clone(), resolved);
+                }
+            }
             if let Some(instance_id) = &member.instance_id {
                 group
                     .static_members
@@ -1456,7 +1611,8 @@ impl ConsumerGroupCoordinator {
         now_ms: i64,
     ) -> Result<ConsumerHeartbeatReply, GroupError> {
         validate_heartbeat(group_id, &req, &self.config)?;
-        if !self.groups.contains_key(group_id) {
+        let created = !self.groups.contains_key(group_id);
+        if created {
             if req.member_epoch != Epoch::JOIN {
                 return Err(GroupError::GroupIdNotFound);
             }
@@ -1469,7 +1625,13 @@ impl ConsumerGroupCoordinator {
             .groups
             .get_mut(group_id)
             .ok_or(GroupError::GroupIdNotFound)?;
-        group.heartbeat(req, topics, &self.config, now_ms)
+        let reply = group.heartbeat(req, topics, &self.config, now_ms);
+        // Kafka writes nothing for a failed heartbeat, so a group created
+        // for it (say, a first join with an invalid regex) does not stay.
+        if reply.is_err() && created {
+            self.groups.remove(group_id);
+        }
+        reply
     }
 
     /// ConsumerGroupDescribe for one group.

@@ -48,6 +48,11 @@ impl TopicsView for Topics {
             .find(|(_, t)| t.topic_id == topic_id)
             .map(|(n, _)| n.clone())
     }
+
+    /// Internal topics included, to check that the group skips them itself.
+    fn topic_names(&self) -> Vec<String> {
+        self.0.keys().cloned().collect()
+    }
 }
 
 fn assignment(parts: &[(u8, &[i32])]) -> Assignment {
@@ -72,6 +77,8 @@ struct Client {
     epoch: Epoch,
     owned: Assignment,
     topics: Vec<String>,
+    /// Sent with the join when set.
+    regex: Option<String>,
     assignor: Option<String>,
     api_version: i16,
 }
@@ -84,6 +91,7 @@ impl Client {
             epoch: Epoch::JOIN,
             owned: Assignment::new(),
             topics: topics.iter().map(|t| t.to_string()).collect(),
+            regex: None,
             assignor: None,
             api_version: 1,
         }
@@ -103,6 +111,7 @@ impl Client {
             instance_id: self.instance_id.clone(),
             rebalance_timeout_ms: REBALANCE_MS,
             subscribed_topic_names: Some(self.topics.clone()),
+            subscribed_topic_regex: self.regex.clone(),
             server_assignor: self.assignor.clone(),
             owned_topic_partitions: Some(Assignment::new()),
             api_version: self.api_version,
@@ -607,7 +616,11 @@ fn malformed_heartbeats_are_invalid_requests() {
         Box::new(|r| r.owned_topic_partitions = None),
         Box::new(|r| r.owned_topic_partitions = Some(assignment(&[(1, &[0])]))),
         Box::new(|r| r.subscribed_topic_names = None),
-        Box::new(|r| r.subscribed_topic_regex = Some("a.*".to_string())),
+        // A join must subscribe somehow, and an empty regex is no regex.
+        Box::new(|r| {
+            r.subscribed_topic_names = None;
+            r.subscribed_topic_regex = Some(String::new());
+        }),
         Box::new(|r| r.instance_id = Some(GroupInstanceId::from(""))),
         Box::new(|r| r.rack_id = Some(String::new())),
         Box::new(|r| r.member_epoch = Epoch(-3)),
@@ -894,13 +907,16 @@ mod prop {
 
     #[derive(Clone, Debug)]
     enum Op {
-        Join(usize, bool),
+        /// The member joins with subscription number `.1` (see [`subscription`]).
+        Join(usize, u8),
         Leave(usize),
         Heartbeat(usize),
         /// The member heartbeats but keeps what it was told to revoke.
         SlowHeartbeat(usize),
         GrowTopic(usize, i32),
-        Resubscribe(usize, bool),
+        /// Creates topic t2 (which some regexes match) or x.
+        CreateTopic(bool),
+        Resubscribe(usize, u8),
         /// A static member leaves with -2 and a new process takes over.
         StaticBounce(usize),
         /// Time passes without heartbeats; timers fire.
@@ -909,23 +925,50 @@ mod prop {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            3 => (0..5usize, any::<bool>()).prop_map(|(i, both)| Op::Join(i, both)),
+            3 => (0..5usize, 0..SUBSCRIPTIONS).prop_map(|(i, s)| Op::Join(i, s)),
             1 => (0..5usize).prop_map(Op::Leave),
             6 => (0..5usize).prop_map(Op::Heartbeat),
             2 => (0..5usize).prop_map(Op::SlowHeartbeat),
             1 => (0..2usize, 1..4i32).prop_map(|(t, n)| Op::GrowTopic(t, n)),
-            1 => (0..5usize, any::<bool>()).prop_map(|(i, both)| Op::Resubscribe(i, both)),
+            1 => any::<bool>().prop_map(Op::CreateTopic),
+            1 => (0..5usize, 0..SUBSCRIPTIONS).prop_map(|(i, s)| Op::Resubscribe(i, s)),
             1 => (0..5usize).prop_map(Op::StaticBounce),
             1 => (1_000..50_000i64).prop_map(Op::Advance),
         ]
     }
 
-    fn subscription(both: bool) -> Vec<&'static str> {
-        if both {
-            vec!["t0", "t1"]
-        } else {
-            vec!["t0"]
+    const SUBSCRIPTIONS: u8 = 5;
+
+    /// Topic names and a regex: by names, by both, by regex only.
+    fn subscription(kind: u8) -> (Vec<String>, Option<String>) {
+        let (names, regex): (&[&str], Option<&str>) = match kind {
+            0 => (&["t0"], None),
+            1 => (&["t0", "t1"], None),
+            2 => (&["t0"], Some("t1")),
+            3 => (&[], Some(".*")),
+            _ => (&[], Some("t[0-9]+")),
+        };
+        (
+            names.iter().map(|n| n.to_string()).collect(),
+            regex.map(str::to_string),
+        )
+    }
+
+    /// What a client subscribes to now, as the test works it out: its names
+    /// and the non-internal topics its regex matches whole.
+    fn expected_topics(c: &Client, topics: &Topics) -> BTreeSet<String> {
+        let mut out: BTreeSet<String> = c.topics.iter().cloned().collect();
+        if let Some(r) = &c.regex {
+            let full = regex::Regex::new(&format!("^(?:{r})$")).unwrap();
+            out.extend(
+                topics
+                    .0
+                    .keys()
+                    .filter(|n| !n.starts_with("__") && full.is_match(n))
+                    .cloned(),
+            );
         }
+        out
     }
 
     /// No two members believe they own the same partition at once: the
@@ -967,7 +1010,11 @@ mod prop {
     }
 
     fn run(ops: Vec<Op>, assignor: &str) {
-        let mut h = Harness::new(Topics::with(&[("t0", 1, 4), ("t1", 2, 3)]));
+        let mut h = Harness::new(Topics::with(&[
+            ("t0", 1, 4),
+            ("t1", 2, 3),
+            ("__consumer_offsets", 9, 2),
+        ]));
         let mut clients: Vec<Option<Client>> = vec![None; 5];
         // What a slow client was told to own and has not acted on yet; it
         // does so before its next normal heartbeat.
@@ -975,14 +1022,15 @@ mod prop {
         let mut generation = 0;
         for op in ops {
             match op {
-                Op::Join(i, both) => {
+                Op::Join(i, kind) => {
                     if clients[i].is_none() {
                         generation += 1;
                         let mut c = Client::static_member(
                             &format!("m{i}-{generation}"),
                             &format!("instance-{i}"),
-                            &subscription(both),
+                            &[],
                         );
+                        (c.topics, c.regex) = subscription(kind);
                         if i % 2 == 0 {
                             c.instance_id = None;
                         }
@@ -1035,14 +1083,22 @@ mod prop {
                     let m = h.topics.topic(&name).unwrap();
                     h.topics.set(&name, t as u8 + 1, m.partition_count + n);
                 }
-                Op::Resubscribe(i, both) => {
+                Op::CreateTopic(matching) => {
+                    let (name, id) = if matching { ("t2", 3) } else { ("x", 4) };
+                    if h.topics.topic(name).is_none() {
+                        h.topics.set(name, id, 2);
+                    }
+                }
+                Op::Resubscribe(i, kind) => {
                     if let Some(c) = clients[i].as_mut() {
                         if let Some(target) = slow_targets[i].take() {
                             c.owned = target;
                         }
-                        c.topics = subscription(both).iter().map(|s| s.to_string()).collect();
+                        (c.topics, c.regex) = subscription(kind);
                         let mut req = c.heartbeat_request();
                         req.subscribed_topic_names = Some(c.topics.clone());
+                        // "" clears a regex the member had.
+                        req.subscribed_topic_regex = Some(c.regex.clone().unwrap_or_default());
                         if let Some(reply) = send_or_rejoin(&mut h, c, req) {
                             c.apply(&reply);
                         }
@@ -1103,7 +1159,7 @@ mod prop {
         h.settle(&mut live);
         let mut subscribed: BTreeSet<String> = BTreeSet::new();
         for c in clients.iter().flatten() {
-            subscribed.extend(c.topics.iter().cloned());
+            subscribed.extend(expected_topics(c, &h.topics));
         }
         let mut expected = BTreeSet::new();
         for name in &subscribed {
@@ -1215,5 +1271,190 @@ fn a_restored_group_carries_on_where_it_stopped() {
     assert!(matches!(
         restored.coordinator.restore(broken, 0),
         Err(ConsumerGroupRestoreError::PartitionOwnedTwice { .. })
+    ));
+}
+
+fn regex_client(member_id: &str, topics: &[&str], regex: &str) -> Client {
+    Client {
+        regex: Some(regex.to_string()),
+        ..Client::new(member_id, topics)
+    }
+}
+
+/// Topics a-1, a-2 and b of 2 partitions, and an internal topic of 3.
+fn regex_topics() -> Topics {
+    Topics::with(&[
+        ("a-1", 1, 2),
+        ("a-2", 2, 2),
+        ("b", 3, 2),
+        ("__consumer_offsets", 9, 3),
+    ])
+}
+
+#[test]
+fn a_regex_subscription_gets_the_partitions_of_every_matching_topic() {
+    let mut h = Harness::new(regex_topics());
+    let mut c = regex_client("m", &[], "a-.*");
+    let reply = h.join(&mut c);
+    assert_eq!(reply.member_epoch, Epoch(1));
+    assert_eq!(c.owned, assignment(&[(1, &[0, 1]), (2, &[0, 1])]));
+    let subscribed: Vec<String> = h.group().subscribed_topics().into_iter().collect();
+    assert_eq!(subscribed, ["a-1", "a-2"]);
+
+    let d = h.coordinator.describe("g", &h.topics).unwrap();
+    assert_eq!(d.members[0].subscribed_topic_regex.as_deref(), Some("a-.*"));
+    assert!(d.members[0].subscribed_topic_names.is_empty());
+
+    // RE2/J's `matches()` needs the whole name to match: "a" is a prefix
+    // of "a-1" and "a-2", not a match.
+    let mut prefix = regex_client("p", &[], "a");
+    h.join(&mut prefix);
+    h.settle(&mut [&mut c, &mut prefix]);
+    assert!(prefix.owned.is_empty());
+    assert_eq!(count(&c.owned), 4);
+}
+
+#[test]
+fn a_topic_created_later_that_matches_is_assigned_after_the_next_heartbeat() {
+    let mut h = Harness::new(regex_topics());
+    let mut c = regex_client("m", &[], "a-.*");
+    h.join(&mut c);
+    assert_eq!(h.group().group_epoch(), Epoch(1));
+
+    // A topic the regex does not match changes nothing.
+    h.topics.set("c-1", 4, 2);
+    let reply = h.heartbeat(&mut c);
+    assert_eq!(reply.assignment, None);
+    assert_eq!(h.group().group_epoch(), Epoch(1));
+
+    h.topics.set("a-3", 5, 1);
+    let reply = h.heartbeat(&mut c);
+    assert_eq!(h.group().group_epoch(), Epoch(2));
+    assert_eq!(reply.member_epoch, Epoch(2));
+    assert_eq!(
+        reply.assignment,
+        Some(assignment(&[(1, &[0, 1]), (2, &[0, 1]), (5, &[0])]))
+    );
+
+    // A deleted topic leaves the resolution, and the assignment, too.
+    h.topics.0.remove("a-1");
+    let reply = h.heartbeat(&mut c);
+    assert_eq!(h.group().group_epoch(), Epoch(3));
+    assert_eq!(
+        reply.assignment,
+        Some(assignment(&[(2, &[0, 1]), (5, &[0])]))
+    );
+}
+
+#[test]
+fn names_and_a_regex_subscribe_to_the_union() {
+    let mut h = Harness::new(regex_topics());
+    let mut both = regex_client("both", &["b"], "a-1");
+    h.join(&mut both);
+    assert_eq!(both.owned, assignment(&[(1, &[0, 1]), (3, &[0, 1])]));
+
+    // A member subscribing by names only to what the regex also matches.
+    let mut names = Client::new("names", &["a-1"]);
+    h.join(&mut names);
+    h.settle(&mut [&mut both, &mut names]);
+    assert_eq!(count(&both.owned) + count(&names.owned), 4);
+
+    // An empty regex clears it (Kafka's "SubscribedTopicRegex": ""): the
+    // member keeps its names only, and the group moves to a new epoch.
+    let epoch = h.group().group_epoch();
+    let mut req = both.heartbeat_request();
+    req.subscribed_topic_regex = Some(String::new());
+    let reply = h.send(req).unwrap();
+    both.apply(&reply);
+    assert_eq!(h.group().group_epoch(), Epoch(epoch.0 + 1));
+    h.settle(&mut [&mut both, &mut names]);
+    assert_eq!(both.owned, assignment(&[(3, &[0, 1])]));
+    assert_eq!(names.owned, assignment(&[(1, &[0, 1])]));
+    let d = h.coordinator.describe("g", &h.topics).unwrap();
+    assert!(d.members.iter().all(|m| m.subscribed_topic_regex.is_none()));
+}
+
+#[test]
+fn an_invalid_regex_is_refused_and_changes_nothing() {
+    let mut h = Harness::new(regex_topics());
+    // The first join of a group: the group is not left behind.
+    let bad = regex_client("m", &[], "a-(");
+    assert_eq!(
+        h.send(bad.join_request()),
+        Err(GroupError::InvalidRegularExpression)
+    );
+    assert!(h.coordinator.group("g").is_none());
+    assert_eq!(GroupError::InvalidRegularExpression.code(), 128);
+
+    // Anchoring must not make an unbalanced pattern valid.
+    let bad = regex_client("m", &[], "a-1)|(b");
+    assert_eq!(
+        h.send(bad.join_request()),
+        Err(GroupError::InvalidRegularExpression)
+    );
+
+    // A member switching to an invalid regex keeps its subscription.
+    let mut c = regex_client("m", &[], "a-.*");
+    h.join(&mut c);
+    let before = h.group().snapshot();
+    let mut req = c.heartbeat_request();
+    req.subscribed_topic_regex = Some("[a-".to_string());
+    assert_eq!(h.send(req), Err(GroupError::InvalidRegularExpression));
+    assert_eq!(h.group().snapshot(), before);
+    let reply = h.heartbeat(&mut c);
+    assert_eq!(reply.member_epoch, Epoch(1));
+    assert_eq!(count(&c.owned), 4);
+}
+
+#[test]
+fn internal_topics_never_match_a_regex() {
+    let mut h = Harness::new(regex_topics());
+    let mut all = regex_client("all", &[], ".*");
+    let mut internal = regex_client("internal", &[], "__consumer_offsets");
+    h.join(&mut all);
+    h.join(&mut internal);
+    h.settle(&mut [&mut all, &mut internal]);
+    assert!(internal.owned.is_empty());
+    assert!(!all.owned.contains_key(&tid(9)));
+    assert_eq!(count(&all.owned), 6);
+    assert!(!h.group().subscribed_topics().contains("__consumer_offsets"));
+    assert!(is_internal_topic("__transaction_state"));
+    assert!(!is_internal_topic("__my_topic"));
+}
+
+#[test]
+fn a_restored_group_keeps_its_regex_subscriptions() {
+    let mut h = Harness::new(regex_topics());
+    let mut r = regex_client("r", &[], "a-.*");
+    let mut n = Client::new("n", &["b"]);
+    h.join(&mut r);
+    h.join(&mut n);
+    h.settle(&mut [&mut r, &mut n]);
+    let snapshot = h.group().snapshot();
+    let member = snapshot.members.iter().find(|m| m.member_id == r.member_id);
+    assert_eq!(
+        member.and_then(|m| m.subscribed_topic_regex.as_deref()),
+        Some("a-.*")
+    );
+
+    let mut restored = Harness::new(h.topics.clone());
+    restored.coordinator.restore(snapshot.clone(), 0).unwrap();
+    assert_eq!(restored.group().snapshot(), snapshot);
+    // The resolution comes back as it was: no new epoch without new topics.
+    let epoch = restored.group().group_epoch();
+    restored.settle(&mut [&mut r, &mut n]);
+    assert_eq!(restored.group().group_epoch(), epoch);
+    assert_eq!(count(&r.owned), 4);
+    // ... and a matching topic created meanwhile is picked up.
+    restored.topics.set("a-9", 7, 1);
+    restored.settle(&mut [&mut r, &mut n]);
+    assert_eq!(restored.group().group_epoch(), Epoch(epoch.0 + 1));
+    assert_eq!(count(&r.owned), 5);
+
+    let mut broken = snapshot;
+    broken.members[0].subscribed_topic_regex = Some("(".to_string());
+    assert!(matches!(
+        restored.coordinator.restore(broken, 0),
+        Err(ConsumerGroupRestoreError::InvalidRegularExpression { .. })
     ));
 }
