@@ -25,12 +25,10 @@ pub fn handle(
         subscribed_topic_names: req
             .subscribed_topic_names
             .map(|ts| ts.into_iter().map(|t| t.0.to_string()).collect()),
-        // librdkafka sends "" rather than null when it subscribes by name;
-        // Kafka treats an empty regex as none.
+        // "" clears a member's regex (Kafka's rule); librdkafka sends it
+        // with every name subscription, which clears nothing.
         subscribed_topic_regex: if version >= 1 {
-            req.subscribed_topic_regex
-                .filter(|r| !r.is_empty())
-                .map(|r| r.to_string())
+            req.subscribed_topic_regex.map(|r| r.to_string())
         } else {
             None
         },
