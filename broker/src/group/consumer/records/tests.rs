@@ -601,3 +601,161 @@ proptest! {
         }
     }
 }
+
+fn arb_name() -> impl Strategy<Value = String> {
+    "[a-z0-9.-]{0,12}"
+}
+
+fn arb_member() -> impl Strategy<Value = MemberId> {
+    arb_name().prop_map(MemberId)
+}
+
+fn arb_assignment() -> impl Strategy<Value = Assignment> {
+    proptest::collection::btree_map(
+        any::<u8>().prop_map(tid),
+        proptest::collection::btree_set(any::<i32>(), 1..5),
+        0..4,
+    )
+}
+
+fn arb_state() -> impl Strategy<Value = MemberState> {
+    prop_oneof![
+        Just(MemberState::Stable),
+        Just(MemberState::UnrevokedPartitions),
+        Just(MemberState::UnreleasedPartitions),
+        Just(MemberState::Unknown),
+    ]
+}
+
+fn arb_record() -> impl Strategy<Value = ConsumerGroupRecord> {
+    prop_oneof![
+        (
+            arb_name(),
+            proptest::option::of((any::<i32>(), any::<i64>(), any::<i64>()))
+        )
+            .prop_map(|(group_id, v)| ConsumerGroupRecord::GroupMetadata {
+                group_id,
+                value: v.map(|(e, h, c)| ConsumerGroupMetadataValue {
+                    epoch: Epoch(e),
+                    metadata_hash: h,
+                    creation_time_ms: c,
+                }),
+            }),
+        (
+            arb_name(),
+            proptest::option::of(proptest::collection::vec(
+                (
+                    any::<u8>(),
+                    arb_name(),
+                    any::<i32>(),
+                    proptest::collection::vec(
+                        (any::<i32>(), proptest::collection::vec(arb_name(), 0..3)),
+                        0..3
+                    )
+                ),
+                0..3
+            ))
+        )
+            .prop_map(|(group_id, v)| ConsumerGroupRecord::PartitionMetadata {
+                group_id,
+                value: v.map(|topics| ConsumerGroupPartitionMetadataValue {
+                    topics: topics
+                        .into_iter()
+                        .map(|(id, name, n, racks)| PartitionMetadataTopic {
+                            topic_id: tid(id),
+                            topic_name: name,
+                            num_partitions: n,
+                            partition_racks: racks,
+                        })
+                        .collect(),
+                }),
+            }),
+        (
+            arb_name(),
+            arb_member(),
+            proptest::option::of((
+                proptest::option::of(arb_name()),
+                proptest::option::of(arb_name()),
+                arb_name(),
+                arb_name(),
+                proptest::collection::vec(arb_name(), 0..4),
+                proptest::option::of(arb_name()),
+                any::<i32>(),
+                proptest::option::of(arb_name()),
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..16)),
+            ))
+        )
+            .prop_map(
+                |(group_id, member_id, v)| ConsumerGroupRecord::MemberMetadata {
+                    group_id,
+                    member_id,
+                    value: v.map(|(i, r, c, h, t, re, rt, sa, cm)| {
+                        ConsumerGroupMemberMetadataValue {
+                            instance_id: i,
+                            rack_id: r,
+                            client_id: c,
+                            client_host: h,
+                            subscribed_topic_names: t,
+                            subscribed_topic_regex: re,
+                            rebalance_timeout_ms: rt,
+                            server_assignor: sa,
+                            classic_member_metadata: cm.map(Bytes::from),
+                        }
+                    }),
+                }
+            ),
+        (arb_name(), proptest::option::of(any::<i32>())).prop_map(|(group_id, v)| {
+            ConsumerGroupRecord::TargetAssignmentMetadata {
+                group_id,
+                value: v.map(Epoch),
+            }
+        }),
+        (
+            arb_name(),
+            arb_member(),
+            proptest::option::of(arb_assignment())
+        )
+            .prop_map(|(group_id, member_id, value)| {
+                ConsumerGroupRecord::TargetAssignmentMember {
+                    group_id,
+                    member_id,
+                    value,
+                }
+            }),
+        (
+            arb_name(),
+            arb_member(),
+            proptest::option::of((
+                any::<i32>(),
+                any::<i32>(),
+                arb_state(),
+                arb_assignment(),
+                arb_assignment()
+            ))
+        )
+            .prop_map(|(group_id, member_id, v)| {
+                ConsumerGroupRecord::CurrentMemberAssignment {
+                    group_id,
+                    member_id,
+                    value: v.map(
+                        |(e, p, s, a, r)| ConsumerGroupCurrentMemberAssignmentValue {
+                            member_epoch: Epoch(e),
+                            previous_member_epoch: Epoch(p),
+                            state: s,
+                            assigned_partitions: a,
+                            partitions_pending_revocation: r,
+                        },
+                    ),
+                }
+            }),
+    ]
+}
+
+proptest! {
+    #[test]
+    fn every_record_reads_back_as_written(record in arb_record()) {
+        let record = cg(record);
+        let (k, v) = encode(&record).expect("encode");
+        prop_assert_eq!(decode(&k, v.as_deref()).expect("decode"), record);
+    }
+}
