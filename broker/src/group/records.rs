@@ -31,10 +31,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
-use super::consumer::records::{
-    ConsumerGroupRecord, CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION,
-    CONSUMER_GROUP_METADATA_KEY_VERSION,
-};
+use super::consumer::records::ConsumerGroupRecord;
 use super::offsets::OffsetAndMetadata;
 use super::{GenerationId, GroupInstanceId, GroupMetadata, MemberId, MemberMetadata};
 
@@ -223,17 +220,14 @@ pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<CoordinatorRecord> {
             };
             Ok(CoordinatorRecord::GroupMetadata { group_id, value })
         }
-        CONSUMER_GROUP_METADATA_KEY_VERSION
-            ..=CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION => {
-            Ok(CoordinatorRecord::ConsumerGroup(
-                ConsumerGroupRecord::decode(key_version, &mut k, value)?,
-            ))
-        }
-        _ => Ok(CoordinatorRecord::Other {
-            key_version,
-            key: Bytes::copy_from_slice(key),
-            value: value.map(Bytes::copy_from_slice),
-        }),
+        _ => match ConsumerGroupRecord::decode(key_version, &mut k, value) {
+            Some(record) => Ok(CoordinatorRecord::ConsumerGroup(record?)),
+            None => Ok(CoordinatorRecord::Other {
+                key_version,
+                key: Bytes::copy_from_slice(key),
+                value: value.map(Bytes::copy_from_slice),
+            }),
+        },
     }
 }
 

@@ -256,81 +256,99 @@ impl ConsumerGroupRecord {
         Ok((key.freeze(), value))
     }
 
-    /// Decodes the rest of a key of type 3..=8 (after its int16 type) and
-    /// its value. Called by [`crate::group::records::decode`].
+    /// Decodes the rest of a key (after its int16 type) and its value when
+    /// the type is a consumer group's (3..=8); `None` for any other type,
+    /// which the caller keeps opaque. Called by
+    /// [`crate::group::records::decode`].
     pub(crate) fn decode(
         key_version: i16,
         key: &mut Reader<'_>,
         value: Option<&[u8]>,
+    ) -> Option<Result<ConsumerGroupRecord>> {
+        let has_member_id = match key_version {
+            CONSUMER_GROUP_METADATA_KEY_VERSION
+            | CONSUMER_GROUP_PARTITION_METADATA_KEY_VERSION
+            | CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_VERSION => false,
+            CONSUMER_GROUP_MEMBER_METADATA_KEY_VERSION
+            | CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_VERSION
+            | CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION => true,
+            _ => return None,
+        };
+        Some(Self::decode_known(key_version, has_member_id, key, value))
+    }
+
+    fn decode_known(
+        key_version: i16,
+        has_member_id: bool,
+        key: &mut Reader<'_>,
+        value: Option<&[u8]>,
     ) -> Result<ConsumerGroupRecord> {
         let group_id = key.string("key.groupId", false)?;
-        let mut member_id =
-            || -> Result<MemberId> { Ok(MemberId(key.string("key.memberId", false)?)) };
-        match key_version {
-            CONSUMER_GROUP_METADATA_KEY_VERSION => Ok(ConsumerGroupRecord::GroupMetadata {
+        let member_id = if has_member_id {
+            MemberId(key.string("key.memberId", false)?)
+        } else {
+            MemberId(String::new())
+        };
+        Ok(match key_version {
+            CONSUMER_GROUP_METADATA_KEY_VERSION => ConsumerGroupRecord::GroupMetadata {
                 group_id,
                 value: value.map(decode_group_metadata_value).transpose()?,
-            }),
+            },
             CONSUMER_GROUP_PARTITION_METADATA_KEY_VERSION => {
-                Ok(ConsumerGroupRecord::PartitionMetadata {
+                ConsumerGroupRecord::PartitionMetadata {
                     group_id,
                     value: value.map(decode_partition_metadata_value).transpose()?,
-                })
+                }
             }
-            CONSUMER_GROUP_MEMBER_METADATA_KEY_VERSION => Ok(ConsumerGroupRecord::MemberMetadata {
+            CONSUMER_GROUP_MEMBER_METADATA_KEY_VERSION => ConsumerGroupRecord::MemberMetadata {
                 group_id,
-                member_id: member_id()?,
+                member_id,
                 value: value.map(decode_member_metadata_value).transpose()?,
-            }),
+            },
             CONSUMER_GROUP_TARGET_ASSIGNMENT_METADATA_KEY_VERSION => {
-                let value = value
-                    .map(|v| {
-                        let mut r = value_reader(v, "ConsumerGroupTargetAssignmentMetadataValue")?;
-                        let epoch = Epoch(
-                            r.i32("ConsumerGroupTargetAssignmentMetadataValue.assignmentEpoch")?,
-                        );
-                        skip_tags(&mut r)?;
-                        Ok(epoch)
-                    })
-                    .transpose()?;
-                Ok(ConsumerGroupRecord::TargetAssignmentMetadata { group_id, value })
+                ConsumerGroupRecord::TargetAssignmentMetadata {
+                    group_id,
+                    value: value
+                        .map(decode_target_assignment_metadata_value)
+                        .transpose()?,
+                }
             }
             CONSUMER_GROUP_TARGET_ASSIGNMENT_MEMBER_KEY_VERSION => {
-                let member_id = member_id()?;
-                let value = value
-                    .map(|v| {
-                        let mut r = value_reader(v, "ConsumerGroupTargetAssignmentMemberValue")?;
-                        let a = read_topic_partitions(
-                            &mut r,
-                            "ConsumerGroupTargetAssignmentMemberValue.topicPartitions",
-                        )?;
-                        skip_tags(&mut r)?;
-                        Ok(a)
-                    })
-                    .transpose()?;
-                Ok(ConsumerGroupRecord::TargetAssignmentMember {
+                ConsumerGroupRecord::TargetAssignmentMember {
                     group_id,
                     member_id,
-                    value,
-                })
-            }
-            CONSUMER_GROUP_CURRENT_MEMBER_ASSIGNMENT_KEY_VERSION => {
-                Ok(ConsumerGroupRecord::CurrentMemberAssignment {
-                    group_id,
-                    member_id: member_id()?,
                     value: value
-                        .map(decode_current_member_assignment_value)
+                        .map(decode_target_assignment_member_value)
                         .transpose()?,
-                })
+                }
             }
-            // The caller dispatches only 3..=8 here; anything else is a
-            // caller bug, reported as an unknown version rather than a panic.
-            other => Err(RecordFormatError::UnknownValueVersion {
-                record: "ConsumerGroup key",
-                version: other,
-            }),
-        }
+            // Only type 8 is left: `decode` admits 3..=8.
+            _ => ConsumerGroupRecord::CurrentMemberAssignment {
+                group_id,
+                member_id,
+                value: value
+                    .map(decode_current_member_assignment_value)
+                    .transpose()?,
+            },
+        })
     }
+}
+
+fn decode_target_assignment_metadata_value(bytes: &[u8]) -> Result<Epoch> {
+    let mut r = value_reader(bytes, "ConsumerGroupTargetAssignmentMetadataValue")?;
+    let epoch = Epoch(r.i32("ConsumerGroupTargetAssignmentMetadataValue.assignmentEpoch")?);
+    skip_tags(&mut r)?;
+    Ok(epoch)
+}
+
+fn decode_target_assignment_member_value(bytes: &[u8]) -> Result<Assignment> {
+    let mut r = value_reader(bytes, "ConsumerGroupTargetAssignmentMemberValue")?;
+    let assignment = read_topic_partitions(
+        &mut r,
+        "ConsumerGroupTargetAssignmentMemberValue.topicPartitions",
+    )?;
+    skip_tags(&mut r)?;
+    Ok(assignment)
 }
 
 /// A value reader positioned after its version, which must be 0.
