@@ -410,7 +410,7 @@ impl GroupService {
             let group_id = match &r {
                 CoordinatorRecord::OffsetCommit { group_id, .. }
                 | CoordinatorRecord::GroupMetadata { group_id, .. } => group_id.clone(),
-                CoordinatorRecord::Other { .. } => continue,
+                CoordinatorRecord::ConsumerGroup(_) | CoordinatorRecord::Other { .. } => continue,
             };
             by_group.entry(group_id).or_default().push(r);
         }

@@ -241,7 +241,7 @@ impl OffsetStore {
             } => {
                 self.group_metadata.remove(group_id.as_str());
             }
-            CoordinatorRecord::Other { .. } => {}
+            CoordinatorRecord::ConsumerGroup(_) | CoordinatorRecord::Other { .. } => {}
         }
     }
 

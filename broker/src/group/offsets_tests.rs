@@ -136,16 +136,17 @@ fn group_metadata_key_is_type_2_group() {
 }
 
 #[test]
-fn kip848_and_unknown_key_types_decode_as_other_without_parsing() {
-    // ConsumerGroupMetadataKey (type 3): GroupId, then a value this module
-    // does not parse; the value bytes need not even be well formed.
-    let key = cat(&[&[0, 3], &[0, 1], b"g"]);
+fn share_and_unknown_key_types_decode_as_other_without_parsing() {
+    // Type 9 and up (share and streams groups, newer types): the group id
+    // and a value this module does not parse; the value bytes need not even
+    // be well formed.
+    let key = cat(&[&[0, 9], &[0, 1], b"g"]);
     let value = [0u8, 0, 0xde, 0xad];
     let record = decode(&key, Some(&value)).unwrap();
     assert_eq!(
         record,
         CoordinatorRecord::Other {
-            key_version: 3,
+            key_version: 9,
             key: Bytes::copy_from_slice(&key),
             value: Some(Bytes::copy_from_slice(&value)),
         }
@@ -154,13 +155,25 @@ fn kip848_and_unknown_key_types_decode_as_other_without_parsing() {
     let (k, v) = encode(&record).unwrap();
     assert_eq!(&k[..], &key[..]);
     assert_eq!(v.as_deref(), Some(&value[..]));
-    for key_version in [4i16, 8, 15, 16, 100, i16::MAX, -1] {
+    for key_version in [9i16, 15, 16, 100, i16::MAX, -1] {
         let key = key_version.to_be_bytes();
         assert!(matches!(
             decode(&key, None),
             Ok(CoordinatorRecord::Other { key_version: v, .. }) if v == key_version
         ));
     }
+}
+
+#[test]
+fn kip848_key_types_are_parsed_so_a_malformed_one_fails_the_load() {
+    // ConsumerGroupMetadataKey (type 3) with a truncated value: Kafka's
+    // loader fails on it, and so does this decoder now that it knows the type.
+    let key = cat(&[&[0, 3], &[0, 1], b"g"]);
+    assert!(decode(&key, Some(&[0u8, 0, 0xde, 0xad])).is_err());
+    assert!(matches!(
+        decode(&key, None),
+        Ok(CoordinatorRecord::ConsumerGroup(_))
+    ));
 }
 
 // ---- OffsetCommitValue, every version ----

@@ -5,9 +5,10 @@
 //! Every record's key and value start with an int16. In the key it names the
 //! record type (Kafka calls it the key version): 0 and 1 are offset commits
 //! (0 is the pre-0.9 layout, identical on the wire), 2 is a classic group's
-//! metadata, and 3 and up are the records of KIP-848 consumer groups and of
-//! share groups, which this module does not interpret. In the value it is
-//! the version of the value's schema.
+//! metadata, 3 to 8 are the records of KIP-848 consumer groups (their
+//! formats are in `consumer::records`), and 9 and up are share and streams
+//! groups, which this module does not interpret. In the value it is the
+//! version of the value's schema.
 //!
 //! What Kafka writes (group-coordinator's `GroupCoordinatorRecordHelpers`,
 //! checked against the 4.4.0 jar): offset commit keys as type 1;
@@ -30,6 +31,7 @@
 use bytes::{BufMut, Bytes, BytesMut};
 use uuid::Uuid;
 
+use super::consumer::records::ConsumerGroupRecord;
 use super::offsets::OffsetAndMetadata;
 use super::{GenerationId, GroupInstanceId, GroupMetadata, MemberId, MemberMetadata};
 
@@ -68,8 +70,11 @@ pub enum CoordinatorRecord {
         group_id: String,
         value: Option<GroupMetadata>,
     },
-    /// A record type this module does not interpret (KIP-848 consumer
-    /// groups, share groups, or a type from a newer Kafka). Kafka's loader
+    /// A record of a KIP-848 consumer group (key types 3 to 8), whose
+    /// formats live in [`super::consumer::records`].
+    ConsumerGroup(ConsumerGroupRecord),
+    /// A record type this module does not interpret (share groups, streams
+    /// groups, or a type from a newer Kafka). Kafka's loader
     /// skips types it does not know; so does [`super::OffsetStore`]. The raw
     /// bytes are kept so that the record can be written back unchanged.
     Other {
@@ -85,6 +90,7 @@ impl CoordinatorRecord {
         match self {
             CoordinatorRecord::OffsetCommit { group_id, .. }
             | CoordinatorRecord::GroupMetadata { group_id, .. } => Some(group_id),
+            CoordinatorRecord::ConsumerGroup(r) => Some(r.group_id()),
             CoordinatorRecord::Other { .. } => None,
         }
     }
@@ -94,6 +100,7 @@ impl CoordinatorRecord {
         match self {
             CoordinatorRecord::OffsetCommit { value, .. } => value.is_none(),
             CoordinatorRecord::GroupMetadata { value, .. } => value.is_none(),
+            CoordinatorRecord::ConsumerGroup(r) => r.is_tombstone(),
             CoordinatorRecord::Other { value, .. } => value.is_none(),
         }
     }
@@ -120,7 +127,7 @@ pub enum RecordFormatError {
     StringTooLong { field: &'static str, length: usize },
 }
 
-type Result<T> = std::result::Result<T, RecordFormatError>;
+pub(crate) type Result<T> = std::result::Result<T, RecordFormatError>;
 
 /// Encodes a record as Kafka 4.4 writes it: the key bytes and the value
 /// bytes (`None` for a tombstone). Fails only for strings longer than Kafka's
@@ -154,6 +161,7 @@ pub fn encode(record: &CoordinatorRecord) -> Result<(Bytes, Option<Bytes>)> {
             };
             Ok((key, value))
         }
+        CoordinatorRecord::ConsumerGroup(r) => r.encode(),
         CoordinatorRecord::Other { key, value, .. } => Ok((key.clone(), value.clone())),
     }
 }
@@ -212,11 +220,14 @@ pub fn decode(key: &[u8], value: Option<&[u8]>) -> Result<CoordinatorRecord> {
             };
             Ok(CoordinatorRecord::GroupMetadata { group_id, value })
         }
-        _ => Ok(CoordinatorRecord::Other {
-            key_version,
-            key: Bytes::copy_from_slice(key),
-            value: value.map(Bytes::copy_from_slice),
-        }),
+        _ => match ConsumerGroupRecord::decode(key_version, &mut k, value) {
+            Some(record) => Ok(CoordinatorRecord::ConsumerGroup(record?)),
+            None => Ok(CoordinatorRecord::Other {
+                key_version,
+                key: Bytes::copy_from_slice(key),
+                value: value.map(Bytes::copy_from_slice),
+            }),
+        },
     }
 }
 
@@ -501,20 +512,20 @@ pub(crate) fn decode_group_metadata_value(bytes: &[u8]) -> Result<GroupMetadata>
 
 /// A cursor over untrusted bytes: every read checks the remaining length
 /// first, and nothing is allocated beyond what the input holds.
-struct Reader<'a> {
+pub(crate) struct Reader<'a> {
     buf: &'a [u8],
 }
 
 impl<'a> Reader<'a> {
-    fn new(buf: &'a [u8]) -> Self {
+    pub(crate) fn new(buf: &'a [u8]) -> Self {
         Reader { buf }
     }
 
-    fn remaining(&self) -> usize {
+    pub(crate) fn remaining(&self) -> usize {
         self.buf.len()
     }
 
-    fn take(&mut self, field: &'static str, n: usize) -> Result<&'a [u8]> {
+    pub(crate) fn take(&mut self, field: &'static str, n: usize) -> Result<&'a [u8]> {
         if n > self.buf.len() {
             return Err(RecordFormatError::Truncated {
                 field,
@@ -527,27 +538,27 @@ impl<'a> Reader<'a> {
         Ok(head)
     }
 
-    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N]> {
+    pub(crate) fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N]> {
         let mut out = [0u8; N];
         out.copy_from_slice(self.take(field, N)?);
         Ok(out)
     }
 
-    fn i16(&mut self, field: &'static str) -> Result<i16> {
+    pub(crate) fn i16(&mut self, field: &'static str) -> Result<i16> {
         Ok(i16::from_be_bytes(self.array(field)?))
     }
 
-    fn i32(&mut self, field: &'static str) -> Result<i32> {
+    pub(crate) fn i32(&mut self, field: &'static str) -> Result<i32> {
         Ok(i32::from_be_bytes(self.array(field)?))
     }
 
-    fn i64(&mut self, field: &'static str) -> Result<i64> {
+    pub(crate) fn i64(&mut self, field: &'static str) -> Result<i64> {
         Ok(i64::from_be_bytes(self.array(field)?))
     }
 
     /// Kafka's `ByteUtils.readUnsignedVarint`: at most 5 bytes, the value
     /// taken as a Java int (bits past 32 dropped).
-    fn uvarint(&mut self, field: &'static str) -> Result<u32> {
+    pub(crate) fn uvarint(&mut self, field: &'static str) -> Result<u32> {
         let mut value: u32 = 0;
         for i in 0..5 {
             let b = self.array::<1>(field)?[0];
@@ -562,13 +573,17 @@ impl<'a> Reader<'a> {
     /// The length in a compact field: an unsigned varint of length + 1,
     /// computed as Kafka does in Java int arithmetic (so a varint past
     /// `i32::MAX` wraps negative and reads as null, as in Kafka).
-    fn compact_length(&mut self, field: &'static str) -> Result<i32> {
+    pub(crate) fn compact_length(&mut self, field: &'static str) -> Result<i32> {
         Ok((self.uvarint(field)? as i32).wrapping_sub(1))
     }
 
     /// The length prefix of a string: int16 (classic) or unsigned varint of
     /// length + 1 (compact). `None` is null.
-    fn string_len(&mut self, field: &'static str, flexible: bool) -> Result<Option<usize>> {
+    pub(crate) fn string_len(
+        &mut self,
+        field: &'static str,
+        flexible: bool,
+    ) -> Result<Option<usize>> {
         let length = if flexible {
             i64::from(self.compact_length(field)?)
         } else {
@@ -585,7 +600,11 @@ impl<'a> Reader<'a> {
 
     /// Invalid UTF-8 is replaced, not refused: Kafka's readers decode with
     /// `new String(bytes, UTF_8)`, and a log Kafka loads must load here.
-    fn nullable_string(&mut self, field: &'static str, flexible: bool) -> Result<Option<String>> {
+    pub(crate) fn nullable_string(
+        &mut self,
+        field: &'static str,
+        flexible: bool,
+    ) -> Result<Option<String>> {
         match self.string_len(field, flexible)? {
             None => Ok(None),
             Some(n) => {
@@ -595,14 +614,14 @@ impl<'a> Reader<'a> {
         }
     }
 
-    fn string(&mut self, field: &'static str, flexible: bool) -> Result<String> {
+    pub(crate) fn string(&mut self, field: &'static str, flexible: bool) -> Result<String> {
         self.nullable_string(field, flexible)?
             .ok_or(RecordFormatError::UnexpectedNull { field })
     }
 
     /// Non-nullable bytes: int32 length (classic) or unsigned varint of
     /// length + 1 (compact).
-    fn bytes(&mut self, field: &'static str, flexible: bool) -> Result<Bytes> {
+    pub(crate) fn bytes(&mut self, field: &'static str, flexible: bool) -> Result<Bytes> {
         let length = if flexible {
             i64::from(self.compact_length(field)?)
         } else {
@@ -619,7 +638,7 @@ impl<'a> Reader<'a> {
     /// A non-nullable array's element count: int32 (classic) or unsigned
     /// varint of count + 1 (compact). Like Kafka's generated readers, a count
     /// larger than the bytes left is rejected before anything is allocated.
-    fn array_len(&mut self, field: &'static str, flexible: bool) -> Result<usize> {
+    pub(crate) fn array_len(&mut self, field: &'static str, flexible: bool) -> Result<usize> {
         let length = if flexible {
             i64::from(self.compact_length(field)?)
         } else {
@@ -637,7 +656,7 @@ impl<'a> Reader<'a> {
     /// Reads a tagged-field section: a count, then (tag, size, data) each,
     /// handing each field to `on_tag`. Tags the caller does not know are
     /// ignored, as Kafka keeps them opaque.
-    fn tagged_fields(
+    pub(crate) fn tagged_fields(
         &mut self,
         field: &'static str,
         mut on_tag: impl FnMut(u32, &'a [u8]) -> Result<()>,
@@ -653,7 +672,7 @@ impl<'a> Reader<'a> {
     }
 }
 
-fn put_uvarint(buf: &mut BytesMut, mut value: u32) {
+pub(crate) fn put_uvarint(buf: &mut BytesMut, mut value: u32) {
     while value >= 0x80 {
         buf.put_u8((value as u8 & 0x7f) | 0x80);
         value >>= 7;
@@ -661,7 +680,7 @@ fn put_uvarint(buf: &mut BytesMut, mut value: u32) {
     buf.put_u8(value as u8);
 }
 
-fn put_string(
+pub(crate) fn put_string(
     buf: &mut BytesMut,
     field: &'static str,
     s: Option<&str>,
@@ -688,7 +707,12 @@ fn put_string(
     Ok(())
 }
 
-fn put_bytes(buf: &mut BytesMut, field: &'static str, b: &[u8], flexible: bool) -> Result<()> {
+pub(crate) fn put_bytes(
+    buf: &mut BytesMut,
+    field: &'static str,
+    b: &[u8],
+    flexible: bool,
+) -> Result<()> {
     // The compact length is a varint of length + 1 that Kafka reads into a
     // Java int, so the longest value is one byte shorter than in the
     // classic int32 form.

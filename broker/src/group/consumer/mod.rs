@@ -25,6 +25,7 @@
 //! [`TopicsView`].
 
 mod assignor;
+pub mod records;
 
 #[cfg(test)]
 mod tests;
