@@ -775,3 +775,80 @@ async fn kip848_members_get_server_side_assignments_and_epoch_checked_commits() 
     assert_eq!(gone.error_code, ResponseError::UnknownMemberId.code());
     b.running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kip848_membership_survives_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(dir.path(), FAST);
+    let running = broker::start(cfg.clone()).await.unwrap();
+    let mut a = Client::connect(running.local_addr).await;
+    let mut bc = Client::connect(running.local_addr).await;
+    assert_eq!(a.create_topic("orders", 4, &[]).await, NONE);
+    find_coordinator(&mut a, "g848r").await;
+    let a_id = uuid::Uuid::new_v4().to_string();
+    let b_id = uuid::Uuid::new_v4().to_string();
+    let ra = consumer_heartbeat(&mut a, "g848r", &a_id, 0, Some(vec![])).await;
+    let rb = consumer_heartbeat(&mut bc, "g848r", &b_id, 0, Some(vec![])).await;
+    // Settle: A revokes what B gets, both reach epoch 2.
+    let ra = consumer_heartbeat(&mut a, "g848r", &a_id, ra.member_epoch, Some(assigned(&ra))).await;
+    // An assignment is sent only when it changes: remember A's.
+    let a_parts = assigned(&ra);
+    let ra = consumer_heartbeat(
+        &mut a,
+        "g848r",
+        &a_id,
+        ra.member_epoch,
+        Some(a_parts.clone()),
+    )
+    .await;
+    let rb = consumer_heartbeat(&mut bc, "g848r", &b_id, rb.member_epoch, Some(vec![])).await;
+    assert_eq!((ra.member_epoch, rb.member_epoch), (2, 2));
+    let b_parts = assigned(&rb);
+    assert_eq!((a_parts[0].1.len(), b_parts[0].1.len()), (2, 2));
+    assert_eq!(
+        commit_at(
+            &mut a,
+            9,
+            "g848r",
+            &a_id,
+            2,
+            "orders",
+            &[(a_parts[0].1[0], 7)]
+        )
+        .await,
+        vec![NONE]
+    );
+    // B leaves before the restart: its records are tombstoned.
+    let left = consumer_heartbeat(&mut bc, "g848r", &b_id, -1, None).await;
+    assert_eq!(left.error_code, NONE);
+    running.shutdown().await;
+
+    let running = broker::start(cfg).await.unwrap();
+    let mut a = Client::connect(running.local_addr).await;
+    // A carries on at its epoch, without rejoining, and is handed B's
+    // partitions at the next epoch: the group came back as it was stored.
+    let ra = consumer_heartbeat(&mut a, "g848r", &a_id, 2, Some(a_parts.clone())).await;
+    assert_eq!(ra.error_code, NONE);
+    assert_eq!(ra.member_epoch, 3);
+    let mut all = assigned(&ra)[0].1.clone();
+    all.sort();
+    assert_eq!(all, vec![0, 1, 2, 3]);
+    let d: ConsumerGroupDescribeResponse = a
+        .call(
+            ApiKey::ConsumerGroupDescribe,
+            1,
+            &ConsumerGroupDescribeRequest::default().with_group_ids(vec![gid("g848r")]),
+        )
+        .await;
+    assert_eq!(
+        d.groups[0].members.len(),
+        1,
+        "the member that left stays gone"
+    );
+    assert_eq!(
+        fetch_offsets(&mut a, "g848r", "orders", &[a_parts[0].1[0]]).await[0].1,
+        7
+    );
+    let _ = b_parts;
+    running.shutdown().await;
+}

@@ -21,10 +21,13 @@ use tokio::sync::{oneshot, Notify};
 
 use crate::broker::{now_ms, Broker};
 use crate::config::ServerConfig;
+use crate::group::consumer::records::{
+    member_tombstones, snapshot_records, tombstones_for, ConsumerGroupReplay,
+};
 use crate::group::consumer::{
     make_way_for_consumer_group, ConsumerGroupConfig, ConsumerGroupCoordinator,
-    ConsumerGroupDescription, ConsumerGroupState, ConsumerHeartbeat, ConsumerHeartbeatReply, Epoch,
-    ServerAssignor, TopicId, TopicMetadata, TopicsView,
+    ConsumerGroupDescription, ConsumerGroupSnapshot, ConsumerGroupState, ConsumerHeartbeat,
+    ConsumerHeartbeatReply, Epoch, ServerAssignor, TopicId, TopicMetadata, TopicsView,
 };
 use crate::group::{
     ClassicGroup, ClassicGroupConfig, Completions, GenerationId, GroupError, GroupInstanceId,
@@ -95,6 +98,9 @@ impl TopicsView for ImageTopics {
 struct State {
     classic: crate::group::GroupCoordinator,
     consumer: ConsumerGroupCoordinator,
+    /// What `__consumer_offsets` holds for each KIP-848 group: the snapshot
+    /// last written. A change is written as the difference from it.
+    stored_consumer: HashMap<String, ConsumerGroupSnapshot>,
     offsets: OffsetStore,
     parked_joins: HashMap<(String, MemberId), oneshot::Sender<JoinResponse>>,
     parked_syncs: HashMap<(String, MemberId), oneshot::Sender<SyncResponse>>,
@@ -163,6 +169,7 @@ impl GroupService {
                 consumer: ConsumerGroupCoordinator::new(
                     consumer_config(config).unwrap_or_default(),
                 ),
+                stored_consumer: HashMap::new(),
                 offsets: OffsetStore::new(),
                 parked_joins: HashMap::new(),
                 parked_syncs: HashMap::new(),
@@ -187,8 +194,22 @@ impl GroupService {
         let now = now_ms();
         let mut st = self.lock();
         let count = records.len();
+        let mut replay = ConsumerGroupReplay::new();
         for r in &records {
             st.offsets.apply(r);
+            replay.apply(r);
+        }
+        let consumer_config = st.consumer.config().clone();
+        for snapshot in replay.snapshots(&consumer_config) {
+            let group_id = snapshot.group_id.clone();
+            match st.consumer.restore(snapshot.clone(), now) {
+                Ok(()) => {
+                    st.stored_consumer.insert(group_id, snapshot);
+                }
+                Err(e) => {
+                    tracing::error!(group = %group_id, error = %e, "cannot restore a consumer group; its members will rejoin")
+                }
+            }
         }
         let config = st.classic.config().clone();
         let restored: Vec<ClassicGroup> = st
@@ -206,7 +227,7 @@ impl GroupService {
         // it comes back as an empty group, as in Kafka's replay.
         let offset_groups: Vec<String> = st.offsets.groups().map(str::to_string).collect();
         for group_id in offset_groups {
-            if st.classic.group(&group_id).is_none() {
+            if st.classic.group(&group_id).is_none() && st.consumer.group(&group_id).is_none() {
                 st.classic
                     .insert_loaded(ClassicGroup::new(&group_id, config.clone(), now));
             }
@@ -380,7 +401,9 @@ impl GroupService {
                 self.complete(broker, &mut st, &group_id, completed);
             }
             for group_id in st.consumer.tick(now) {
-                tracing::debug!(group = %group_id, "consumer group timers fired");
+                if let Err(e) = self.persist_consumer_group(broker, &mut st, &group_id) {
+                    tracing::error!(group = %group_id, error = %e, "storing a consumer group failed");
+                }
             }
             if now >= st.last_expiry_ms + self.offsets_retention_check_interval_ms {
                 st.last_expiry_ms = now;
@@ -445,12 +468,7 @@ impl GroupService {
 
     // ---------------------------------------------------------------- KIP-848
 
-    /// ConsumerGroupHeartbeat. Groups of this protocol are not stored yet
-    /// (their committed offsets are): after a broker restart a member's
-    /// heartbeat finds no group, and is told UNKNOWN_MEMBER_ID so that it
-    /// rejoins with epoch 0 rather than Kafka's GROUP_ID_NOT_FOUND, which
-    /// clients treat as fatal and which Kafka, storing its groups, never
-    /// has to send for this reason.
+    /// ConsumerGroupHeartbeat.
     pub fn consumer_heartbeat(
         &self,
         broker: &Broker,
@@ -464,19 +482,64 @@ impl GroupService {
             classic, consumer, ..
         } = &mut *st;
         make_way_for_consumer_group(classic, group_id, request.member_epoch, now)?;
-        let rejoin_after_restart = consumer.group(group_id).is_none()
-            && request.member_epoch.0 > 0
-            && !group_id.is_empty();
-        if rejoin_after_restart {
-            return Err(GroupError::UnknownMemberId);
-        }
         let joined = request.member_epoch == Epoch::JOIN;
         let r = consumer.heartbeat(group_id, request, &topics, now);
+        // The reply waits for the change it reports to be stored, as in
+        // Kafka. A failed write fails the heartbeat (the member retries);
+        // the next write stores the difference from what is on disk.
+        let stored = self.persist_consumer_group(broker, &mut st, group_id);
         drop(st);
+        if let Err(e) = stored {
+            tracing::error!(group = group_id, error = %e, "storing a consumer group failed");
+            return Err(e.group_error());
+        }
         if joined {
             self.wake.notify_one();
         }
         r
+    }
+
+    /// Writes the records that bring `__consumer_offsets` from the stored
+    /// snapshot of a KIP-848 group to its current state: tombstones for
+    /// members that left, the group's records, or the whole group's
+    /// tombstones once it is gone. Nothing when nothing changed.
+    fn persist_consumer_group(
+        &self,
+        broker: &Broker,
+        st: &mut State,
+        group_id: &str,
+    ) -> Result<(), StorageError> {
+        let current = st.consumer.group(group_id).map(|g| g.snapshot());
+        let previous = st.stored_consumer.get(group_id);
+        if current.as_ref() == previous {
+            return Ok(());
+        }
+        let records = match (previous, &current) {
+            (_, Some(cur)) => {
+                let mut records = Vec::new();
+                if let Some(prev) = previous {
+                    for m in &prev.members {
+                        if !cur.members.iter().any(|c| c.member_id == m.member_id) {
+                            records.extend(member_tombstones(group_id, &m.member_id));
+                        }
+                    }
+                }
+                records.extend(snapshot_records(cur));
+                records
+            }
+            (Some(prev), None) => {
+                let members: Vec<MemberId> =
+                    prev.members.iter().map(|m| m.member_id.clone()).collect();
+                tombstones_for(group_id, &members)
+            }
+            (None, None) => return Ok(()),
+        };
+        storage::append(broker, group_id, &records)?;
+        match current {
+            Some(cur) => st.stored_consumer.insert(group_id.to_string(), cur),
+            None => st.stored_consumer.remove(group_id),
+        };
+        Ok(())
     }
 
     pub fn consumer_describe(
@@ -778,17 +841,21 @@ impl GroupService {
                 st.classic.delete_group(group_id, now)
             }
         };
-        if records.is_empty() {
-            return forget(&mut st);
-        }
-        if let Err(e) = storage::append(broker, group_id, &records) {
-            tracing::error!(group = group_id, error = %e, "storing group deletion failed");
-            return Err(e.group_error());
+        if !records.is_empty() {
+            if let Err(e) = storage::append(broker, group_id, &records) {
+                tracing::error!(group = group_id, error = %e, "storing group deletion failed");
+                return Err(e.group_error());
+            }
         }
         for r in &records {
             st.offsets.apply(r);
         }
-        forget(&mut st)
+        forget(&mut st)?;
+        if consumer_group {
+            self.persist_consumer_group(broker, &mut st, group_id)
+                .map_err(|e| e.group_error())?;
+        }
+        Ok(())
     }
 }
 

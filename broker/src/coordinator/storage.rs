@@ -72,6 +72,9 @@ pub fn append(
     group_id: &str,
     records: &[CoordinatorRecord],
 ) -> Result<(), StorageError> {
+    if records.is_empty() {
+        return Ok(());
+    }
     if !broker.metadata.image().topics.contains_key(OFFSETS_TOPIC) {
         return Err(StorageError::OffsetsTopicMissing);
     }

@@ -703,7 +703,7 @@ pub fn snapshot_records(s: &ConsumerGroupSnapshot) -> Vec<CoordinatorRecord> {
                 client_id: m.client_id.clone(),
                 client_host: m.client_host.clone(),
                 subscribed_topic_names: m.subscribed_topic_names.clone(),
-                subscribed_topic_regex: None,
+                subscribed_topic_regex: m.subscribed_topic_regex.clone(),
                 rebalance_timeout_ms: m.rebalance_timeout_ms,
                 server_assignor: m.server_assignor.map(|a| a.name().to_string()),
                 classic_member_metadata: None,
@@ -938,6 +938,7 @@ impl ConsumerGroupReplay {
                             client_host: m.client_host.clone(),
                             rebalance_timeout_ms: m.rebalance_timeout_ms,
                             subscribed_topic_names,
+                            subscribed_topic_regex: m.subscribed_topic_regex.clone(),
                             server_assignor: m
                                 .server_assignor
                                 .as_deref()

@@ -46,6 +46,10 @@ impl TopicsView for Topics {
             .find(|(_, t)| t.topic_id == topic_id)
             .map(|(n, _)| n.clone())
     }
+
+    fn topic_names(&self) -> Vec<String> {
+        self.0.keys().cloned().collect()
+    }
 }
 
 /// A consumer: what it last heard and what it owns; it revokes and takes
