@@ -324,6 +324,7 @@ def table(run_dir):
         + (", SMOKE RUN (tiny counts, numbers meaningless)" if meta.get("smoke") == "1" else ""),
         f"Producer runs: {records_text} records of {meta.get('record_bytes', '?')} B each, one producer process, "
         f"{meta.get('producer_props', '')}; latencies are the tools' own (ms, whole numbers for the producer).",
+        f"Load average (1, 5, 15 min) at start {meta.get('loadavg_start', '?')}, at end {meta.get('loadavg_end', '?')}.",
         "Ours/Kafka: higher is better for records/s and MB/s; lower is better for latency, CPU, RSS and start-to-ready.",
         "",
     ]

@@ -283,6 +283,8 @@ note cpus "$(nproc)"
 note cpu_model "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
 note java "$(java -version 2>&1 | head -1)"
 note smoke "$smoke"
+# Other work on the machine skews both brokers' numbers; the load says how much.
+note loadavg_start "$(cut -d' ' -f1-3 /proc/loadavg)"
 note duration_s "$duration_s"
 note workloads "$(IFS=,; echo "${!selected[*]}")"
 note expected_ours "$(IFS=,; echo "${EXPECTED_OURS[*]}")"
@@ -385,6 +387,7 @@ for b in kafka ours; do
   fi
 done
 note clk_tck "$clk_tck"
+note loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 
 cleanup
 trap - EXIT
