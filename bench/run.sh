@@ -128,11 +128,15 @@ cleanup() {
   [[ -n $child ]] && kill -TERM "$child" 2>/dev/null
   [[ -n $probe_pid ]] && kill "$probe_pid" 2>/dev/null
   if [[ -n $ours_pid ]]; then
+    # SIGTERM, then SIGKILL if our broker has not exited within 30 s.
     kill -TERM "$ours_pid" 2>/dev/null
+    for _ in $(seq 1 300); do kill -0 "$ours_pid" 2>/dev/null || break; sleep 0.1; done
+    kill -0 "$ours_pid" 2>/dev/null && { blog "our broker ignored SIGTERM for 30 s; killing it"; kill -KILL "$ours_pid"; }
     wait "$ours_pid" 2>/dev/null
+    ours_pid=
   fi
-  [[ -f $kafka_data/kafka.out ]] && cp "$kafka_data/kafka.out" "$run_dir/kafka/broker.log"
   STOP_TIMEOUT_S=30 "$COMPAT_DIR/kafka-reference/stop.sh" "$kafka_data" >/dev/null 2>&1 || true
+  [[ -f $kafka_data/kafka.out ]] && cp "$kafka_data/kafka.out" "$run_dir/kafka/broker.log"
   rm -rf "$tmp"
 }
 trap cleanup EXIT
