@@ -314,6 +314,12 @@ else
     'BEGIN {n = int(r * d); if (n < lo) n = lo; if (n > hi) n = hi; print n}')
 fi
 note records "$records"
+# Disk: both brokers hold their W1 none topic until W3 has read it, and Kafka
+# removes a deleted topic's files only a minute later (so W1 lz4 may still be
+# there): about three topics of records x 1 KiB, plus a margin.
+need_kib=$((records * 3 * RECORD_BYTES / 1024 + 1024 * 1024))
+free_kib=$(df -Pk "$tmp" | awk 'NR == 2 {print $4}')
+((free_kib > need_kib)) || die "$((free_kib / 1024)) MiB free in $tmp, the run needs about $((need_kib / 1024)) MiB; lower --duration or BENCH_MAX_RECORDS"
 blog "measured producer runs send $records records each"
 
 if wants W1 || wants W2; then
