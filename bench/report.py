@@ -319,7 +319,8 @@ def table(run_dir):
     records = meta.get("records", "?")
     records_text = f"{int(records):,}" if records.isdigit() else records
     heading = [
-        f"Apache Kafka {meta.get('kafka_version', '?')} vs ours ({meta.get('ours_version', '?')}), "
+        f"Apache Kafka {meta.get('kafka_version', '?')} vs ours ({meta.get('ours_version', '?')}; "
+        f"bench {meta.get('bench_commit', '?')}), "
         f"{meta.get('date_utc', '?')}, {meta.get('cpus', '?')} CPUs ({meta.get('cpu_model', '?')})"
         + (", SMOKE RUN (tiny counts, numbers meaningless)" if meta.get("smoke") == "1" else ""),
         f"Producer runs: {records_text} records of {meta.get('record_bytes', '?')} B each, one producer process, "

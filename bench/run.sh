@@ -108,13 +108,18 @@ kafka_jar=$(compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" | head -1)
 kafka_version=$(basename "$kafka_jar" .jar)
 kafka_version=${kafka_version#kafka_2.13-}
 
+broker_origin=
 if [[ -z ${BROKER_BIN:-} ]]; then
+  broker_origin="commit $(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$ROOT/target}"
   blog "building our broker (cargo build --release -p broker)"
   (cd "$ROOT" && cargo build --release -p broker) || die "broker build failed"
   BROKER_BIN="$CARGO_TARGET_DIR/release/broker"
 fi
 [[ -x $BROKER_BIN ]] || die "no broker binary at $BROKER_BIN"
+# A given binary may come from any commit: name it by its time and hash.
+[[ -n $broker_origin ]] || broker_origin="BROKER_BIN of $(date -u -r "$BROKER_BIN" '+%Y-%m-%d %H:%M UTC')"
+broker_origin+=", sha256 $(sha256sum "$BROKER_BIN" | cut -c1-12)"
 
 tmp=$(mktemp -d -t bench.XXXXXX)
 ours_data="$tmp/ours"
@@ -280,8 +285,8 @@ note kafka_ready_ms "$(ready_ms "$(cat "$kafka_data/kafka.launched")" "$(cat "$t
 cp "$kafka_data/server.properties" "$run_dir/kafka/server.properties"
 
 note kafka_version "$kafka_version"
-note ours_version "$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
-note ours_binary_sha256 "$(sha256sum "$BROKER_BIN" | cut -c1-16)"
+note ours_version "$broker_origin"
+note bench_commit "$(cd "$ROOT" && git rev-parse --short HEAD 2>/dev/null || echo unknown)"
 note date_utc "$(date -u '+%Y-%m-%d %H:%M UTC')"
 note cpus "$(nproc)"
 note cpu_model "$(awk -F': ' '/^model name/ {print $2; exit}' /proc/cpuinfo)"
