@@ -148,7 +148,7 @@ def fmt(value, kind):
     if kind == "ms":
         return f"{value:,.0f}" if value >= 100 else f"{value:.1f}" if value != int(value) else f"{value:.0f}"
     if kind == "x":
-        return f"{value:.2f}x"
+        return f"{value:.3f}x" if 0 < value < 0.01 else f"{value:.2f}x"
     if kind == "cpu":
         return f"{value:,.2f}"
     return f"{value:,.1f}"

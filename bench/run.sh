@@ -48,6 +48,11 @@ SHARED_PROPS=(
   log.retention.ms=604800000
   log.retention.bytes=-1
   log.segment.bytes=1073741824
+  # What start.sh gives Kafka for consumer groups (a single node, no wait for
+  # more members before the first rebalance); a broker without groups ignores them.
+  group.initial.rebalance.delay.ms=0
+  offsets.topic.num.partitions=3
+  offsets.topic.replication.factor=1
 )
 
 usage() {
