@@ -8,7 +8,7 @@ usage() {
   echo "usage: kafka-cli.sh <tool> args..." >&2
   echo "tools: kafka-topics kafka-console-producer kafka-console-consumer kafka-configs" >&2
   echo "       kafka-get-offsets kafka-consumer-groups kafka-delete-records" >&2
-  echo "       kafka-producer-perf-test kafka-consumer-perf-test kafka-storage" >&2
+  echo "       kafka-producer-perf-test kafka-consumer-perf-test kafka-e2e-latency kafka-storage" >&2
   echo "       kafka-broker-api-versions" >&2
   exit 2
 }
@@ -25,6 +25,7 @@ case "$tool" in
   kafka-delete-records) main=org.apache.kafka.tools.DeleteRecordsCommand ;;
   kafka-producer-perf-test) main=org.apache.kafka.tools.ProducerPerformance ;;
   kafka-consumer-perf-test) main=org.apache.kafka.tools.ConsumerPerformance ;;
+  kafka-e2e-latency) main=org.apache.kafka.tools.EndToEndLatency ;;
   kafka-storage) main=kafka.tools.StorageTool ;;
   kafka-broker-api-versions) main=org.apache.kafka.tools.BrokerApiVersionsCommand ;;
   *) usage ;;

@@ -4,6 +4,11 @@
 # 127.0.0.1:<port>, the controller 127.0.0.1:<port+1> (CONTROLLER_PORT
 # overrides). Formats <datadir> on first use, waits until a metadata request
 # succeeds, then prints the broker's PID. Stop it with stop.sh <datadir>.
+# KAFKA_EXTRA_JAVA_OPTS adds JVM options after the defaults (a later -Xms/-Xmx
+# wins) and KAFKA_EXTRA_PROPERTIES (key=value lines) is appended to
+# server.properties (a later key wins); both are empty for the compat tests.
+# The wall-clock time of the launch (bash EPOCHREALTIME) is written to
+# <datadir>/kafka.launched, so a caller can time start-to-ready itself.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
@@ -43,10 +48,15 @@ share.coordinator.state.topic.min.isr=1
 group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 PROPS
+if [[ -n ${KAFKA_EXTRA_PROPERTIES:-} ]]; then
+  printf '%s\n' "$KAFKA_EXTRA_PROPERTIES" >>"$config"
+fi
 
 java_opts=(-Xms512m -Xmx1g -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true
   -Dkafka.logs.dir="$datadir"
   -Dlog4j2.configurationFile="$COMPAT_DIR/kafka-reference/log4j2.properties")
+read -r -a extra_java_opts <<<"${KAFKA_EXTRA_JAVA_OPTS:-}"
+java_opts+=("${extra_java_opts[@]}")
 
 if [[ ! -f "$datadir/logs/meta.properties" ]]; then
   # A random cluster id: 16 bytes in URL-safe base64 without padding, as Kafka writes it.
@@ -57,17 +67,30 @@ if [[ ! -f "$datadir/logs/meta.properties" ]]; then
 fi
 
 # setsid detaches the broker from this shell's process group, so it outlives start.sh.
+echo "$EPOCHREALTIME" >"$datadir/kafka.launched"
 setsid java "${java_opts[@]}" -cp "$KAFKA_LIBS/*" kafka.Kafka "$config" \
   >"$datadir/kafka.out" 2>&1 </dev/null &
 pid=$!
 echo "$pid" >"$pid_file"
+
+# Whether the broker listens on its port. A connect attempt to a port nobody
+# listens on yet can pick that very port as its source (it is in the ephemeral
+# range) and connect to itself, which holds the port and fails the broker's
+# bind; so ss asks the kernel instead, when it is installed.
+port_listening() {
+  if command -v ss >/dev/null 2>&1; then
+    ss -Hltn "( sport = :$port )" | grep -q .
+  else
+    (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null
+  fi
+}
 
 # Wait for the port, then for a metadata request (kafka-topics --list) to succeed.
 deadline=$((SECONDS + ready_timeout_s))
 ready=0
 while ((SECONDS < deadline)); do
   kill -0 "$pid" 2>/dev/null || { tail -40 "$datadir/kafka.out" >&2; die "broker exited during startup"; }
-  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+  if port_listening; then
     if timeout --foreground 30 "$COMPAT_DIR/kafka-cli.sh" kafka-topics --bootstrap-server "127.0.0.1:$port" --list \
       >/dev/null 2>&1; then
       ready=1
