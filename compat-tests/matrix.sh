@@ -73,8 +73,11 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# group.initial.rebalance.delay.ms=0 as in kafka-reference/start.sh: the default
+# 3 s wait before a new group's first rebalance would only slow every group test.
 "$BROKER_BIN" --override "log.dirs=$ours_data" \
   --override "listeners=PLAINTEXT://127.0.0.1:$ours_port" \
+  --override "group.initial.rebalance.delay.ms=0" \
   --override "metrics.listen.address=127.0.0.1:0" >"$out/ours/broker.log" 2>&1 &
 ours_pid=$!
 "$COMPAT_DIR/kafka-reference/start.sh" "$kafka_port" "$kafka_data" >/dev/null || die "reference Kafka did not start"
