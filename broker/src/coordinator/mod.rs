@@ -86,12 +86,7 @@ impl TopicsView for ImageTopics {
     }
 
     fn topic_names(&self) -> Vec<String> {
-        self.0
-            .topics
-            .keys()
-            .filter(|name| !crate::group::consumer::is_internal_topic(name))
-            .cloned()
-            .collect()
+        self.0.topics.keys().cloned().collect()
     }
 }
 

@@ -84,19 +84,12 @@ pub trait TopicsView {
     fn topic(&self, name: &str) -> Option<TopicMetadata>;
     /// For ConsumerGroupDescribe, which names the topics of assignments.
     fn topic_name(&self, topic_id: TopicId) -> Option<String>;
-    /// The names of every topic, for resolving regex subscriptions.
-    /// Implementations should leave out internal topics
-    /// (`__consumer_offsets`, ...), which Kafka never lets a regex match;
-    /// the group skips the names [`is_internal_topic`] knows anyway.
+    /// The names of every topic, internal ones included, for resolving
+    /// regex subscriptions: Kafka's `refreshRegularExpressions` matches every
+    /// name in the metadata image (only an authorizer narrows it), so a
+    /// regex that names `__consumer_offsets` gets it (franz-go's
+    /// Test848RegexBrokerResolves checks exactly that against Kafka).
     fn topic_names(&self) -> Vec<String>;
-}
-
-/// Kafka's `Topic.isInternal`: topics a regex subscription never matches.
-pub fn is_internal_topic(name: &str) -> bool {
-    matches!(
-        name,
-        "__consumer_offsets" | "__transaction_state" | "__share_group_state"
-    )
 }
 
 /// Compiles a `SubscribedTopicRegex`. Kafka compiles it with RE2/J and
@@ -126,11 +119,11 @@ impl ResolvedRegex {
         }
     }
 
-    /// The names among `names` the regex matches, internal topics aside.
+    /// The names among `names` the regex matches whole.
     fn resolve<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
         names
             .into_iter()
-            .filter(|n| !is_internal_topic(n) && self.matcher.is_match(n))
+            .filter(|n| self.matcher.is_match(n))
             .map(str::to_string)
             .collect()
     }
