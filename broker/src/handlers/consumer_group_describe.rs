@@ -9,12 +9,9 @@ use kafka_protocol::messages::{
     ConsumerGroupDescribeRequest, ConsumerGroupDescribeResponse, TopicName,
 };
 
-use super::str_bytes;
+use super::{group_authorized_operations, str_bytes};
 use crate::broker::Broker;
 use crate::group::consumer::DescribedTopicPartitions;
-
-/// READ, DELETE and DESCRIBE, as in DescribeGroups.
-const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 
 fn assignment(parts: Vec<DescribedTopicPartitions>) -> Assignment {
     let mut a = Assignment::default();
@@ -39,11 +36,7 @@ pub fn handle(
     let mut resp = ConsumerGroupDescribeResponse::default();
     for group_id in req.group_ids {
         let mut d = DescribedGroup::default();
-        d.authorized_operations = if req.include_authorized_operations {
-            GROUP_OPERATIONS
-        } else {
-            i32::MIN
-        };
+        d.authorized_operations = group_authorized_operations(req.include_authorized_operations);
         match broker.groups.consumer_describe(broker, &group_id.0) {
             Err(e) => {
                 d.error_code = e.code();

@@ -4,11 +4,8 @@ use kafka_protocol::messages::describe_cluster_response::DescribeClusterBroker;
 use kafka_protocol::messages::{BrokerId, DescribeClusterRequest, DescribeClusterResponse};
 use kafka_protocol::ResponseError;
 
-use super::str_bytes;
+use super::{str_bytes, AUTHORIZED_OPERATIONS_OMITTED};
 use crate::broker::Broker;
-
-/// Kafka's "authorized operations not requested" sentinel.
-const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
 pub fn handle(
     broker: &Broker,

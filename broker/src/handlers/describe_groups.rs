@@ -5,25 +5,15 @@
 use kafka_protocol::messages::describe_groups_response::{DescribedGroup, DescribedGroupMember};
 use kafka_protocol::messages::{DescribeGroupsRequest, DescribeGroupsResponse};
 
-use super::str_bytes;
+use super::{group_authorized_operations, str_bytes};
 use crate::broker::Broker;
 use crate::group::GroupState;
-
-/// Kafka's value when authorized operations were not asked for.
-const OPERATIONS_NOT_REQUESTED: i32 = i32::MIN;
-/// READ (3), DELETE (6) and DESCRIBE (8): what a group allows, and with no
-/// authorizer configured every client may do all of it.
-const GROUP_OPERATIONS: i32 = (1 << 3) | (1 << 6) | (1 << 8);
 
 pub fn handle(broker: &Broker, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
     let mut resp = DescribeGroupsResponse::default();
     for group_id in req.groups {
         let mut d = DescribedGroup::default();
-        d.authorized_operations = if req.include_authorized_operations {
-            GROUP_OPERATIONS
-        } else {
-            OPERATIONS_NOT_REQUESTED
-        };
+        d.authorized_operations = group_authorized_operations(req.include_authorized_operations);
         match broker.groups.describe(&group_id.0) {
             None => {
                 d.group_state = str_bytes(GroupState::Dead.as_str());

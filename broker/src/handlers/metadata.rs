@@ -10,11 +10,9 @@ use kafka_protocol::messages::{BrokerId, MetadataRequest, MetadataResponse, Topi
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
-use super::str_bytes;
+use super::{str_bytes, AUTHORIZED_OPERATIONS_OMITTED};
 use crate::broker::{Broker, NewTopic};
 use crate::metadata::TopicImage;
-
-const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
 
 /// (node id, host, port, rack) of every registered broker.
 pub fn live_brokers(broker: &Broker) -> Vec<(i32, String, i32, Option<String>)> {

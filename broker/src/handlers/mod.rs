@@ -134,6 +134,20 @@ pub async fn dispatch(
     }
 }
 
+/// `authorized_operations` when the client did not ask for them (Kafka's
+/// Integer.MIN_VALUE).
+pub(crate) const AUTHORIZED_OPERATIONS_OMITTED: i32 = i32::MIN;
+
+/// A group's `authorized_operations`: READ (3), DELETE (6) and DESCRIBE (8),
+/// all a group allows; with no authorizer every client may do all of it.
+pub(crate) fn group_authorized_operations(requested: bool) -> i32 {
+    if requested {
+        (1 << 3) | (1 << 6) | (1 << 8)
+    } else {
+        AUTHORIZED_OPERATIONS_OMITTED
+    }
+}
+
 pub(crate) fn str_bytes(s: impl Into<String>) -> StrBytes {
     StrBytes::from_string(s.into())
 }
