@@ -151,16 +151,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Runs a command in the background so that an interrupt stops it at once
-# (bash defers traps while a foreground command runs).
-step() {
-  "$@" &
-  child=$!
-  wait "$child"
-  local rc=$?
-  child=
-  return $rc
-}
 
 clk_tck=$(getconf CLK_TCK)
 # utime + stime of a process in clock ticks (fields 14 and 15 of /proc/<pid>/stat;

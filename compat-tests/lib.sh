@@ -45,3 +45,15 @@ PEER_SUITES=(kgo librdkafka)
 ci_parts() {
   printf '%s\n' kcat python java kafka ${FAMILY_INSTALL[@]} "${PEER_SUITES[@]}" | sort -u
 }
+
+# Runs a command in the background and waits for it, so that an interrupt
+# stops it at once (bash defers traps while a foreground command runs). The
+# caller's EXIT trap can kill "$child" while it runs.
+step() {
+  "$@" &
+  child=$!
+  wait "$child"
+  local rc=$?
+  child=
+  return $rc
+}

@@ -28,16 +28,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# Steps run in the background with `wait` so that an interrupt is handled at once
-# (bash defers traps while a foreground command runs).
-step() {
-  "$@" &
-  child=$!
-  wait "$child"
-  local rc=$?
-  child=
-  return $rc
-}
 
 "$COMPAT_DIR/kafka-reference/start.sh" "$port" "$datadir" >/dev/null || die "reference Kafka did not start"
 
