@@ -478,6 +478,31 @@ async fn two_members_rebalance_commit_and_leave() {
     b.running.shutdown().await;
 }
 
+/// A commit before any FindCoordinator (so before `__consumer_offsets`
+/// exists) cannot be stored: COORDINATOR_NOT_AVAILABLE sends the client to
+/// look the coordinator up, which creates the topic; then it commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_before_the_offsets_topic_exists_is_retriable() {
+    let b = start(FAST).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("orders", 1, &[]).await, NONE);
+    assert_eq!(
+        commit(&mut c, "early", "", -1, "orders", &[(0, 4)]).await,
+        vec![ResponseError::CoordinatorNotAvailable.code()]
+    );
+    assert_eq!(
+        fetch_offsets(&mut c, "early", "orders", &[0]).await[0].1,
+        -1
+    );
+    find_coordinator(&mut c, "early").await;
+    assert_eq!(
+        commit(&mut c, "early", "", -1, "orders", &[(0, 4)]).await,
+        vec![NONE]
+    );
+    assert_eq!(fetch_offsets(&mut c, "early", "orders", &[0]).await[0].1, 4);
+    b.running.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn commit_errors_are_per_partition_and_per_group() {
     let b = start(FAST).await;
