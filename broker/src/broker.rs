@@ -10,7 +10,8 @@ use uuid::Uuid;
 
 use crate::config::{ServerConfig, TopicConfigError, TopicConfigs};
 use crate::metadata::{
-    MetadataCommand, MetadataController, MetadataError, MetadataOutcome, PartitionImage,
+    placement, MetadataCommand, MetadataController, MetadataError, MetadataImage, MetadataOutcome,
+    PartitionImage,
 };
 use crate::replica_manager::ReplicaManager;
 use crate::types::{LeaderEpoch, NodeId};
@@ -80,6 +81,11 @@ pub fn metadata_error(e: &MetadataError) -> ResponseError {
         MetadataError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
         MetadataError::InvalidProducerIdCount(_) => ResponseError::UnknownServerError,
         MetadataError::NotController { .. } => ResponseError::NotController,
+        MetadataError::UnknownTopicOrPartition(..) => ResponseError::UnknownTopicOrPartition,
+        MetadataError::FencedLeaderEpoch { .. } => ResponseError::FencedLeaderEpoch,
+        MetadataError::InvalidUpdateVersion(_) => ResponseError::InvalidUpdateVersion,
+        MetadataError::IneligibleReplica(_) => ResponseError::IneligibleReplica,
+        MetadataError::InvalidRequest(_) => ResponseError::InvalidRequest,
         MetadataError::Fatal(_) => ResponseError::UnknownServerError,
     }
 }
@@ -193,24 +199,11 @@ impl Broker {
             } else {
                 t.replication_factor
             };
-            if rf < 1 {
-                return Err(CreateTopicError::InvalidReplicationFactor(
-                    "Replication factor must be larger than 0.".into(),
-                ));
-            }
-            if rf as usize > brokers.len() {
-                return Err(CreateTopicError::InvalidReplicationFactor(format!(
-                    "Unable to replicate the partition {rf} time(s): The target replication factor of {rf} cannot be reached because only {} broker(s) are registered.",
-                    brokers.len()
-                )));
-            }
-            (0..n)
-                .map(|p| {
-                    let replicas = (0..rf as usize)
-                        .map(|r| brokers[(p as usize + r) % brokers.len()])
-                        .collect();
-                    partition_image(p, replicas)
-                })
+            self.place_replicas(&image, 0, n, rf)
+                .map_err(|e| CreateTopicError::InvalidReplicationFactor(e.to_string()))?
+                .into_iter()
+                .enumerate()
+                .map(|(p, replicas)| partition_image(p as i32, replicas))
                 .collect()
         };
         let topic_id = Uuid::new_v4();
@@ -232,6 +225,35 @@ impl Broker {
         self.sync_replicas()
             .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
         Ok((topic_id, partitions))
+    }
+
+    /// Kafka's replica placement over the registered, unfenced brokers (this
+    /// node alone before it has registered), from a random start.
+    pub fn place_replicas(
+        &self,
+        image: &MetadataImage,
+        first: i32,
+        count: i32,
+        replication_factor: i16,
+    ) -> Result<Vec<Vec<NodeId>>, placement::PlacementError> {
+        let mut candidates: Vec<placement::Candidate> = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| placement::Candidate {
+                node_id: b.node_id,
+                rack: b.rack.clone(),
+            })
+            .collect();
+        if image.brokers.is_empty() {
+            candidates.push(placement::Candidate {
+                node_id: self.node_id(),
+                rack: self.config.broker_rack.clone(),
+            });
+        }
+        let random = Uuid::new_v4().as_u128();
+        let (start, shift) = ((random >> 64) as usize, random as u64 as usize);
+        placement::assign(&candidates, first, count, replication_factor, start, shift)
     }
 
     /// Hands out the next producer id, taking a new block from the quorum

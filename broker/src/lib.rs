@@ -50,7 +50,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let data_dir = config.data_dir().clone();
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| StartError::DataDir(data_dir.display().to_string(), e))?;
-    let listener_cfg = &config.listeners[0];
+    let listener_cfg = config.client_listener();
     let addr = listener_cfg.socket_addr().map_err(|e| {
         StartError::Listen(
             format!("{}:{}", listener_cfg.host, listener_cfg.port),
@@ -82,12 +82,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         node_id: config.node_id,
         host: advertised.host.clone(),
         port: advertised.port,
-        rack: None,
+        rack: config.broker_rack.clone(),
+        fenced: false,
     };
     let registered = metadata.image().brokers.get(&config.node_id).cloned();
-    if registered.as_ref().map(|b| (&b.host, b.port))
-        != Some((&registration.host, registration.port))
-    {
+    if registered.as_ref() != Some(&registration) {
         metadata
             .propose(MetadataCommand::RegisterBroker(registration))
             .await?;
@@ -95,7 +94,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let retention_check_ms = config.log_retention_check_interval_ms;
     let broker = Arc::new(Broker::new(config, metadata));
     broker.sync_replicas()?;
-    let loaded = broker.groups.load(&broker)?;
+    let loaded = broker.groups.sync_ownership(&broker)?;
     if loaded > 0 {
         tracing::info!(records = loaded, "loaded consumer groups and offsets");
     }
@@ -131,6 +130,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
                         if changed.is_err() { return; }
                         if let Err(e) = broker.sync_replicas() {
                             tracing::error!(error = %e, "applying metadata to partitions failed");
+                        }
+                        if let Err(e) = broker.groups.sync_ownership(&broker) {
+                            tracing::error!(error = %e, "following {} leadership failed", coordinator::OFFSETS_TOPIC);
                         }
                     }
                 }

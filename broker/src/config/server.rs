@@ -48,6 +48,14 @@ impl Listener {
     }
 }
 
+/// One `id@host:port` entry of `controller.quorum.voters`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Voter {
+    pub node_id: NodeId,
+    pub host: String,
+    pub port: u16,
+}
+
 /// The broker's configuration, with Kafka's keys. Defaults are Kafka's,
 /// except where a single local node needs otherwise (listener on
 /// 127.0.0.1:9092, data under `./data`).
@@ -100,6 +108,29 @@ pub struct ServerConfig {
     pub offsets_retention_ms: i64,
     pub offsets_retention_check_interval_ms: i64,
     pub offset_metadata_max_bytes: usize,
+    /// `controller.quorum.voters`. Empty means this node alone is the metadata
+    /// quorum (the embedded single-node default); otherwise every node runs in
+    /// Kafka's combined mode (`process.roles=broker,controller`) and must be one
+    /// of the voters.
+    pub controller_quorum_voters: Vec<Voter>,
+    /// Listener names that carry the metadata quorum's traffic, not clients'.
+    pub controller_listener_names: Vec<String>,
+    pub broker_rack: Option<String>,
+    /// The active controller fences a broker it has not heard from for this long.
+    pub broker_session_timeout_ms: i64,
+    pub broker_heartbeat_interval_ms: i64,
+    /// A follower that has not caught up to the leader's end for this long leaves the ISR.
+    pub replica_lag_time_max_ms: i64,
+    pub replica_fetch_max_bytes: i32,
+    pub replica_fetch_response_max_bytes: i32,
+    pub replica_fetch_wait_max_ms: i32,
+    pub replica_fetch_min_bytes: i32,
+    pub replica_fetch_backoff_ms: i64,
+    /// Broker default of the topic key of the same name: may a partition whose
+    /// whole ISR is gone elect an out-of-sync replica (and lose acked writes)?
+    pub unclean_leader_election_enable: bool,
+    /// SIGTERM moves this node's leaderships away before it stops.
+    pub controlled_shutdown_enable: bool,
     /// Every key that was set, as given, for DescribeConfigs.
     pub explicit: BTreeMap<String, String>,
 }
@@ -150,6 +181,19 @@ impl Default for ServerConfig {
             offsets_retention_ms: 7 * 24 * 3_600_000,
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
+            controller_quorum_voters: Vec::new(),
+            controller_listener_names: vec!["CONTROLLER".into()],
+            broker_rack: None,
+            broker_session_timeout_ms: 9_000,
+            broker_heartbeat_interval_ms: 2_000,
+            replica_lag_time_max_ms: 30_000,
+            replica_fetch_max_bytes: 1_048_576,
+            replica_fetch_response_max_bytes: 10_485_760,
+            replica_fetch_wait_max_ms: 500,
+            replica_fetch_min_bytes: 1,
+            replica_fetch_backoff_ms: 1_000,
+            unclean_leader_election_enable: false,
+            controlled_shutdown_enable: true,
             explicit: BTreeMap::new(),
         }
     }
@@ -212,6 +256,40 @@ fn parse_listeners(key: &str, value: &str) -> Result<Vec<Listener>, ConfigError>
     Ok(out)
 }
 
+fn parse_voters(key: &str, value: &str) -> Result<Vec<Voter>, ConfigError> {
+    let mut out: Vec<Voter> = Vec::new();
+    for part in value.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (id, addr) = part
+            .split_once('@')
+            .ok_or_else(|| invalid(key, value, "expected id@host:port"))?;
+        let id: i32 = id
+            .trim()
+            .parse()
+            .map_err(|_| invalid(key, value, format!("bad node id {id:?}")))?;
+        if id < 0 {
+            return Err(invalid(key, value, "node ids must be non-negative"));
+        }
+        let (host, port) = addr
+            .rsplit_once(':')
+            .ok_or_else(|| invalid(key, value, "expected id@host:port"))?;
+        let port: u16 = port
+            .parse()
+            .map_err(|_| invalid(key, value, format!("bad port {port:?}")))?;
+        if out.iter().any(|v| v.node_id == NodeId(id)) {
+            return Err(invalid(key, value, format!("voter {id} named twice")));
+        }
+        out.push(Voter {
+            node_id: NodeId(id),
+            host: host
+                .trim_start_matches('[')
+                .trim_end_matches(']')
+                .to_string(),
+            port,
+        });
+    }
+    Ok(out)
+}
+
 impl ServerConfig {
     /// Builds the config from command-line arguments (without the program
     /// name): an optional properties file, then `--override key=value` pairs.
@@ -254,7 +332,13 @@ impl ServerConfig {
             cfg.explicit.insert(key, value);
         }
         if !advertised_set {
-            cfg.advertised_listeners = cfg.listeners.clone();
+            // As in Kafka's combined mode, controller listeners are not advertised to clients.
+            cfg.advertised_listeners = cfg
+                .listeners
+                .iter()
+                .filter(|l| !cfg.controller_listener_names.contains(&l.name))
+                .cloned()
+                .collect();
         }
         cfg.validate()?;
         Ok(cfg)
@@ -381,6 +465,44 @@ impl ServerConfig {
                 self.offsets_retention_check_interval_ms = parse_num(key, v)?
             }
             "offset.metadata.max.bytes" => self.offset_metadata_max_bytes = parse_num(key, v)?,
+            "process.roles" => {
+                let mut roles: Vec<&str> = v.split(',').map(str::trim).collect();
+                roles.sort_unstable();
+                if roles != ["broker", "controller"] {
+                    return Err(invalid(
+                        key,
+                        v,
+                        "only combined mode (broker,controller) is supported",
+                    ));
+                }
+            }
+            "controller.quorum.voters" => self.controller_quorum_voters = parse_voters(key, v)?,
+            "controller.listener.names" => {
+                self.controller_listener_names = v
+                    .split(',')
+                    .map(|n| n.trim().to_string())
+                    .filter(|n| !n.is_empty())
+                    .collect()
+            }
+            "broker.rack" => {
+                self.broker_rack = (!v.is_empty()).then(|| v.to_string());
+            }
+            "broker.session.timeout.ms" => self.broker_session_timeout_ms = parse_num(key, v)?,
+            "broker.heartbeat.interval.ms" => {
+                self.broker_heartbeat_interval_ms = parse_num(key, v)?
+            }
+            "replica.lag.time.max.ms" => self.replica_lag_time_max_ms = parse_num(key, v)?,
+            "replica.fetch.max.bytes" => self.replica_fetch_max_bytes = parse_num(key, v)?,
+            "replica.fetch.response.max.bytes" => {
+                self.replica_fetch_response_max_bytes = parse_num(key, v)?
+            }
+            "replica.fetch.wait.max.ms" => self.replica_fetch_wait_max_ms = parse_num(key, v)?,
+            "replica.fetch.min.bytes" => self.replica_fetch_min_bytes = parse_num(key, v)?,
+            "replica.fetch.backoff.ms" => self.replica_fetch_backoff_ms = parse_num(key, v)?,
+            "unclean.leader.election.enable" => {
+                self.unclean_leader_election_enable = parse_bool(key, v)?
+            }
+            "controlled.shutdown.enable" => self.controlled_shutdown_enable = parse_bool(key, v)?,
             other => {
                 // Kafka logs unknown keys and carries on; so do we, so that a
                 // server.properties written for Kafka starts unchanged.
@@ -519,14 +641,116 @@ impl ServerConfig {
                 );
             }
         }
-        if self.listeners.len() != self.advertised_listeners.len() {
+        for a in &self.advertised_listeners {
+            let known = self
+                .listeners
+                .iter()
+                .any(|l| l.name == a.name && !self.controller_listener_names.contains(&l.name));
+            if !known {
+                return n(
+                    "advertised.listeners",
+                    &a.name,
+                    "must name a listener of listeners that is not a controller listener",
+                );
+            }
+        }
+        if self.advertised_listeners.is_empty() {
             return n(
-                "advertised.listeners",
-                &self.advertised_listeners.len(),
-                "must name the same listeners as listeners",
+                "listeners",
+                &"",
+                "needs a listener for clients besides the controller listeners",
             );
         }
+        for (key, value) in [
+            ("broker.session.timeout.ms", self.broker_session_timeout_ms),
+            (
+                "broker.heartbeat.interval.ms",
+                self.broker_heartbeat_interval_ms,
+            ),
+            ("replica.lag.time.max.ms", self.replica_lag_time_max_ms),
+            ("replica.fetch.backoff.ms", self.replica_fetch_backoff_ms),
+            (
+                "replica.fetch.max.bytes",
+                i64::from(self.replica_fetch_max_bytes),
+            ),
+            (
+                "replica.fetch.response.max.bytes",
+                i64::from(self.replica_fetch_response_max_bytes),
+            ),
+            (
+                "replica.fetch.wait.max.ms",
+                i64::from(self.replica_fetch_wait_max_ms),
+            ),
+            (
+                "replica.fetch.min.bytes",
+                i64::from(self.replica_fetch_min_bytes),
+            ),
+        ] {
+            if value < 1 {
+                return n(key, &value, "must be at least 1");
+            }
+        }
+        if self.broker_heartbeat_interval_ms >= self.broker_session_timeout_ms {
+            return n(
+                "broker.heartbeat.interval.ms",
+                &self.broker_heartbeat_interval_ms,
+                "must be less than broker.session.timeout.ms",
+            );
+        }
+        if !self.controller_quorum_voters.is_empty() {
+            let Some(me) = self
+                .controller_quorum_voters
+                .iter()
+                .find(|v| v.node_id == self.node_id)
+            else {
+                return n(
+                    "controller.quorum.voters",
+                    &self.node_id,
+                    "must include this node.id (only combined broker,controller nodes are supported)",
+                );
+            };
+            match self.controller_listener() {
+                None => {
+                    return n(
+                        "controller.listener.names",
+                        &self.controller_listener_names.join(","),
+                        "no listener of listeners has this name",
+                    )
+                }
+                Some(l) if l.port != me.port => {
+                    return n(
+                        "controller.quorum.voters",
+                        &format!("{}@{}:{}", me.node_id, me.host, me.port),
+                        &format!(
+                            "this node's voter port differs from its controller listener port {}",
+                            l.port
+                        ),
+                    )
+                }
+                Some(_) => {}
+            }
+        }
         Ok(())
+    }
+
+    /// The first listener for clients (and for replication between brokers).
+    pub fn client_listener(&self) -> &Listener {
+        self.listeners
+            .iter()
+            .find(|l| !self.controller_listener_names.contains(&l.name))
+            .unwrap_or(&self.listeners[0])
+    }
+
+    /// The address clients are told to use for this broker.
+    pub fn advertised_client_listener(&self) -> &Listener {
+        &self.advertised_listeners[0]
+    }
+
+    /// The listener the metadata quorum's peers connect to, if one is configured.
+    pub fn controller_listener(&self) -> Option<&Listener> {
+        self.listeners
+            .iter()
+            .find(|l| self.controller_listener_names.contains(&l.name))
     }
 
     pub fn data_dir(&self) -> &PathBuf {

@@ -36,7 +36,7 @@ use crate::group::{
 };
 use crate::group::{CoordinatorRecord, GroupExpiryState, OffsetAndMetadata, OffsetStore};
 
-pub use storage::{StorageError, OFFSETS_TOPIC};
+pub use storage::{partition_of, StorageError, OFFSETS_TOPIC};
 
 /// The classic-group settings from `server.properties`.
 pub fn classic_config(c: &ServerConfig) -> ClassicGroupConfig {
@@ -103,6 +103,11 @@ struct State {
     last_expiry_ms: i64,
     /// When group metrics were last published.
     last_metrics_ms: i64,
+    /// The `__consumer_offsets` partitions whose groups are loaded here: the
+    /// ones this node leads. Groups of other partitions belong to their leaders.
+    owned: std::collections::BTreeSet<i32>,
+    /// The partition count of `__consumer_offsets` (0 before it exists).
+    offsets_partitions: i32,
 }
 
 /// How often member counts, committed offsets and lag are published.
@@ -170,6 +175,8 @@ impl GroupService {
                 parked_syncs: HashMap::new(),
                 last_expiry_ms: now_ms(),
                 last_metrics_ms: 0,
+                owned: std::collections::BTreeSet::new(),
+                offsets_partitions: 0,
             }),
             wake: Notify::new(),
             offset_metadata_max_bytes: config.offset_metadata_max_bytes,
@@ -182,15 +189,108 @@ impl GroupService {
         self.state.lock().expect("group state poisoned")
     }
 
-    /// Rebuilds groups and offsets from the `__consumer_offsets` partitions
-    /// this node hosts. Called once at start, before the listener serves.
-    pub fn load(&self, broker: &Broker) -> Result<usize, StorageError> {
-        let records = storage::read_all(broker)?;
+    /// Answers whether this node coordinates `group_id` now: NOT_COORDINATOR
+    /// when another broker leads the group's `__consumer_offsets` partition
+    /// (the client looks the coordinator up again), COORDINATOR_NOT_AVAILABLE
+    /// before the topic exists.
+    pub fn check_coordinator(&self, group_id: &str) -> Result<(), GroupError> {
+        gate(&self.lock(), group_id)
+    }
+
+    /// Follows leadership of `__consumer_offsets`: loads the groups of each
+    /// partition this node has come to lead, and drops (answering parked
+    /// requests with NOT_COORDINATOR) the groups of each partition it no
+    /// longer leads, as Kafka's coordinator loads and unloads on leader
+    /// change. Called at start and after every metadata change; returns the
+    /// number of records loaded.
+    pub fn sync_ownership(&self, broker: &Broker) -> Result<usize, StorageError> {
+        let image = broker.metadata.image();
+        let me = broker.node_id();
+        let (count, led): (i32, std::collections::BTreeSet<i32>) =
+            match image.topics.get(OFFSETS_TOPIC) {
+                Some(t) => (
+                    t.partitions.len() as i32,
+                    t.partitions
+                        .iter()
+                        .filter(|p| {
+                            p.leader == me
+                                && broker
+                                    .replicas
+                                    .get(&crate::types::TopicPartition::new(
+                                        OFFSETS_TOPIC,
+                                        p.partition,
+                                    ))
+                                    .is_some()
+                        })
+                        .map(|p| p.partition)
+                        .collect(),
+                ),
+                None => (0, Default::default()),
+            };
+        let (gained, lost): (Vec<i32>, Vec<i32>) = {
+            let st = self.lock();
+            if st.offsets_partitions == count && st.owned == led {
+                return Ok(0);
+            }
+            (
+                led.difference(&st.owned).copied().collect(),
+                st.owned.difference(&led).copied().collect(),
+            )
+        };
+        if !lost.is_empty() {
+            let mut st = self.lock();
+            let now = now_ms();
+            let in_lost = |g: &str| lost.contains(&crate::group::offsets::partition_for(g, count));
+            let mut groups: Vec<String> = st
+                .offsets
+                .groups()
+                .chain(st.classic.groups().map(|g| g.group_id()))
+                .chain(st.consumer.groups().map(|g| g.group_id()))
+                .filter(|g| in_lost(g))
+                .map(str::to_string)
+                .collect();
+            groups.sort();
+            groups.dedup();
+            let ids: Vec<&str> = groups.iter().map(String::as_str).collect();
+            for (group_id, completed) in st.classic.unload(&ids, now) {
+                self.complete(broker, &mut st, &group_id, completed);
+            }
+            st.consumer.unload(&ids);
+            for g in &ids {
+                st.offsets.unload(g);
+                st.stored_consumer.remove(*g);
+            }
+            st.parked_joins.retain(|(g, _), _| !in_lost(g));
+            st.parked_syncs.retain(|(g, _), _| !in_lost(g));
+            for p in &lost {
+                st.owned.remove(p);
+            }
+            tracing::info!(partitions = ?lost, groups = ids.len(), "no longer coordinating; groups unloaded");
+        }
+        let mut loaded = 0;
+        for p in gained {
+            let records = storage::read_partition(broker, p)?;
+            loaded += records.len();
+            self.load_records(&records);
+            self.lock().owned.insert(p);
+            tracing::info!(
+                partition = p,
+                records = records.len(),
+                "coordinating the groups of {OFFSETS_TOPIC} partition"
+            );
+        }
+        self.lock().offsets_partitions = count;
+        self.wake.notify_one();
+        Ok(loaded)
+    }
+
+    /// Adds the groups and offsets `records` describe (one partition's worth,
+    /// in log order).
+    fn load_records(&self, records: &[CoordinatorRecord]) {
         let now = now_ms();
         let mut st = self.lock();
-        let count = records.len();
         let mut replay = ConsumerGroupReplay::new();
-        for r in &records {
+        for r in records {
             st.offsets.apply(r);
             replay.apply(r);
         }
@@ -206,10 +306,15 @@ impl GroupService {
                 }
             }
         }
+        // Only the groups these records name: groups of other partitions
+        // loaded earlier are live and must not be replaced.
+        let named: std::collections::BTreeSet<&str> =
+            records.iter().filter_map(|r| r.group_id()).collect();
         let config = st.classic.config().clone();
         let restored: Vec<ClassicGroup> = st
             .offsets
             .group_metadata_all()
+            .filter(|(group_id, _)| named.contains(group_id))
             .map(|(group_id, m)| {
                 ClassicGroup::from_group_metadata(group_id, config.clone(), m.clone(), now)
             })
@@ -220,14 +325,18 @@ impl GroupService {
         // A group that only ever committed offsets (an admin client, or a
         // consumer that assigns partitions itself) has no metadata record;
         // it comes back as an empty group, as in Kafka's replay.
-        let offset_groups: Vec<String> = st.offsets.groups().map(str::to_string).collect();
+        let offset_groups: Vec<String> = st
+            .offsets
+            .groups()
+            .filter(|g| named.contains(g))
+            .map(str::to_string)
+            .collect();
         for group_id in offset_groups {
             if st.classic.group(&group_id).is_none() && st.consumer.group(&group_id).is_none() {
                 st.classic
                     .insert_loaded(ClassicGroup::new(&group_id, config.clone(), now));
             }
         }
-        Ok(count)
     }
 
     // ---------------------------------------------------------------- classic
@@ -242,6 +351,9 @@ impl GroupService {
         let waiting = {
             let now = now_ms();
             let mut st = self.lock();
+            if let Err(e) = gate(&st, group_id) {
+                return JoinResponse::error(request.member_id, e);
+            }
             if let Err(e) = st.consumer.make_way_for_classic_group(group_id) {
                 return JoinResponse::error(request.member_id, e);
             }
@@ -276,6 +388,9 @@ impl GroupService {
         let waiting = {
             let now = now_ms();
             let mut st = self.lock();
+            if let Err(e) = gate(&st, group_id) {
+                return SyncResponse::error(e);
+            }
             let out = st.classic.sync(group_id, request, now);
             let waiting = match out.reply {
                 Reply::Now(r) => Err(r),
@@ -296,7 +411,10 @@ impl GroupService {
     }
 
     pub fn heartbeat(&self, group_id: &str, request: &HeartbeatRequest) -> Result<(), GroupError> {
-        let r = self.lock().classic.heartbeat(group_id, request, now_ms());
+        let mut st = self.lock();
+        gate(&st, group_id)?;
+        let r = st.classic.heartbeat(group_id, request, now_ms());
+        drop(st);
         self.wake.notify_one();
         r
     }
@@ -308,6 +426,7 @@ impl GroupService {
         members: &[LeaveMember],
     ) -> Result<Vec<LeaveMemberResponse>, GroupError> {
         let mut st = self.lock();
+        gate(&st, group_id)?;
         let out = st.classic.leave(group_id, members, now_ms());
         self.complete(broker, &mut st, group_id, out.completed);
         drop(st);
@@ -473,6 +592,7 @@ impl GroupService {
         let now = now_ms();
         let topics = ImageTopics(broker.metadata.image());
         let mut st = self.lock();
+        gate(&st, group_id)?;
         let State {
             classic, consumer, ..
         } = &mut *st;
@@ -544,6 +664,7 @@ impl GroupService {
     ) -> Result<ConsumerGroupDescription, GroupError> {
         let topics = ImageTopics(broker.metadata.image());
         let st = self.lock();
+        gate(&st, group_id)?;
         if st.consumer.group(group_id).is_none() && st.classic.group(group_id).is_some() {
             // Kafka: "Group {} is not a consumer group."
             return Err(GroupError::GroupIdNotFound);
@@ -575,6 +696,7 @@ impl GroupService {
     ) -> Result<Vec<Result<(), CommitError>>, GroupError> {
         let now = now_ms();
         let mut st = self.lock();
+        gate(&st, group_id)?;
         if st.consumer.group(group_id).is_some() {
             // KIP-848 groups check the member epoch (STALE_MEMBER_EPOCH).
             st.consumer.validate_offset_commit(
@@ -636,6 +758,7 @@ impl GroupService {
         member_epoch: i32,
     ) -> Result<(), GroupError> {
         let st = self.lock();
+        gate(&st, group_id)?;
         if st.consumer.group(group_id).is_none() {
             return Ok(());
         }
@@ -675,6 +798,7 @@ impl GroupService {
         topics: &[(String, Vec<i32>)],
     ) -> Result<Vec<TopicOffsetDeletion>, DeleteOffsetsError> {
         let mut st = self.lock();
+        gate(&st, group_id).map_err(DeleteOffsetsError::Group)?;
         let group = st
             .classic
             .group(group_id)
@@ -819,6 +943,7 @@ impl GroupService {
     pub fn delete_group(&self, broker: &Broker, group_id: &str) -> Result<(), GroupError> {
         let now = now_ms();
         let mut st = self.lock();
+        gate(&st, group_id)?;
         let consumer_group = st.consumer.group(group_id).is_some();
         match (st.classic.group(group_id), st.consumer.group(group_id)) {
             (Some(g), _) => g.validate_delete()?,
@@ -859,6 +984,19 @@ impl GroupService {
 /// waiting, the lag in time: now - the timestamp of the first batch at the
 /// committed offset (a batch's first timestamp, so it can overstate the lag
 /// by the time one batch spans).
+/// Whether this node coordinates `group_id` (see `check_coordinator`).
+fn gate(st: &State, group_id: &str) -> Result<(), GroupError> {
+    if st.offsets_partitions == 0 {
+        return Err(GroupError::CoordinatorNotAvailable);
+    }
+    let partition = crate::group::offsets::partition_for(group_id, st.offsets_partitions);
+    if st.owned.contains(&partition) {
+        Ok(())
+    } else {
+        Err(GroupError::NotCoordinator)
+    }
+}
+
 fn publish_metrics(broker: &Broker, st: &State, now: i64) {
     for g in st.classic.groups() {
         metrics::gauge!("kafka_group_members", "group" => g.group_id().to_string())

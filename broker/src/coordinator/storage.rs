@@ -129,65 +129,60 @@ pub fn append(
     Ok(())
 }
 
-/// Every record in the local `__consumer_offsets` partitions, partition by
-/// partition in offset order. A record whose bytes do not decode is logged
+/// Every record of one local `__consumer_offsets` partition, in offset order,
+/// up to its high watermark. A record whose bytes do not decode is logged
 /// and skipped: one bad record must not keep every group on the partition
 /// from loading.
-pub fn read_all(broker: &Broker) -> Result<Vec<CoordinatorRecord>, StorageError> {
+pub fn read_partition(broker: &Broker, p: i32) -> Result<Vec<CoordinatorRecord>, StorageError> {
     let mut out = Vec::new();
-    let Some(topic) = broker.metadata.image().topics.get(OFFSETS_TOPIC).cloned() else {
-        return Ok(out);
+    let Some(part) = broker.replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
+        return Err(StorageError::PartitionNotLocal(p));
     };
-    for p in 0..topic.partitions.len() as i32 {
-        let Some(part) = broker.replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
-            continue;
-        };
-        let mut offset = part.lock().expect("partition poisoned").log_start_offset();
-        loop {
-            let fetched = {
-                let part = part.lock().expect("partition poisoned");
-                if offset >= part.high_watermark() {
-                    break;
-                }
-                part.read(offset, LOAD_READ_BYTES, true)?
-            };
-            let mut next = offset;
-            for item in BatchIter::new(&fetched.records) {
-                let BatchIterItem::Batch { batch, .. } = item else {
-                    // Reads stop at the high watermark on batch boundaries;
-                    // anything else is corruption the log would have cut.
-                    break;
-                };
-                next = Offset(batch.last_offset() + 1);
-                if batch.is_control() {
-                    continue;
-                }
-                let mut one = Bytes::copy_from_slice(batch.as_bytes());
-                let set = match RecordBatchDecoder::decode(&mut one) {
-                    Ok(set) => set,
-                    Err(e) => {
-                        tracing::warn!(partition = p, offset = batch.base_offset(), error = %e, "skipping an undecodable {OFFSETS_TOPIC} batch");
-                        continue;
-                    }
-                };
-                for r in set.records {
-                    if r.offset < offset.0 {
-                        continue;
-                    }
-                    let Some(key) = r.key else { continue };
-                    match records::decode(&key, r.value.as_deref()) {
-                        Ok(rec) => out.push(rec),
-                        Err(e) => {
-                            tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an undecodable {OFFSETS_TOPIC} record")
-                        }
-                    }
-                }
-            }
-            if next <= offset {
+    let mut offset = part.lock().expect("partition poisoned").log_start_offset();
+    loop {
+        let fetched = {
+            let part = part.lock().expect("partition poisoned");
+            if offset >= part.high_watermark() {
                 break;
             }
-            offset = next;
+            part.read(offset, LOAD_READ_BYTES, true)?
+        };
+        let mut next = offset;
+        for item in BatchIter::new(&fetched.records) {
+            let BatchIterItem::Batch { batch, .. } = item else {
+                // Reads stop at the high watermark on batch boundaries;
+                // anything else is corruption the log would have cut.
+                break;
+            };
+            next = Offset(batch.last_offset() + 1);
+            if batch.is_control() {
+                continue;
+            }
+            let mut one = Bytes::copy_from_slice(batch.as_bytes());
+            let set = match RecordBatchDecoder::decode(&mut one) {
+                Ok(set) => set,
+                Err(e) => {
+                    tracing::warn!(partition = p, offset = batch.base_offset(), error = %e, "skipping an undecodable {OFFSETS_TOPIC} batch");
+                    continue;
+                }
+            };
+            for r in set.records {
+                if r.offset < offset.0 {
+                    continue;
+                }
+                let Some(key) = r.key else { continue };
+                match records::decode(&key, r.value.as_deref()) {
+                    Ok(rec) => out.push(rec),
+                    Err(e) => {
+                        tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an undecodable {OFFSETS_TOPIC} record")
+                    }
+                }
+            }
         }
+        if next <= offset {
+            break;
+        }
+        offset = next;
     }
     Ok(out)
 }

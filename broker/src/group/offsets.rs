@@ -245,6 +245,13 @@ impl OffsetStore {
         }
     }
 
+    /// Forgets a group's offsets and metadata here (its coordinator moved);
+    /// nothing is deleted from the log.
+    pub fn unload(&mut self, group_id: &str) {
+        self.offsets.remove(group_id);
+        self.group_metadata.remove(group_id);
+    }
+
     pub fn fetch(&self, group_id: &str, topic: &str, partition: i32) -> Option<&OffsetAndMetadata> {
         self.offsets
             .get(group_id)?

@@ -47,6 +47,8 @@ pub async fn handle(
         let rf = current.partitions.first().map_or(1, |p| p.replicas.len());
         let mut new = Vec::new();
         let mut bad = None;
+        let mut bad_rf = None;
+        let placed = broker.place_replicas(&image, have, topic.count - have, rf as i16);
         for (i, p) in (have..topic.count).enumerate() {
             let replicas: Vec<NodeId> = match &topic.assignments {
                 Some(a) => match a.get(i) {
@@ -58,9 +60,13 @@ pub async fn handle(
                         break;
                     }
                 },
-                None => (0..rf)
-                    .map(|r| brokers[(p as usize + r) % brokers.len()])
-                    .collect(),
+                None => match &placed {
+                    Ok(placed) => placed[i].clone(),
+                    Err(e) => {
+                        bad_rf = Some(e.to_string());
+                        break;
+                    }
+                },
             };
             if let Some(u) = replicas.iter().find(|r| !brokers.contains(r)) {
                 bad = Some(format!("Unknown broker {u} in the replica assignment"));
@@ -74,6 +80,12 @@ pub async fn handle(
                 leader_epoch: LeaderEpoch(0),
                 partition_epoch: 0,
             });
+        }
+        if let Some(why) = bad_rf {
+            r.error_code = ResponseError::InvalidReplicationFactor.code();
+            r.error_message = Some(str_bytes(why));
+            resp.results.push(r);
+            continue;
         }
         if let Some(why) = bad {
             r.error_code = ResponseError::InvalidReplicaAssignment.code();

@@ -14,6 +14,12 @@ pub fn handle(broker: &Broker, req: DescribeGroupsRequest) -> DescribeGroupsResp
     for group_id in req.groups {
         let mut d = DescribedGroup::default();
         d.authorized_operations = group_authorized_operations(req.include_authorized_operations);
+        if let Err(e) = broker.groups.check_coordinator(&group_id.0) {
+            d.error_code = e.code();
+            d.group_id = group_id;
+            resp.groups.push(d);
+            continue;
+        }
         match broker.groups.describe(&group_id.0) {
             None => {
                 d.group_state = str_bytes(GroupState::Dead.as_str());

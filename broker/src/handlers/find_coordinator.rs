@@ -54,11 +54,39 @@ async fn find(broker: &Broker, key: StrBytes, key_type: i8) -> Coordinator {
     let error = match key_type {
         GROUP => match ensure_offsets_topic(broker).await {
             Ok(()) => {
-                let l = &broker.config.advertised_listeners[0];
-                c.node_id = BrokerId(broker.node_id().0);
-                c.host = str_bytes(l.host.clone());
-                c.port = i32::from(l.port);
-                return c;
+                if let Err(e) = broker.groups.sync_ownership(broker) {
+                    tracing::warn!(error = %e, "loading groups after creating {OFFSETS_TOPIC}");
+                }
+                // The coordinator is the leader of the group's partition.
+                let image = broker.metadata.image();
+                let partition = crate::coordinator::partition_of(broker, &c.key);
+                let leader = image
+                    .topics
+                    .get(OFFSETS_TOPIC)
+                    .and_then(|t| t.partitions.get(partition as usize))
+                    .map(|p| p.leader)
+                    .and_then(|leader| image.brokers.get(&leader))
+                    .filter(|b| !b.fenced);
+                match (leader, image.brokers.is_empty()) {
+                    (Some(b), _) => {
+                        c.node_id = BrokerId(b.node_id.0);
+                        c.host = str_bytes(b.host.clone());
+                        c.port = i32::from(b.port);
+                        return c;
+                    }
+                    // A node that has not registered yet is the whole cluster.
+                    (None, true) => {
+                        let l = broker.config.advertised_client_listener();
+                        c.node_id = BrokerId(broker.node_id().0);
+                        c.host = str_bytes(l.host.clone());
+                        c.port = i32::from(l.port);
+                        return c;
+                    }
+                    (None, false) => (
+                        ResponseError::CoordinatorNotAvailable,
+                        format!("partition {partition} of {OFFSETS_TOPIC} has no leader"),
+                    ),
+                }
             }
             Err(msg) => (ResponseError::CoordinatorNotAvailable, msg),
         },

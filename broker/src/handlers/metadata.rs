@@ -12,9 +12,10 @@ use uuid::Uuid;
 
 use super::{str_bytes, AUTHORIZED_OPERATIONS_OMITTED};
 use crate::broker::{Broker, NewTopic};
-use crate::metadata::TopicImage;
+use crate::metadata::{MetadataImage, TopicImage, NO_LEADER};
 
-/// (node id, host, port, rack) of every registered broker.
+/// (node id, host, port, rack) of every registered, unfenced broker: the ones
+/// clients may be sent to (Kafka lists fenced brokers nowhere).
 pub fn live_brokers(broker: &Broker) -> Vec<(i32, String, i32, Option<String>)> {
     let image = broker.metadata.image();
     if image.brokers.is_empty() {
@@ -24,11 +25,15 @@ pub fn live_brokers(broker: &Broker) -> Vec<(i32, String, i32, Option<String>)> 
     image
         .brokers
         .values()
+        .filter(|b| !b.fenced)
         .map(|b| (b.node_id.0, b.host.clone(), b.port as i32, b.rack.clone()))
         .collect()
 }
 
-pub fn topic_response(t: &TopicImage) -> MetadataResponseTopic {
+/// A topic as Metadata describes it. A partition without a leader carries
+/// LEADER_NOT_AVAILABLE, and replicas on fenced brokers are listed offline, as
+/// Kafka does.
+pub fn topic_response(image: &MetadataImage, t: &TopicImage) -> MetadataResponseTopic {
     let mut topic = MetadataResponseTopic::default();
     topic.name = Some(TopicName(str_bytes(t.name.clone())));
     topic.topic_id = t.topic_id;
@@ -44,6 +49,15 @@ pub fn topic_response(t: &TopicImage) -> MetadataResponseTopic {
             mp.leader_epoch = p.leader_epoch.0;
             mp.replica_nodes = p.replicas.iter().map(|r| BrokerId(r.0)).collect();
             mp.isr_nodes = p.isr.iter().map(|r| BrokerId(r.0)).collect();
+            mp.offline_replicas = p
+                .replicas
+                .iter()
+                .filter(|r| image.brokers.get(r).is_some_and(|b| b.fenced))
+                .map(|r| BrokerId(r.0))
+                .collect();
+            if p.leader == NO_LEADER {
+                mp.error_code = ResponseError::LeaderNotAvailable.code();
+            }
             mp
         })
         .collect();
@@ -84,7 +98,11 @@ pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> Meta
     let image = broker.metadata.image();
     resp.cluster_id = Some(str_bytes(image.cluster_id.clone()));
     let Some(requested) = requested else {
-        resp.topics = image.topics.values().map(topic_response).collect();
+        resp.topics = image
+            .topics
+            .values()
+            .map(|t| topic_response(&image, t))
+            .collect();
         return resp;
     };
     // Auto-creation is allowed on v0-3 whenever the broker enables it; from
@@ -95,11 +113,11 @@ pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> Meta
     for (i, t) in requested.into_iter().enumerate() {
         let name = t.name.map(|n| n.0.to_string());
         let found = match &name {
-            Some(n) => broker.metadata.image().topics.get(n).cloned(),
-            None => broker.metadata.image().topic_by_id(t.topic_id).cloned(),
+            Some(n) => image.topics.get(n),
+            None => image.topic_by_id(t.topic_id),
         };
         let topic = match (found, name) {
-            (Some(img), _) => topic_response(&img),
+            (Some(img), _) => topic_response(&image, img),
             (None, None) => error_topic(None, t.topic_id, ResponseError::UnknownTopicId),
             (None, Some(n)) => {
                 if let Err(_why) = crate::broker::validate_topic_name(&n) {
@@ -116,8 +134,9 @@ pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> Meta
                     };
                     match broker.create_topic(new, false).await {
                         Ok(_) | Err(crate::broker::CreateTopicError::TopicAlreadyExists(_)) => {
-                            match broker.metadata.image().topics.get(&n) {
-                                Some(img) => topic_response(img),
+                            let image = broker.metadata.image();
+                            match image.topics.get(&n) {
+                                Some(img) => topic_response(&image, img),
                                 None => error_topic(
                                     Some(n),
                                     Uuid::nil(),

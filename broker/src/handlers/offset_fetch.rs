@@ -67,6 +67,12 @@ pub fn handle(broker: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetF
                     .collect()
             });
             let mut rg = OffsetFetchResponseGroup::default();
+            if let Err(e) = broker.groups.check_coordinator(&g.group_id.0) {
+                rg.error_code = e.code();
+                rg.group_id = g.group_id;
+                resp.groups.push(rg);
+                continue;
+            }
             if version >= 9 {
                 let member = g.member_id.as_ref().map(|m| m.as_str());
                 if let Err(e) =
@@ -99,6 +105,10 @@ pub fn handle(broker: &Broker, version: i16, req: OffsetFetchRequest) -> OffsetF
             rg.group_id = g.group_id;
             resp.groups.push(rg);
         }
+        return resp;
+    }
+    if let Err(e) = broker.groups.check_coordinator(&req.group_id.0) {
+        resp.error_code = e.code();
         return resp;
     }
     // v1 has a non-nullable topic list; v2+ null means "all".

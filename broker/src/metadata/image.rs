@@ -33,6 +33,11 @@ pub struct BrokerRegistration {
     pub host: String,
     pub port: u16,
     pub rack: Option<String>,
+    /// A fenced broker leads nothing and is in no ISR it could leave. The
+    /// active controller fences a broker whose heartbeats stop (or that asks
+    /// to, in a controlled shutdown); registering again unfences it.
+    #[serde(default)]
+    pub fenced: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -49,12 +54,20 @@ pub struct TopicImage {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct PartitionImage {
     pub partition: i32,
+    /// The assignment; the first replica is the preferred leader.
     pub replicas: Vec<NodeId>,
+    /// In-sync replicas. Never empty: when the last in-sync replica is fenced
+    /// it stays here (as Kafka keeps it) and the partition has no leader, so
+    /// only that replica, holding every acked write, can lead again.
     pub isr: Vec<NodeId>,
+    /// [`NO_LEADER`] while no in-sync replica is available.
     pub leader: NodeId,
     pub leader_epoch: LeaderEpoch,
     pub partition_epoch: i32,
 }
+
+/// The leader of a partition none of whose in-sync replicas is available.
+pub const NO_LEADER: NodeId = NodeId(-1);
 
 /// A change to the metadata image, proposed through Raft.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -65,8 +78,37 @@ pub enum MetadataCommand {
     InitCluster {
         cluster_id: String,
     },
-    /// Adds a broker or replaces its earlier registration.
+    /// Adds a broker or replaces its earlier registration, unfenced (whatever
+    /// `fenced` says), and gives it the leadership of every leaderless
+    /// partition whose ISR holds it.
     RegisterBroker(BrokerRegistration),
+    /// Fences a broker: it leaves the ISR of every partition (unless it is the
+    /// last member) and each of its leaderships moves to the first in-sync,
+    /// unfenced replica in assignment order, or to [`NO_LEADER`].
+    FenceBroker {
+        node_id: NodeId,
+    },
+    /// A partition leader's ISR change (Kafka's AlterPartition). Accepted only
+    /// from the current leader at the current leader epoch and partition epoch;
+    /// the new ISR must hold the leader and only unfenced replicas.
+    AlterPartition {
+        #[serde(with = "uuid_text")]
+        topic_id: Uuid,
+        partition: i32,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
+        partition_epoch: i32,
+        isr: Vec<NodeId>,
+    },
+    /// Elects a leader for a leaderless partition: an in-sync, unfenced
+    /// replica, or with `unclean` any unfenced replica (whose log may lack
+    /// acked writes; the ISR becomes that replica alone).
+    ElectLeader {
+        #[serde(with = "uuid_text")]
+        topic_id: Uuid,
+        partition: i32,
+        unclean: bool,
+    },
     CreateTopic {
         name: String,
         #[serde(with = "uuid_text")]
@@ -99,6 +141,8 @@ pub enum MetadataCommand {
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum MetadataOutcome {
     Done,
+    /// The partition's state after an accepted `AlterPartition` or `ElectLeader`.
+    Partition(PartitionImage),
     /// Producer ids `first .. first + count` now belong to the proposer.
     ProducerIdBlock {
         first: i64,
@@ -117,6 +161,25 @@ pub enum MetadataError {
     /// A producer id block must hold at least one id and must not run past `i64::MAX`.
     #[error("invalid producer id block size {0}")]
     InvalidProducerIdCount(i64),
+    #[error("unknown topic id {0} or partition {1}")]
+    UnknownTopicOrPartition(String, i32),
+    /// The proposer is not the partition's leader at the image's leader epoch
+    /// (Kafka's FENCED_LEADER_EPOCH / NOT_LEADER_OR_FOLLOWER).
+    #[error("fenced leader epoch: partition is led by {leader} at epoch {leader_epoch}")]
+    FencedLeaderEpoch {
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
+    },
+    /// The proposer's partition epoch is stale (Kafka's INVALID_UPDATE_VERSION).
+    #[error("stale partition epoch; current is {0}")]
+    InvalidUpdateVersion(i32),
+    /// A proposed ISR member is not an unfenced replica (Kafka's INELIGIBLE_REPLICA).
+    #[error("replica {0} cannot be in the ISR")]
+    IneligibleReplica(NodeId),
+    /// The ISR must hold the leader, and an election needs a leaderless partition
+    /// with an eligible replica.
+    #[error("invalid request: {0}")]
+    InvalidRequest(String),
     /// This node is not the metadata leader; `leader` is the one it knows of.
     #[error("not the controller; leader is {leader:?}")]
     NotController { leader: Option<NodeId> },
@@ -138,9 +201,119 @@ impl MetadataImage {
                 Ok(MetadataOutcome::Done)
             }
             MetadataCommand::RegisterBroker(registration) => {
-                self.brokers
-                    .insert(registration.node_id, registration.clone());
+                let node = registration.node_id;
+                let mut registration = registration.clone();
+                registration.fenced = false;
+                self.brokers.insert(node, registration);
+                for topic in self.topics.values_mut() {
+                    for p in &mut topic.partitions {
+                        if p.leader == NO_LEADER && p.isr.contains(&node) {
+                            p.leader = node;
+                            p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
+                            p.partition_epoch += 1;
+                        }
+                    }
+                }
                 Ok(MetadataOutcome::Done)
+            }
+            MetadataCommand::FenceBroker { node_id } => {
+                let node = *node_id;
+                let Some(broker) = self.brokers.get_mut(&node) else {
+                    return Err(MetadataError::InvalidRequest(format!(
+                        "broker {node} is not registered"
+                    )));
+                };
+                broker.fenced = true;
+                let brokers = &self.brokers;
+                for topic in self.topics.values_mut() {
+                    for p in &mut topic.partitions {
+                        fence_in_partition(p, node, brokers);
+                    }
+                }
+                Ok(MetadataOutcome::Done)
+            }
+            MetadataCommand::AlterPartition {
+                topic_id,
+                partition,
+                leader,
+                leader_epoch,
+                partition_epoch,
+                isr,
+            } => {
+                let brokers = &self.brokers;
+                let p = partition_mut(&mut self.topics, *topic_id, *partition)?;
+                if p.leader != *leader || p.leader_epoch != *leader_epoch {
+                    return Err(MetadataError::FencedLeaderEpoch {
+                        leader: p.leader,
+                        leader_epoch: p.leader_epoch,
+                    });
+                }
+                if p.partition_epoch != *partition_epoch {
+                    return Err(MetadataError::InvalidUpdateVersion(p.partition_epoch));
+                }
+                if !isr.contains(leader) {
+                    return Err(MetadataError::InvalidRequest(
+                        "the ISR must hold the leader".into(),
+                    ));
+                }
+                let mut new_isr: Vec<NodeId> = Vec::with_capacity(isr.len());
+                for &member in isr {
+                    // Members already in the ISR may stay even while fenced
+                    // (the fence itself removes them); a new one must be live.
+                    let live = brokers.get(&member).is_some_and(|b| !b.fenced);
+                    if !p.replicas.contains(&member) || (!live && !p.isr.contains(&member)) {
+                        return Err(MetadataError::IneligibleReplica(member));
+                    }
+                    if !new_isr.contains(&member) {
+                        new_isr.push(member);
+                    }
+                }
+                p.isr = new_isr;
+                p.partition_epoch += 1;
+                Ok(MetadataOutcome::Partition(p.clone()))
+            }
+            MetadataCommand::ElectLeader {
+                topic_id,
+                partition,
+                unclean,
+            } => {
+                let brokers = &self.brokers;
+                let p = partition_mut(&mut self.topics, *topic_id, *partition)?;
+                if p.leader != NO_LEADER {
+                    return Err(MetadataError::InvalidRequest(format!(
+                        "partition {partition} already has leader {}",
+                        p.leader
+                    )));
+                }
+                let live = |n: &NodeId| brokers.get(n).is_some_and(|b| !b.fenced);
+                let clean = p
+                    .replicas
+                    .iter()
+                    .copied()
+                    .find(|n| p.isr.contains(n) && live(n));
+                let chosen = match (clean, *unclean) {
+                    (Some(n), _) => n,
+                    (None, true) => match p.replicas.iter().copied().find(|n| live(n)) {
+                        Some(n) => {
+                            p.isr = vec![n];
+                            n
+                        }
+                        None => {
+                            return Err(MetadataError::InvalidRequest(
+                                "no live replica to elect".into(),
+                            ))
+                        }
+                    },
+                    (None, false) => {
+                        return Err(MetadataError::InvalidRequest(
+                            "no live in-sync replica to elect".into(),
+                        ))
+                    }
+                };
+                p.leader = chosen;
+                p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
+                p.partition_epoch += 1;
+                Ok(MetadataOutcome::Partition(p.clone()))
             }
             MetadataCommand::CreateTopic {
                 name,
@@ -226,6 +399,54 @@ impl MetadataImage {
 
     pub fn topic_by_id(&self, id: Uuid) -> Option<&TopicImage> {
         self.topics.values().find(|topic| topic.topic_id == id)
+    }
+}
+
+fn partition_mut(
+    topics: &mut BTreeMap<String, TopicImage>,
+    topic_id: Uuid,
+    partition: i32,
+) -> Result<&mut PartitionImage, MetadataError> {
+    topics
+        .values_mut()
+        .find(|t| t.topic_id == topic_id)
+        .and_then(|t| {
+            usize::try_from(partition)
+                .ok()
+                .and_then(|i| t.partitions.get_mut(i))
+        })
+        .ok_or_else(|| MetadataError::UnknownTopicOrPartition(topic_id.to_string(), partition))
+}
+
+/// What fencing `node` does to one partition: it leaves the ISR unless it is
+/// the last member, and if it led, leadership moves to the first in-sync,
+/// unfenced replica in assignment order (or to nobody).
+fn fence_in_partition(
+    p: &mut PartitionImage,
+    node: NodeId,
+    brokers: &BTreeMap<NodeId, BrokerRegistration>,
+) {
+    if !p.replicas.contains(&node) {
+        return;
+    }
+    let mut changed = false;
+    if p.isr.len() > 1 && p.isr.contains(&node) {
+        p.isr.retain(|&n| n != node);
+        changed = true;
+    }
+    if p.leader == node {
+        let live = |n: &NodeId| brokers.get(n).is_some_and(|b| !b.fenced);
+        p.leader = p
+            .replicas
+            .iter()
+            .copied()
+            .find(|n| *n != node && p.isr.contains(n) && live(n))
+            .unwrap_or(NO_LEADER);
+        p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
+        changed = true;
+    }
+    if changed {
+        p.partition_epoch += 1;
     }
 }
 
@@ -514,11 +735,178 @@ mod tests {
                 host: "localhost".into(),
                 port,
                 rack: None,
+                fenced: false,
             });
             image.apply(&cmd).unwrap();
         }
         assert_eq!(image.brokers.len(), 1);
         assert_eq!(image.brokers[&NodeId(1)].port, 9093);
+    }
+
+    fn register(image: &mut MetadataImage, id: i32) {
+        let cmd = MetadataCommand::RegisterBroker(BrokerRegistration {
+            node_id: NodeId(id),
+            host: format!("127.0.0.{id}"),
+            port: 9092,
+            rack: None,
+            fenced: false,
+        });
+        image.apply(&cmd).unwrap();
+    }
+
+    /// Three brokers and one partition replicated on all three, led by 1.
+    fn three_brokers() -> (MetadataImage, Uuid) {
+        let mut image = MetadataImage::default();
+        for id in 1..=3 {
+            register(&mut image, id);
+        }
+        let replicas = vec![NodeId(1), NodeId(2), NodeId(3)];
+        let topic_id = Uuid::new_v4();
+        let cmd = MetadataCommand::CreateTopic {
+            name: "t".into(),
+            topic_id,
+            partitions: vec![PartitionImage {
+                partition: 0,
+                replicas: replicas.clone(),
+                isr: replicas,
+                leader: NodeId(1),
+                leader_epoch: LeaderEpoch(0),
+                partition_epoch: 0,
+            }],
+            configs: BTreeMap::new(),
+        };
+        image.apply(&cmd).unwrap();
+        (image, topic_id)
+    }
+
+    fn fence(image: &mut MetadataImage, id: i32) {
+        image
+            .apply(&MetadataCommand::FenceBroker {
+                node_id: NodeId(id),
+            })
+            .unwrap();
+    }
+
+    #[test]
+    fn fencing_the_leader_moves_leadership_within_the_isr() {
+        let (mut image, _) = three_brokers();
+        fence(&mut image, 1);
+        let p = &image.topics["t"].partitions[0];
+        assert_eq!(p.leader, NodeId(2));
+        assert_eq!(p.isr, vec![NodeId(2), NodeId(3)]);
+        assert_eq!(p.leader_epoch, LeaderEpoch(1));
+        assert_eq!(p.partition_epoch, 1);
+        assert!(image.brokers[&NodeId(1)].fenced);
+
+        // A follower's fence changes the ISR but not the leader epoch.
+        fence(&mut image, 3);
+        let p = &image.topics["t"].partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (NodeId(2), LeaderEpoch(1)));
+        assert_eq!(p.isr, vec![NodeId(2)]);
+        assert_eq!(p.partition_epoch, 2);
+
+        // The last in-sync replica stays in the ISR and the partition has no
+        // leader; an out-of-sync replica coming back does not get it.
+        fence(&mut image, 2);
+        let p = &image.topics["t"].partitions[0];
+        assert_eq!((p.leader, p.isr.clone()), (NO_LEADER, vec![NodeId(2)]));
+        assert_eq!(p.leader_epoch, LeaderEpoch(2));
+        register(&mut image, 1);
+        assert_eq!(image.topics["t"].partitions[0].leader, NO_LEADER);
+        assert!(!image.brokers[&NodeId(1)].fenced);
+
+        // The last in-sync replica coming back leads again.
+        register(&mut image, 2);
+        let p = &image.topics["t"].partitions[0];
+        assert_eq!((p.leader, p.leader_epoch), (NodeId(2), LeaderEpoch(3)));
+    }
+
+    #[test]
+    fn unclean_election_needs_asking_for() {
+        let (mut image, topic_id) = three_brokers();
+        for id in [3, 2, 1] {
+            fence(&mut image, id);
+        }
+        register(&mut image, 3);
+        let clean = MetadataCommand::ElectLeader {
+            topic_id,
+            partition: 0,
+            unclean: false,
+        };
+        assert!(matches!(
+            image.apply(&clean),
+            Err(MetadataError::InvalidRequest(_))
+        ));
+        let unclean = MetadataCommand::ElectLeader {
+            topic_id,
+            partition: 0,
+            unclean: true,
+        };
+        let Ok(MetadataOutcome::Partition(p)) = image.apply(&unclean) else {
+            panic!("unclean election failed");
+        };
+        assert_eq!((p.leader, p.isr), (NodeId(3), vec![NodeId(3)]));
+        // Led again: a second election is refused.
+        assert!(image.apply(&unclean).is_err());
+    }
+
+    #[test]
+    fn alter_partition_checks_leader_epochs_and_eligibility() {
+        let (mut image, topic_id) = three_brokers();
+        let alter = |isr: &[i32], leader_epoch: i32, partition_epoch: i32| {
+            MetadataCommand::AlterPartition {
+                topic_id,
+                partition: 0,
+                leader: NodeId(1),
+                leader_epoch: LeaderEpoch(leader_epoch),
+                partition_epoch,
+                isr: isr.iter().map(|&n| NodeId(n)).collect(),
+            }
+        };
+        let Ok(MetadataOutcome::Partition(p)) = image.apply(&alter(&[1, 2], 0, 0)) else {
+            panic!("shrink refused");
+        };
+        assert_eq!((p.isr, p.partition_epoch), (vec![NodeId(1), NodeId(2)], 1));
+        let before = image.clone();
+        assert_eq!(
+            image.apply(&alter(&[1, 2, 3], 0, 0)),
+            Err(MetadataError::InvalidUpdateVersion(1))
+        );
+        assert!(matches!(
+            image.apply(&alter(&[1, 2, 3], 5, 1)),
+            Err(MetadataError::FencedLeaderEpoch { .. })
+        ));
+        assert!(matches!(
+            image.apply(&alter(&[2, 3], 0, 1)),
+            Err(MetadataError::InvalidRequest(_))
+        ));
+        assert_eq!(
+            image.apply(&alter(&[1, 4], 0, 1)),
+            Err(MetadataError::IneligibleReplica(NodeId(4)))
+        );
+        assert_eq!(image, before);
+
+        // A fenced broker cannot rejoin the ISR until it registers again.
+        fence(&mut image, 3);
+        let epoch = image.topics["t"].partitions[0].partition_epoch;
+        assert_eq!(
+            image.apply(&alter(&[1, 2, 3], 0, epoch)),
+            Err(MetadataError::IneligibleReplica(NodeId(3)))
+        );
+        register(&mut image, 3);
+        assert!(image.apply(&alter(&[1, 2, 3], 0, epoch)).is_ok());
+        let unknown = MetadataCommand::AlterPartition {
+            topic_id: Uuid::new_v4(),
+            partition: 0,
+            leader: NodeId(1),
+            leader_epoch: LeaderEpoch(0),
+            partition_epoch: 0,
+            isr: vec![NodeId(1)],
+        };
+        assert!(matches!(
+            image.apply(&unknown),
+            Err(MetadataError::UnknownTopicOrPartition(..))
+        ));
     }
 
     #[test]

@@ -13,6 +13,7 @@
 
 pub mod image;
 pub mod network;
+pub mod placement;
 pub mod store;
 
 use std::io::Cursor;
@@ -28,7 +29,7 @@ use crate::types::NodeId;
 
 pub use image::{
     BrokerRegistration, MetadataCommand, MetadataError, MetadataImage, MetadataOutcome,
-    PartitionImage, TopicImage,
+    PartitionImage, TopicImage, NO_LEADER,
 };
 use network::MetadataNetwork;
 use store::{MetadataLogStore, MetadataStateMachine, RaftNodeId};
