@@ -80,7 +80,9 @@ pub enum PeerResponse {
     InstallSnapshot(
         Result<InstallSnapshotResponse<RaftNodeId>, RaftError<RaftNodeId, InstallSnapshotError>>,
     ),
-    Write(Result<MetadataOutcome, MetadataError>),
+    /// The command's result and the log index of its entry (so the caller
+    /// can wait to apply it before reading its own image).
+    Write(Result<MetadataOutcome, MetadataError>, Option<u64>),
     Heartbeat(Result<HeartbeatReply, MetadataError>),
     ReadIndex(Result<Option<u64>, MetadataError>),
 }

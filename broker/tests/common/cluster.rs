@@ -27,6 +27,9 @@ pub const FAST_TIMEOUTS: &[(&str, &str)] = &[
     ("offsets.topic.replication.factor", "1"),
 ];
 
+/// The bound on `start` waiting for the cluster to settle.
+const STARTUP_WAIT: Duration = Duration::from_secs(20);
+
 pub struct ClusterNode {
     pub node_id: i32,
     pub client_port: u16,
@@ -46,8 +49,9 @@ pub struct TestCluster {
 
 impl TestCluster {
     /// Starts `n` nodes (ids 1..=n) with `FAST_TIMEOUTS` and `extra` (which
-    /// wins over `FAST_TIMEOUTS`), and waits until every node has started,
-    /// which includes seeing a leader, catching up, and registering.
+    /// wins over `FAST_TIMEOUTS`), and waits until every node has started
+    /// (seen a leader, caught up, registered), every node's image shows all
+    /// `n` brokers unfenced, and all nodes name the same leader.
     pub async fn start(n: usize, base_port: u16, extra: &[(&str, &str)]) -> TestCluster {
         Self::start_with(n, base_port, extra, |_| Vec::new()).await
     }
@@ -87,7 +91,7 @@ impl TestCluster {
         let mut starts = Vec::new();
         for node in &cluster.nodes {
             let config = cluster.config(node);
-            starts.push(tokio::spawn(broker::start(config)));
+            starts.push(tokio::spawn(start_retrying_bind(config)));
         }
         for (node, start) in cluster.nodes.iter_mut().zip(starts) {
             let running = start
@@ -96,6 +100,18 @@ impl TestCluster {
                 .unwrap_or_else(|e| panic!("node {} starts: {e}", node.node_id));
             node.running = Some(running);
         }
+        // Each node registered itself through the quorum; make sure every
+        // node's image shows all of them, and that they agree on a leader.
+        cluster
+            .wait_for_images(
+                "every broker registered on every node",
+                STARTUP_WAIT,
+                |image| image.brokers.len() == n && image.brokers.values().all(|b| !b.fenced),
+            )
+            .await;
+        cluster
+            .wait_until("an agreed leader", STARTUP_WAIT, |c| c.leader().is_some())
+            .await;
         cluster
     }
 
@@ -200,7 +216,7 @@ impl TestCluster {
     /// Starts a stopped node again with the same directory and ports.
     pub async fn restart(&mut self, id: i32) {
         let config = self.config(self.node(id));
-        let running = broker::start(config)
+        let running = start_retrying_bind(config)
             .await
             .unwrap_or_else(|e| panic!("node {id} restarts: {e}"));
         self.node_mut(id).running = Some(running);
@@ -235,6 +251,26 @@ impl TestCluster {
     pub async fn shutdown(mut self) {
         for id in self.running_ids() {
             self.stop(id).await;
+        }
+    }
+}
+
+/// `broker::start`, retried for a few seconds while a port is in use: the
+/// fixed test ports lie inside Linux's ephemeral range, so an outgoing
+/// connection (any process's) can briefly hold one.
+async fn start_retrying_bind(
+    config: broker::config::ServerConfig,
+) -> Result<broker::RunningBroker, broker::StartError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match broker::start(config.clone()).await {
+            Err(broker::StartError::Listen(addr, e))
+                if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+            {
+                eprintln!("{addr} in use; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
         }
     }
 }
