@@ -1,12 +1,15 @@
 //! An in-process cluster of brokers in combined mode (broker + controller),
 //! for tests that need several nodes: each node has its own temporary data
 //! directory (kept across stop/restart), a client listener and a controller
-//! listener on 127.0.0.1 at fixed ports derived from `base_port`, so a
-//! restarted node comes back at the same address.
+//! listener at fixed addresses, so a restarted node comes back at the same
+//! address.
 //!
-//! Ports: node `i` (1-based id) uses `base_port + 2*(i-1)` for clients and
-//! the next port for the controller. Give each test its own `base_port`
-//! inside your port range (tests in one binary run concurrently).
+//! Addresses: node `i` (1-based id) listens on host `127.0.0.{i+1}` (never
+//! 127.0.0.1, the source address of every loopback connection, so no
+//! outgoing connection's ephemeral port can occupy a listener's port), port
+//! `base_port + 2*(i-1)` for clients and the next port for the controller.
+//! Give each test its own `base_port` inside your port range (tests in one
+//! binary run concurrently).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -64,7 +67,7 @@ impl TestCluster {
         per_node: impl Fn(i32) -> Vec<(String, String)>,
     ) -> TestCluster {
         let voters = (1..=n as i32)
-            .map(|id| format!("{id}@127.0.0.1:{}", base_port + 2 * (id as u16 - 1) + 1))
+            .map(|id| format!("{id}@{}:{}", host(id), base_port + 2 * (id as u16 - 1) + 1))
             .collect::<Vec<_>>()
             .join(",");
         let mut common: Vec<(String, String)> = FAST_TIMEOUTS
@@ -123,8 +126,10 @@ impl TestCluster {
             (
                 "listeners".to_string(),
                 format!(
-                    "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
-                    node.client_port, node.controller_port
+                    "PLAINTEXT://{host}:{},CONTROLLER://{host}:{}",
+                    node.client_port,
+                    node.controller_port,
+                    host = host(node.node_id)
                 ),
             ),
             (
@@ -169,7 +174,7 @@ impl TestCluster {
 
     /// The client address of node `id`.
     pub fn addr(&self, id: i32) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.node(id).client_port))
+        SocketAddr::new(host(id).parse().unwrap(), self.node(id).client_port)
     }
 
     pub async fn client(&self, id: i32) -> Client {
@@ -273,4 +278,9 @@ async fn start_retrying_bind(
             other => return other,
         }
     }
+}
+
+/// The loopback address node `id` listens on.
+pub fn host(id: i32) -> String {
+    format!("127.0.0.{}", id + 1)
 }
