@@ -278,6 +278,65 @@ mod tests {
     }
 
     #[test]
+    fn unclean_candidates_follow_topic_config_over_the_broker_default() {
+        use crate::metadata::{PartitionImage, TopicImage};
+        use crate::types::LeaderEpoch;
+        let mut image = image(&[(1, true), (2, false)]);
+        let leaderless = |partition, replicas: Vec<NodeId>| PartitionImage {
+            partition,
+            isr: vec![replicas[0]],
+            replicas,
+            leader: NO_LEADER,
+            leader_epoch: LeaderEpoch(3),
+            partition_epoch: 4,
+        };
+        let mut add = |name: &str, setting: Option<&str>, partitions: Vec<PartitionImage>| {
+            let topic_id = uuid::Uuid::new_v4();
+            let configs = setting
+                .map(|v| (UNCLEAN_KEY.to_string(), v.to_string()))
+                .into_iter()
+                .collect();
+            image.topics.insert(
+                name.to_string(),
+                TopicImage {
+                    name: name.to_string(),
+                    topic_id,
+                    partitions,
+                    configs,
+                },
+            );
+            topic_id
+        };
+        let allowed = add(
+            "allowed",
+            Some("true"),
+            vec![
+                leaderless(0, vec![NodeId(1), NodeId(2)]),
+                // Only fenced replicas: nothing to elect.
+                leaderless(1, vec![NodeId(1)]),
+            ],
+        );
+        let refused = add(
+            "refused",
+            Some("false"),
+            vec![leaderless(0, vec![NodeId(1), NodeId(2)])],
+        );
+        let defaulted = add(
+            "defaulted",
+            None,
+            vec![leaderless(0, vec![NodeId(1), NodeId(2)])],
+        );
+
+        let mut off = unclean_candidates(&image, false);
+        off.sort();
+        assert_eq!(off, vec![(allowed, 0)]);
+        let on = unclean_candidates(&image, true);
+        assert!(on.contains(&(allowed, 0)) && on.contains(&(defaulted, 0)));
+        assert!(!on.contains(&(refused, 0)) && !on.contains(&(allowed, 1)));
+        assert_eq!(on.len(), 2);
+    }
+
+    #[test]
     fn a_new_term_restarts_every_clock() {
         let image = image(&[(1, false), (2, false)]);
         let mut t = LivenessTracker::new(1_000);
