@@ -901,6 +901,34 @@ mod tests {
     }
 
     #[test]
+    fn quorum_timeouts_have_kafkas_defaults_and_bounds() {
+        let c = ServerConfig::from_args(&args(&[])).unwrap();
+        assert_eq!(c.controller_quorum_election_timeout_ms, 1_000);
+        assert_eq!(c.controller_quorum_request_timeout_ms, 2_000);
+        assert_eq!(c.controller_quorum_startup_timeout_ms, 60_000);
+        let c = ServerConfig::from_args(&args(&[
+            "--override",
+            "controller.quorum.election.timeout.ms=300",
+        ]))
+        .unwrap();
+        assert_eq!(c.controller_quorum_election_timeout_ms, 300);
+        for bad in [
+            "controller.quorum.election.timeout.ms=29",
+            "controller.quorum.request.timeout.ms=0",
+            "controller.quorum.startup.timeout.ms=0",
+            "controller.quorum.request.timeout.ms=-1",
+        ] {
+            assert!(
+                matches!(
+                    ServerConfig::from_args(&args(&["--override", bad])),
+                    Err(ConfigError::InvalidValue { .. })
+                ),
+                "{bad} accepted"
+            );
+        }
+    }
+
+    #[test]
     fn missing_file_is_an_error() {
         assert!(matches!(
             ServerConfig::from_args(&args(&["/nonexistent/server.properties"])),

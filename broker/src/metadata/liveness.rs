@@ -11,7 +11,7 @@
 //! and driven by `now_ms`; the loops that use it are in
 //! [`MetadataController`](super::MetadataController) and `lib.rs`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use tokio::sync::watch;
@@ -34,6 +34,10 @@ pub struct LivenessTracker {
     /// found out; `None` while it is not.
     active: Option<(u64, i64)>,
     last_heartbeat: HashMap<NodeId, i64>,
+    /// The brokers unfenced in the image `expired` last saw: one that
+    /// (re)registered since counts as heard from, as a registration does in
+    /// Kafka's `BrokerHeartbeatManager`.
+    live: HashSet<NodeId>,
 }
 
 impl LivenessTracker {
@@ -42,6 +46,7 @@ impl LivenessTracker {
             session_timeout_ms,
             active: None,
             last_heartbeat: HashMap::new(),
+            live: HashSet::new(),
         }
     }
 
@@ -54,10 +59,12 @@ impl LivenessTracker {
             (Some(term), _) => {
                 self.active = Some((term, now_ms));
                 self.last_heartbeat.clear();
+                self.live.clear();
             }
             (None, _) => {
                 self.active = None;
                 self.last_heartbeat.clear();
+                self.live.clear();
             }
         }
     }
@@ -75,12 +82,23 @@ impl LivenessTracker {
     }
 
     /// The registered, unfenced brokers silent for longer than the session
-    /// timeout, counting from the later of their last heartbeat and this
-    /// controller's election.
-    pub fn expired(&self, image: &MetadataImage, now_ms: i64) -> Vec<NodeId> {
+    /// timeout, counting from the latest of their last heartbeat, their
+    /// (re)registration as this tracker saw it, and this controller's election.
+    pub fn expired(&mut self, image: &MetadataImage, now_ms: i64) -> Vec<NodeId> {
         let Some((_, since)) = self.active else {
             return Vec::new();
         };
+        let live: HashSet<NodeId> = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| b.node_id)
+            .collect();
+        for node in live.difference(&self.live) {
+            let last = self.last_heartbeat.entry(*node).or_insert(now_ms);
+            *last = (*last).max(now_ms);
+        }
+        self.live = live;
         image
             .brokers
             .values()
@@ -262,6 +280,7 @@ mod tests {
         assert!(t.expired(&image, 10_000).is_empty());
 
         t.set_role(Some(5), 10_000);
+        assert!(t.expired(&image, 10_000).is_empty());
         t.heartbeat(NodeId(1), 10_500);
         // Exactly the timeout is still alive, as in Kafka (strictly older is stale).
         assert!(t.expired(&image, 11_000).is_empty());
@@ -278,10 +297,84 @@ mod tests {
     }
 
     #[test]
+    fn unclean_candidates_follow_topic_config_over_the_broker_default() {
+        use crate::metadata::{PartitionImage, TopicImage};
+        use crate::types::LeaderEpoch;
+        let mut image = image(&[(1, true), (2, false)]);
+        let leaderless = |partition, replicas: Vec<NodeId>| PartitionImage {
+            partition,
+            isr: vec![replicas[0]],
+            replicas,
+            leader: NO_LEADER,
+            leader_epoch: LeaderEpoch(3),
+            partition_epoch: 4,
+        };
+        let mut add = |name: &str, setting: Option<&str>, partitions: Vec<PartitionImage>| {
+            let topic_id = uuid::Uuid::new_v4();
+            let configs = setting
+                .map(|v| (UNCLEAN_KEY.to_string(), v.to_string()))
+                .into_iter()
+                .collect();
+            image.topics.insert(
+                name.to_string(),
+                TopicImage {
+                    name: name.to_string(),
+                    topic_id,
+                    partitions,
+                    configs,
+                },
+            );
+            topic_id
+        };
+        let allowed = add(
+            "allowed",
+            Some("true"),
+            vec![
+                leaderless(0, vec![NodeId(1), NodeId(2)]),
+                // Only fenced replicas: nothing to elect.
+                leaderless(1, vec![NodeId(1)]),
+            ],
+        );
+        let refused = add(
+            "refused",
+            Some("false"),
+            vec![leaderless(0, vec![NodeId(1), NodeId(2)])],
+        );
+        let defaulted = add(
+            "defaulted",
+            None,
+            vec![leaderless(0, vec![NodeId(1), NodeId(2)])],
+        );
+
+        let mut off = unclean_candidates(&image, false);
+        off.sort();
+        assert_eq!(off, vec![(allowed, 0)]);
+        let on = unclean_candidates(&image, true);
+        assert!(on.contains(&(allowed, 0)) && on.contains(&(defaulted, 0)));
+        assert!(!on.contains(&(refused, 0)) && !on.contains(&(allowed, 1)));
+        assert_eq!(on.len(), 2);
+    }
+
+    #[test]
+    fn registering_again_counts_as_contact() {
+        let mut t = LivenessTracker::new(1_000);
+        t.set_role(Some(1), 0);
+        let fenced = image(&[(1, true)]);
+        assert!(t.expired(&fenced, 0).is_empty());
+        // Long silent while fenced, then registered (unfenced) at 60 s: its
+        // clock starts at the registration, not at its last heartbeat.
+        let registered = image(&[(1, false)]);
+        assert!(t.expired(&registered, 60_000).is_empty());
+        assert!(t.expired(&registered, 61_000).is_empty());
+        assert_eq!(t.expired(&registered, 61_001), vec![NodeId(1)]);
+    }
+
+    #[test]
     fn a_new_term_restarts_every_clock() {
         let image = image(&[(1, false), (2, false)]);
         let mut t = LivenessTracker::new(1_000);
         t.set_role(Some(1), 0);
+        assert!(t.expired(&image, 0).is_empty());
         t.heartbeat(NodeId(1), 100);
         // Same term again: nothing resets.
         t.set_role(Some(1), 5_000);
@@ -292,6 +385,7 @@ mod tests {
         assert!(t.expired(&image, 50_000).is_empty());
         // Winning a later term starts every clock at that moment.
         t.set_role(Some(3), 50_000);
+        assert!(t.expired(&image, 50_000).is_empty());
         assert!(t.expired(&image, 51_000).is_empty());
         assert_eq!(t.expired(&image, 51_001), vec![NodeId(1), NodeId(2)]);
     }
