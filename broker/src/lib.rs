@@ -10,6 +10,7 @@ pub mod log;
 pub mod metadata;
 pub mod partition;
 pub mod replica_manager;
+pub mod replication;
 pub mod server;
 pub mod types;
 

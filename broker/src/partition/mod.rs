@@ -1,6 +1,8 @@
 //! One partition replica: its log, its producer state, its high watermark.
 //! Synchronous; the caller holds the partition's lock and passes `now_ms`.
 
+pub mod epochs;
+mod follower;
 pub mod producer_state;
 mod transcode;
 
@@ -55,6 +57,8 @@ pub struct Partition {
     append_config: AppendConfig,
     /// Replicas currently in sync, the leader included. One on a single node.
     isr_size: usize,
+    /// (epoch, start offset) of the log's leader epochs (`epochs.rs`).
+    epochs: epochs::LeaderEpochCache,
 }
 
 /// Writes Kafka's `partition.metadata` file so a directory left by a deleted
@@ -125,6 +129,7 @@ impl Partition {
         producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
         // A single replica: everything in the log is committed.
         let high_watermark = log.log_end_offset();
+        let epochs = follower::epoch_cache_of(&log);
         Ok(Self {
             tp,
             topic_id,
@@ -135,6 +140,7 @@ impl Partition {
             append_config: AppendConfig::from(&configs),
             configs,
             isr_size: 1,
+            epochs,
         })
     }
 
@@ -234,6 +240,7 @@ impl Partition {
         let stored =
             RecordBatchView::parse(&batch).map_err(|e| PartitionError::Storage(e.to_string()))?;
         self.producers.update(&stored);
+        self.epochs.assign(self.leader_epoch, base_offset);
         // One replica in sync: the high watermark follows the log end.
         self.high_watermark = self.log.log_end_offset();
         Ok(AppendOutcome {
