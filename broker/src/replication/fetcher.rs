@@ -730,3 +730,147 @@ async fn handle_out_of_range(
     }
     Ok(())
 }
+
+/// The partitions `node` follows in `image`: those it is a replica of and
+/// another live broker leads. What the replica reconcile hands to
+/// [`ReplicaFetcherManager::update`].
+pub fn followed_in_image(
+    image: &crate::metadata::MetadataImage,
+    node: NodeId,
+) -> Vec<FollowedPartition> {
+    let mut out = Vec::new();
+    for topic in image.topics.values() {
+        for p in &topic.partitions {
+            if p.replicas.contains(&node) && p.leader != node && p.leader.0 >= 0 {
+                out.push(FollowedPartition {
+                    tp: TopicPartition::new(topic.name.as_str(), p.partition),
+                    topic_id: topic.topic_id,
+                    leader: p.leader,
+                    leader_epoch: p.leader_epoch,
+                });
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use bytes::BytesMut;
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+    use protocol::record_batch::rewrite;
+
+    use super::*;
+    use crate::config::{ServerConfig, TopicConfigs};
+    use crate::partition::Partition;
+
+    /// `n` records stored at `base` in `epoch`.
+    fn stored(n: usize, base: i64, epoch: i32) -> Bytes {
+        let records: Vec<Record> = (0..n)
+            .map(|i| Record {
+                transactional: false,
+                control: false,
+                delete_horizon: false,
+                partition_leader_epoch: 0,
+                producer_id: -1,
+                producer_epoch: -1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: i as i32 - 1,
+                timestamp: 1_000,
+                key: None,
+                value: Some(Bytes::from(format!("{epoch}-{base}-{i}"))),
+                headers: Default::default(),
+            })
+            .collect();
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        rewrite::set_base_offset(&mut buf, base);
+        rewrite::set_partition_leader_epoch(&mut buf, epoch);
+        buf.freeze()
+    }
+
+    /// A replica whose log holds one batch per (epoch, base, count).
+    fn replica(dir: &std::path::Path, batches: &[(i32, i64, usize)]) -> Partition {
+        let configs = TopicConfigs::resolve(&ServerConfig::default(), &BTreeMap::new());
+        let mut p = Partition::open(
+            dir.to_path_buf(),
+            TopicPartition::new("t", 0),
+            Uuid::nil(),
+            LeaderEpoch(0),
+            configs,
+            1_000,
+        )
+        .unwrap();
+        for &(epoch, base, n) in batches {
+            p.append_as_follower(stored(n, base, epoch), 1_000).unwrap();
+        }
+        p
+    }
+
+    /// Kafka's fetcher loop over OffsetForLeaderEpoch answers, run against a
+    /// leader replica in memory; returns how many requests it took.
+    fn truncate_against(follower: &mut Partition, leader: &Partition) -> usize {
+        for round in 1..10 {
+            let epoch = follower.latest_epoch().unwrap_or(LeaderEpoch(-1));
+            let (e, o) = leader.end_offset_for_epoch(epoch);
+            if apply_truncation(follower, e, o).unwrap() {
+                return round;
+            }
+        }
+        panic!("truncation did not converge");
+    }
+
+    #[test]
+    fn a_follower_truncates_to_the_end_of_the_last_common_epoch() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        // Both have epoch 0 up to 5; the follower then led epoch 1 (5..8),
+        // the leader epoch 3 (5..9).
+        let leader = replica(ld.path(), &[(0, 0, 3), (0, 3, 2), (3, 5, 4)]);
+        let mut follower = replica(fd.path(), &[(0, 0, 3), (0, 3, 2), (1, 5, 3)]);
+        assert_eq!(truncate_against(&mut follower, &leader), 1);
+        assert_eq!(follower.log_end_offset(), Offset(5));
+        assert_eq!(follower.epoch_entries(), vec![(LeaderEpoch(0), Offset(0))]);
+    }
+
+    #[test]
+    fn an_epoch_the_follower_lacks_takes_another_round() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        // Leader: epochs 0 (0..5), 2 (5..10), 4 (10..12). Follower: 0
+        // (0..5), 1 (5..8), 3 (8..12). Asked for 3, the leader answers
+        // (2, 10); the follower has no epoch 2, so it cuts at the end of its
+        // epoch 1 (8) and asks again with 1: (0, 5).
+        let leader = replica(ld.path(), &[(0, 0, 5), (2, 5, 5), (4, 10, 2)]);
+        let mut follower = replica(fd.path(), &[(0, 0, 5), (1, 5, 3), (3, 8, 4)]);
+        assert_eq!(truncate_against(&mut follower, &leader), 2);
+        assert_eq!(follower.log_end_offset(), Offset(5));
+    }
+
+    #[test]
+    fn a_follower_behind_the_leader_keeps_its_log() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let leader = replica(ld.path(), &[(0, 0, 3), (2, 3, 3)]);
+        let mut follower = replica(fd.path(), &[(0, 0, 3), (2, 3, 1)]);
+        assert_eq!(truncate_against(&mut follower, &leader), 1);
+        assert_eq!(follower.log_end_offset(), Offset(4));
+        // The leader knows no epoch at or below the follower's: keep the
+        // committed part only.
+        let ad = tempfile::tempdir().unwrap();
+        let mut ahead = replica(ad.path(), &[(7, 0, 2)]);
+        ahead.update_follower_high_watermark(Offset(1));
+        assert!(apply_truncation(&mut ahead, LeaderEpoch(-1), Offset(-1)).unwrap());
+        assert_eq!(ahead.log_end_offset(), Offset(0));
+    }
+}
