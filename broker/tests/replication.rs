@@ -13,7 +13,7 @@ use broker::metadata::{BrokerRegistration, MetadataCommand};
 use broker::partition::Partition;
 use broker::replica_manager::PartitionRef;
 use broker::replication::fetcher::{
-    FetcherConfig, FetcherEnv, FollowedPartition, ReplicaFetcherManager,
+    followed_in_image, FetcherConfig, FetcherEnv, FollowedPartition, ReplicaFetcherManager,
 };
 use broker::types::{LeaderEpoch, NodeId, Offset, TopicPartition};
 use bytes::{Bytes, BytesMut};
@@ -326,4 +326,87 @@ async fn fetcher_truncates_a_divergent_tail_before_fetching() {
     );
     fetchers.shutdown().await;
     b.running.shutdown().await;
+}
+
+/// Until the replica reconcile drives the fetchers on every image change,
+/// this does it for each node of the cluster: the complete followed set
+/// from each new image.
+fn drive_fetchers(cluster: &common::cluster::TestCluster) -> Vec<tokio::task::JoinHandle<()>> {
+    cluster
+        .running_ids()
+        .into_iter()
+        .map(|id| {
+            let b = cluster.broker(id).clone();
+            tokio::spawn(async move {
+                let mut images = b.metadata.subscribe();
+                loop {
+                    let image = images.borrow_and_update().clone();
+                    b.fetchers.update(followed_in_image(&image, b.node_id()));
+                    if images.changed().await.is_err() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_converge_on_the_leaders_log() {
+    let cluster =
+        common::cluster::TestCluster::start(3, 43100, &[("replica.fetch.backoff.ms", "50")]).await;
+    cluster
+        .wait_for_images(
+            "three registered, unfenced brokers",
+            Duration::from_secs(15),
+            |image| image.brokers.len() == 3 && image.brokers.values().all(|b| !b.fenced),
+        )
+        .await;
+    let drivers = drive_fetchers(&cluster);
+    let mut client = cluster.client(1).await;
+    let mut a = create_topics_request::CreatableReplicaAssignment::default();
+    a.partition_index = 0;
+    a.broker_ids = vec![BrokerId(1), BrokerId(2), BrokerId(3)];
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = name("conv");
+    t.num_partitions = -1;
+    t.replication_factor = -1;
+    t.assignments = vec![a];
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![t])
+        .with_timeout_ms(10_000);
+    let resp: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0);
+    let tp = TopicPartition::new("conv", 0);
+    cluster
+        .wait_until(
+            "the partition on every node",
+            Duration::from_secs(15),
+            |c| (1..=3).all(|id| c.broker(id).replicas.get(&tp).is_some()),
+        )
+        .await;
+    for i in 0..5 {
+        let r = client
+            .produce(
+                "conv",
+                0,
+                1,
+                batch(&["p", "q"], Compression::Snappy, Some((9, 0, 2 * i))),
+            )
+            .await;
+        assert_eq!(r.error_code, 0, "{r:?}");
+    }
+    let leader = cluster.broker(1).replicas.get(&tp).unwrap();
+    for id in [2, 3] {
+        let follower = cluster.broker(id).replicas.get(&tp).unwrap();
+        converge(&leader, &follower).await;
+        assert_eq!(follower.lock().unwrap().log_end_offset(), Offset(10));
+    }
+    for d in drivers {
+        d.abort();
+    }
+    for id in 1..=3 {
+        cluster.broker(id).fetchers.shutdown().await;
+    }
+    cluster.shutdown().await;
 }
