@@ -294,12 +294,11 @@ async fn a_follower_behind_the_leaders_log_start_starts_over_there() {
         leader_epoch: LeaderEpoch(0),
     }]);
     converge(&leader, &follower).await;
-    let f = follower.lock().unwrap();
-    assert_eq!(
-        (f.log_start_offset(), f.log_end_offset()),
-        (Offset(3), Offset(6))
-    );
-    drop(f);
+    let bounds = {
+        let f = follower.lock().unwrap();
+        (f.log_start_offset(), f.log_end_offset())
+    };
+    assert_eq!(bounds, (Offset(3), Offset(6)));
     fetchers.shutdown().await;
     b.running.shutdown().await;
 }
