@@ -142,7 +142,10 @@ impl Broker {
 
     /// Applies the latest metadata image to the local partitions.
     pub fn sync_replicas(&self) -> Result<(), crate::error::PartitionError> {
-        self.replicas.reconcile(&self.metadata.image(), now_ms())
+        self.replicas
+            .reconcile(&self.metadata, now_ms(), |followed| {
+                crate::replica_manager::update_fetchers(self, followed)
+            })
     }
 
     /// Validates a new topic and, unless `validate_only`, creates it through
