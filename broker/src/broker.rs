@@ -227,6 +227,11 @@ impl Broker {
             })?;
         self.sync_replicas()
             .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
+        if t.name == crate::coordinator::OFFSETS_TOPIC {
+            self.groups
+                .sync_ownership(self)
+                .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
+        }
         Ok((topic_id, partitions))
     }
 

@@ -22,7 +22,7 @@ use tokio::sync::watch;
 
 use crate::broker::{now_ms, Broker};
 use crate::config::ServerConfig;
-use crate::metadata::{BrokerRegistration, MetadataCommand, MetadataController};
+use crate::metadata::{BrokerRegistration, MetadataCommand, MetadataController, QuorumConfig};
 
 /// A started broker: its bound address and a way to stop it.
 pub struct RunningBroker {
@@ -30,6 +30,8 @@ pub struct RunningBroker {
     pub local_addr: std::net::SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
+    liveness_stop: watch::Sender<bool>,
+    liveness_tasks: Vec<tokio::task::JoinHandle<()>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,12 +67,36 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         .local_addr()
         .map_err(|e| StartError::Listen(addr.to_string(), e))?;
 
-    let metadata = MetadataController::open(
-        &data_dir.join("__cluster_metadata"),
-        config.node_id,
-        local_addr.to_string(),
-    )
-    .await?;
+    // With voters, peers reach this node's quorum member on the controller
+    // listener (validate() made sure it exists and matches our voter entry).
+    let controller_listener = match config.controller_listener() {
+        Some(l) if !config.controller_quorum_voters.is_empty() => {
+            let addr = l.socket_addr().map_err(|e| {
+                StartError::Listen(format!("{}:{}", l.host, l.port), std::io::Error::other(e))
+            })?;
+            Some(
+                TcpListener::bind(addr)
+                    .await
+                    .map_err(|e| StartError::Listen(addr.to_string(), e))?,
+            )
+        }
+        _ => None,
+    };
+    let quorum = QuorumConfig {
+        node_id: config.node_id,
+        voters: config
+            .controller_quorum_voters
+            .iter()
+            .map(|v| (v.node_id, format!("{}:{}", v.host, v.port)))
+            .collect(),
+        controller_listener,
+        local_addr: local_addr.to_string(),
+        election_timeout_ms: config.controller_quorum_election_timeout_ms,
+        request_timeout_ms: config.controller_quorum_request_timeout_ms,
+        startup_timeout_ms: config.controller_quorum_startup_timeout_ms,
+        session_timeout_ms: config.broker_session_timeout_ms,
+    };
+    let metadata = MetadataController::open(&data_dir.join("__cluster_metadata"), quorum).await?;
     let mut config = config;
     // An advertised port 0 (tests bind to port 0) means "the port we got".
     for l in &mut config.advertised_listeners {
@@ -89,7 +115,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let registered = metadata.image().brokers.get(&config.node_id).cloned();
     if registered.as_ref() != Some(&registration) {
         metadata
-            .propose(MetadataCommand::RegisterBroker(registration))
+            .propose(MetadataCommand::RegisterBroker(registration.clone()))
             .await?;
     }
     let retention_check_ms = config.log_retention_check_interval_ms;
@@ -146,6 +172,37 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
             }
         }));
     }
+    // Broker lifecycle in a cluster: heartbeats to the active controller and,
+    // on whichever node leads, the controller's fencing and elections. Kept
+    // apart from `shutdown` so a controlled shutdown can stop them first.
+    let (liveness_stop, liveness_rx) = watch::channel(false);
+    let mut liveness_tasks = Vec::new();
+    if broker.metadata.is_clustered() {
+        let interval = Duration::from_millis(broker.config.broker_heartbeat_interval_ms as u64);
+        {
+            let broker = broker.clone();
+            let rx = liveness_rx.clone();
+            liveness_tasks.push(tokio::spawn(async move {
+                metadata::liveness::run_heartbeats(&broker.metadata, registration, interval, rx)
+                    .await;
+            }));
+        }
+        {
+            let broker = broker.clone();
+            let rx = liveness_rx.clone();
+            // Checked twice per heartbeat interval, so a silent broker is
+            // fenced within half an interval of its session timeout.
+            let check = (interval / 2).max(Duration::from_millis(10));
+            let unclean_default = broker.config.unclean_leader_election_enable;
+            liveness_tasks.push(tokio::spawn(async move {
+                metadata::liveness::run_controller(&broker.metadata, unclean_default, check, rx)
+                    .await;
+            }));
+        }
+    } else {
+        // A single node is always the active controller.
+        metrics::gauge!("kafka_controller_active").set(1.0);
+    }
     {
         let broker = broker.clone();
         let mut rx = shutdown_rx.clone();
@@ -172,7 +229,28 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         local_addr,
         shutdown,
         tasks,
+        liveness_stop,
+        liveness_tasks,
     })
+}
+
+impl RunningBroker {
+    async fn controlled_shutdown(&self) {
+        let node_id = self.broker.node_id();
+        let bound =
+            Duration::from_millis(self.broker.config.broker_session_timeout_ms.max(1) as u64);
+        let fence = self
+            .broker
+            .metadata
+            .propose(MetadataCommand::FenceBroker { node_id });
+        match tokio::time::timeout(bound, fence).await {
+            Ok(Ok(_)) => tracing::info!("controlled shutdown: fenced; leaderships moved"),
+            Ok(Err(e)) => tracing::warn!(error = %e, "controlled shutdown: fencing failed; stopping anyway"),
+            Err(_) => tracing::warn!(
+                "controlled shutdown: no quorum answered within broker.session.timeout.ms; stopping anyway"
+            ),
+        }
+    }
 }
 
 fn publish_partition_metrics(broker: &Broker) {
@@ -190,7 +268,19 @@ fn publish_partition_metrics(broker: &Broker) {
 
 impl RunningBroker {
     /// Stops accepting, closes connections, closes every partition cleanly.
-    pub async fn shutdown(self) {
+    ///
+    /// In a cluster with `controlled.shutdown.enable`, it first fences itself
+    /// through the quorum (bounded by `broker.session.timeout.ms`), so its
+    /// leaderships move to in-sync followers while it still serves, as
+    /// Kafka's controlled shutdown does; then it stops.
+    pub async fn shutdown(mut self) {
+        let _ = self.liveness_stop.send(true);
+        for t in std::mem::take(&mut self.liveness_tasks) {
+            let _ = t.await;
+        }
+        if self.broker.metadata.is_clustered() && self.broker.config.controlled_shutdown_enable {
+            self.controlled_shutdown().await;
+        }
         let _ = self.shutdown.send(true);
         // Parked JoinGroup/SyncGroup requests would hold their connections
         // open; answer them so connections can close.

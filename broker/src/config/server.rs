@@ -131,6 +131,16 @@ pub struct ServerConfig {
     pub unclean_leader_election_enable: bool,
     /// SIGTERM moves this node's leaderships away before it stops.
     pub controlled_shutdown_enable: bool,
+    /// Kafka's `controller.quorum.election.timeout.ms`: a voter that hears
+    /// nothing from the leader for between this and twice this elects.
+    pub controller_quorum_election_timeout_ms: u64,
+    /// Kafka's `controller.quorum.request.timeout.ms`: the bound on one call
+    /// between voters (heartbeats, read index; a forwarded write also gets the
+    /// leader's commit wait on top).
+    pub controller_quorum_request_timeout_ms: u64,
+    /// How long a starting node waits for a quorum leader and to catch up with
+    /// it before giving up (ours; Kafka waits without a bound).
+    pub controller_quorum_startup_timeout_ms: u64,
     /// Every key that was set, as given, for DescribeConfigs.
     pub explicit: BTreeMap<String, String>,
 }
@@ -194,6 +204,9 @@ impl Default for ServerConfig {
             replica_fetch_backoff_ms: 1_000,
             unclean_leader_election_enable: false,
             controlled_shutdown_enable: true,
+            controller_quorum_election_timeout_ms: 1_000,
+            controller_quorum_request_timeout_ms: 2_000,
+            controller_quorum_startup_timeout_ms: 60_000,
             explicit: BTreeMap::new(),
         }
     }
@@ -503,6 +516,15 @@ impl ServerConfig {
                 self.unclean_leader_election_enable = parse_bool(key, v)?
             }
             "controlled.shutdown.enable" => self.controlled_shutdown_enable = parse_bool(key, v)?,
+            "controller.quorum.election.timeout.ms" => {
+                self.controller_quorum_election_timeout_ms = parse_num(key, v)?
+            }
+            "controller.quorum.request.timeout.ms" => {
+                self.controller_quorum_request_timeout_ms = parse_num(key, v)?
+            }
+            "controller.quorum.startup.timeout.ms" => {
+                self.controller_quorum_startup_timeout_ms = parse_num(key, v)?
+            }
             other => {
                 // Kafka logs unknown keys and carries on; so do we, so that a
                 // server.properties written for Kafka starts unchanged.
@@ -684,6 +706,27 @@ impl ServerConfig {
             (
                 "replica.fetch.min.bytes",
                 i64::from(self.replica_fetch_min_bytes),
+            ),
+        ] {
+            if value < 1 {
+                return n(key, &value, "must be at least 1");
+            }
+        }
+        if self.controller_quorum_election_timeout_ms < 30 {
+            return n(
+                "controller.quorum.election.timeout.ms",
+                &self.controller_quorum_election_timeout_ms,
+                "must be at least 30",
+            );
+        }
+        for (key, value) in [
+            (
+                "controller.quorum.request.timeout.ms",
+                self.controller_quorum_request_timeout_ms,
+            ),
+            (
+                "controller.quorum.startup.timeout.ms",
+                self.controller_quorum_startup_timeout_ms,
             ),
         ] {
             if value < 1 {

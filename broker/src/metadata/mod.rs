@@ -5,25 +5,32 @@
 //! A single node is a one-voter group, so the embedded default and a cluster run
 //! the same code path: every change goes through [`MetadataController::propose`],
 //! is appended to the Raft log, committed, applied to the image, and published to
-//! subscribers.
+//! subscribers. With `controller.quorum.voters` set, every node is a voter (Kafka's
+//! combined mode): a follower forwards a proposal to the leader over the
+//! controller listener and returns the leader's answer.
 //!
 //! Invariant: `image` is pure (no I/O); `store` knows RocksDB and openraft's
-//! storage traits but not the controller; `network` is the only place that will
-//! know how voters talk to each other.
+//! storage traits but not the controller; `transport` and `network` are the only
+//! places that know how voters talk to each other.
 
 pub mod image;
+pub mod liveness;
 pub mod network;
 pub mod placement;
 pub mod store;
+pub mod transport;
 
+use std::collections::BTreeMap;
 use std::io::Cursor;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use openraft::error::{ClientWriteError, InitializeError, RaftError};
-use openraft::{BasicNode, Config, Raft, ServerState};
+use openraft::error::{CheckIsLeaderError, ClientWriteError, InitializeError, RaftError};
+use openraft::{BasicNode, Config, Raft, RaftMetrics, ServerState};
+use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
+use tokio::time::Instant;
 
 use crate::types::NodeId;
 
@@ -31,8 +38,10 @@ pub use image::{
     BrokerRegistration, MetadataCommand, MetadataError, MetadataImage, MetadataOutcome,
     PartitionImage, TopicImage, NO_LEADER,
 };
+use liveness::LivenessTracker;
 use network::MetadataNetwork;
 use store::{MetadataLogStore, MetadataStateMachine, RaftNodeId};
+use transport::{HeartbeatReply, HeartbeatRequest, PeerHandler, PeerRequest, PeerResponse};
 
 openraft::declare_raft_types!(
     /// Openraft's type configuration for the metadata group.
@@ -46,19 +55,74 @@ openraft::declare_raft_types!(
         AsyncRuntime = openraft::TokioRuntime,
 );
 
-/// How long `open` waits for this node to lead and catch up before giving up.
-/// A healthy single voter needs well under a second (one election timeout at most).
-const STARTUP_TIMEOUT_MS: u64 = 10_000;
+/// How long `open` waits for a single voter to lead and catch up before
+/// giving up. A healthy single voter needs well under a second (one election
+/// timeout at most).
+const SINGLE_NODE_STARTUP_TIMEOUT_MS: u64 = 10_000;
 
 /// How long `shutdown` waits for openraft's background tasks to release the
 /// store, so the RocksDB lock is free when it returns.
 const SHUTDOWN_TIMEOUT_MS: u64 = 10_000;
 
+/// How long the leader waits for a proposal to commit before answering that
+/// it could not (the entry may still commit later, as after Kafka's timeout).
+const COMMIT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Pause between attempts while the leader is unknown or changing.
+const RETRY_BACKOFF: Duration = Duration::from_millis(50);
+
+/// How this node takes part in the metadata quorum.
+pub struct QuorumConfig {
+    pub node_id: NodeId,
+    /// Every voter's id and `host:port` (its controller listener), this node
+    /// included. Empty: this node alone is the quorum.
+    pub voters: Vec<(NodeId, String)>,
+    /// With voters: the bound controller listener that peers connect to.
+    pub controller_listener: Option<TcpListener>,
+    /// Without voters: the address recorded for the single voter (never dialled).
+    pub local_addr: String,
+    /// Kafka's `controller.quorum.election.timeout.ms`: a follower that hears
+    /// nothing from the leader for a random time between this and twice this
+    /// starts an election. The leader's heartbeat is a third of it.
+    pub election_timeout_ms: u64,
+    /// Kafka's `controller.quorum.request.timeout.ms`: the bound on one call to a peer.
+    pub request_timeout_ms: u64,
+    /// How long `open` waits for a leader and for this node to catch up.
+    pub startup_timeout_ms: u64,
+    /// `broker.session.timeout.ms`, for the active controller's liveness clock.
+    pub session_timeout_ms: i64,
+}
+
+impl QuorumConfig {
+    /// A one-voter quorum, as `broker::start` forms without `controller.quorum.voters`.
+    pub fn single(node_id: NodeId, local_addr: String) -> Self {
+        Self {
+            node_id,
+            voters: Vec::new(),
+            controller_listener: None,
+            local_addr,
+            election_timeout_ms: 1_000,
+            request_timeout_ms: 2_000,
+            startup_timeout_ms: SINGLE_NODE_STARTUP_TIMEOUT_MS,
+            session_timeout_ms: 9_000,
+        }
+    }
+}
+
 /// The handle to this node's member of the metadata quorum.
 pub struct MetadataController {
     node_id: NodeId,
+    raft_id: RaftNodeId,
     raft: Raft<TypeConfig>,
     image_rx: watch::Receiver<Arc<MetadataImage>>,
+    /// Whether other voters exist (a single voter never forwards or waits for peers).
+    clustered: bool,
+    request_timeout: Duration,
+    /// How long `propose` keeps looking for a leader before `NotController`.
+    leader_wait: Duration,
+    liveness: Arc<Mutex<LivenessTracker>>,
+    /// Stops the controller listener; its task ends once every connection is dropped.
+    server: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
     /// Completes once openraft's tasks have dropped the store and RocksDB is closed.
     db_closed: oneshot::Receiver<()>,
 }
@@ -66,15 +130,29 @@ pub struct MetadataController {
 impl MetadataController {
     /// Opens (or creates) the metadata store in `dir` and starts Raft.
     ///
-    /// On a fresh store this forms a one-voter group `{node_id}` advertised at
-    /// `listener_addr`. Either way it then waits until this node is the leader
-    /// and has applied its whole log, and makes sure the cluster has an id.
-    pub async fn open(
-        dir: &Path,
-        node_id: NodeId,
-        listener_addr: String,
-    ) -> Result<Self, MetadataError> {
-        let raft_id = raft_node_id(node_id)?;
+    /// On a fresh store this forms the group: a one-voter group `{node_id}`, or
+    /// with voters every node initializes the same full voter set (whichever
+    /// initialization a node sees first is the same membership entry). Then it
+    /// waits until a leader is known and this node has applied everything the
+    /// leader had committed, and makes sure the cluster has an id.
+    pub async fn open(dir: &Path, quorum: QuorumConfig) -> Result<Self, MetadataError> {
+        let raft_id = raft_node_id(quorum.node_id)?;
+        let clustered = !quorum.voters.is_empty();
+        let mut members = BTreeMap::new();
+        if clustered {
+            for (id, addr) in &quorum.voters {
+                members.insert(raft_node_id(*id)?, BasicNode::new(addr.clone()));
+            }
+            if !members.contains_key(&raft_id) {
+                return Err(MetadataError::Fatal(format!(
+                    "node {} is not one of the controller quorum voters",
+                    quorum.node_id
+                )));
+            }
+        } else {
+            members.insert(raft_id, BasicNode::new(quorum.local_addr.clone()));
+        }
+
         let (db, db_closed) = store::open_db(dir)
             .map_err(|e| MetadataError::Fatal(format!("opening {}: {e}", dir.display())))?;
         let state_machine = MetadataStateMachine::open(db.clone())
@@ -84,15 +162,33 @@ impl MetadataController {
         // From here on openraft's tasks hold the only references to the database.
         drop(db);
 
-        let config = Config {
-            cluster_name: "metadata".to_string(),
-            // Small timeouts are safe for one voter (there is nobody to lose
-            // heartbeats to) and keep a restart that must re-elect fast.
-            heartbeat_interval: 50,
-            election_timeout_min: 150,
-            election_timeout_max: 300,
-            ..Config::default()
+        let config = if clustered {
+            // Kafka's KRaft default: an election timeout of 1 s, randomised
+            // up to twice that. openraft also uses the heartbeat interval as
+            // the timeout of each append-entries call, so it must leave room
+            // for a peer's synced write under load: a third of the election
+            // timeout still gives a follower three chances to hear from a
+            // live leader before it starts an election.
+            let election = quorum.election_timeout_ms.max(30);
+            Config {
+                cluster_name: "metadata".to_string(),
+                heartbeat_interval: election / 3,
+                election_timeout_min: election,
+                election_timeout_max: election * 2,
+                ..Config::default()
+            }
+        } else {
+            Config {
+                cluster_name: "metadata".to_string(),
+                // Small timeouts are safe for one voter (there is nobody to lose
+                // heartbeats to) and keep a restart that must re-elect fast.
+                heartbeat_interval: 50,
+                election_timeout_min: 150,
+                election_timeout_max: 300,
+                ..Config::default()
+            }
         };
+        let election_max = config.election_timeout_max;
         let config = Arc::new(
             config
                 .validate()
@@ -102,13 +198,34 @@ impl MetadataController {
             .await
             .map_err(|e| MetadataError::Fatal(e.to_string()))?;
 
+        let request_timeout = Duration::from_millis(quorum.request_timeout_ms.max(1));
+        let liveness = Arc::new(Mutex::new(LivenessTracker::new(quorum.session_timeout_ms)));
+        let server = quorum.controller_listener.map(|listener| {
+            let service = Arc::new(PeerService {
+                raft: raft.clone(),
+                raft_id,
+                image_rx: image_rx.clone(),
+                liveness: liveness.clone(),
+            });
+            let (stop_tx, stop_rx) = watch::channel(false);
+            let task = tokio::spawn(transport::serve(listener, service, stop_rx));
+            (stop_tx, task)
+        });
+
         let controller = Self {
-            node_id,
+            node_id: quorum.node_id,
+            raft_id,
             raft,
             image_rx,
+            clustered,
+            request_timeout,
+            leader_wait: Duration::from_millis(2 * election_max) + request_timeout,
+            liveness,
+            server,
             db_closed,
         };
-        match controller.start(raft_id, listener_addr).await {
+        let startup = Duration::from_millis(quorum.startup_timeout_ms.max(1));
+        match controller.start(members, startup).await {
             Ok(()) => Ok(controller),
             Err(e) => {
                 // Release the store so a retry in this process can open it again.
@@ -118,42 +235,64 @@ impl MetadataController {
         }
     }
 
-    async fn start(&self, raft_id: RaftNodeId, listener_addr: String) -> Result<(), MetadataError> {
+    async fn start(
+        &self,
+        members: BTreeMap<RaftNodeId, BasicNode>,
+        timeout: Duration,
+    ) -> Result<(), MetadataError> {
+        let deadline = Instant::now() + timeout;
         let initialized = self
             .raft
             .is_initialized()
             .await
             .map_err(|e| MetadataError::Fatal(e.to_string()))?;
         if !initialized {
-            let members =
-                std::collections::BTreeMap::from([(raft_id, BasicNode::new(listener_addr))]);
             match self.raft.initialize(members).await {
                 Ok(()) => {}
-                // Someone (a previous run of this process) already formed the
-                // group; that is the state we wanted.
+                // Someone (a previous run of this process, or a peer whose
+                // entries arrived first) already formed the group; that is the
+                // state we wanted.
                 Err(RaftError::APIError(InitializeError::NotAllowed(_))) => {}
                 Err(RaftError::APIError(InitializeError::NotInMembers(e))) => {
                     return Err(MetadataError::Fatal(e.to_string()))
                 }
                 Err(RaftError::Fatal(e)) => return Err(MetadataError::Fatal(e.to_string())),
             }
+        } else if self.clustered {
+            let stored = self.raft.metrics().borrow().membership_config.clone();
+            let stored: Vec<RaftNodeId> = stored.membership().voter_ids().collect();
+            let configured: Vec<RaftNodeId> = members.keys().copied().collect();
+            if stored != configured {
+                tracing::warn!(
+                    ?stored,
+                    ?configured,
+                    "controller.quorum.voters differs from the voters in the metadata log; \
+                     the log wins (changing voters is not supported)"
+                );
+            }
         }
 
-        let timeout = Some(Duration::from_millis(STARTUP_TIMEOUT_MS));
-        self.raft
-            .wait(timeout)
-            .state(ServerState::Leader, "metadata controller startup")
-            .await
-            .map_err(|e| MetadataError::Fatal(format!("waiting to become metadata leader: {e}")))?;
-        // Confirms leadership and waits until the state machine has applied
-        // everything up to this term's first entry, i.e. the whole log.
-        self.raft
-            .ensure_linearizable()
-            .await
-            .map_err(|e| MetadataError::Fatal(format!("waiting to apply the metadata log: {e}")))?;
+        if self.clustered {
+            self.catch_up(deadline).await?;
+        } else {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            self.raft
+                .wait(Some(remaining))
+                .state(ServerState::Leader, "metadata controller startup")
+                .await
+                .map_err(|e| {
+                    MetadataError::Fatal(format!("waiting to become metadata leader: {e}"))
+                })?;
+            // Confirms leadership and waits until the state machine has applied
+            // everything up to this term's first entry, i.e. the whole log.
+            self.raft.ensure_linearizable().await.map_err(|e| {
+                MetadataError::Fatal(format!("waiting to apply the metadata log: {e}"))
+            })?;
+        }
 
         // Checked on every open, not just on a fresh store, so a crash between
         // forming the group and applying InitCluster still ends with an id.
+        // Several nodes may propose one; the first applied wins.
         if self.image().cluster_id.is_empty() {
             self.propose(MetadataCommand::InitCluster {
                 cluster_id: new_cluster_id(),
@@ -163,23 +302,177 @@ impl MetadataController {
         Ok(())
     }
 
+    /// Waits until a leader is known and this node has applied everything the
+    /// leader had committed when asked, retrying across elections until `deadline`.
+    async fn catch_up(&self, deadline: Instant) -> Result<(), MetadataError> {
+        let mut last_error = String::from("no leader elected");
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining.is_zero() {
+                return Err(MetadataError::Fatal(format!(
+                    "metadata quorum not ready in time: {last_error}"
+                )));
+            }
+            let read_index = match self.current_leader() {
+                None => Err("no leader elected yet".to_string()),
+                Some((leader, _)) if leader == self.raft_id => local_read_index(&self.raft)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Some((leader, addr)) => {
+                    match transport::call_once(&addr, &PeerRequest::ReadIndex, self.request_timeout)
+                        .await
+                    {
+                        Ok(PeerResponse::ReadIndex(r)) => r.map_err(|e| e.to_string()),
+                        Ok(_) => Err(format!("voter {leader} answered the wrong response")),
+                        Err(e) => Err(e.to_string()),
+                    }
+                }
+            };
+            match read_index {
+                Ok(index) => {
+                    let remaining = deadline.saturating_duration_since(Instant::now());
+                    match self
+                        .raft
+                        .wait(Some(remaining))
+                        .applied_index_at_least(index, "metadata catch-up")
+                        .await
+                    {
+                        Ok(_) => return Ok(()),
+                        Err(e) => last_error = e.to_string(),
+                    }
+                }
+                Err(e) => last_error = e,
+            }
+            tokio::time::sleep(RETRY_BACKOFF * 2).await;
+        }
+    }
+
+    /// The current Raft leader as this node knows it, with its controller address.
+    fn current_leader(&self) -> Option<(RaftNodeId, String)> {
+        let metrics = self.raft.metrics();
+        let m = metrics.borrow();
+        let leader = m.current_leader?;
+        let addr = m
+            .membership_config
+            .membership()
+            .get_node(&leader)
+            .map(|n| n.addr.clone())?;
+        Some((leader, addr))
+    }
+
+    /// Waits (up to `deadline`) until some leader is known.
+    async fn wait_for_leader(&self, deadline: Instant) -> Option<(RaftNodeId, String)> {
+        if let Some(leader) = self.current_leader() {
+            return Some(leader);
+        }
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let _ = self
+            .raft
+            .wait(Some(remaining))
+            .metrics(|m| m.current_leader.is_some(), "a metadata leader")
+            .await;
+        self.current_leader()
+    }
+
     /// Proposes a change and waits until it is committed and applied. A
     /// command the image rejects returns its error; nothing changed then.
+    ///
+    /// Any node may propose: a follower forwards the command to the leader and
+    /// returns the leader's answer, retrying while the leader is unknown or
+    /// changing. `NotController` means no leader took the command within the
+    /// wait, or (after a lost answer) that it may or may not have been applied.
     pub async fn propose(&self, cmd: MetadataCommand) -> Result<MetadataOutcome, MetadataError> {
-        match self.raft.client_write(cmd).await {
-            Ok(response) => response.data,
-            Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward))) => {
-                Err(MetadataError::NotController {
-                    leader: forward.leader_id.and_then(broker_node_id),
-                })
-            }
-            // Only membership-change entries produce this; a metadata command
-            // reaching it means openraft and this module disagree about the log.
-            Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e))) => Err(
-                MetadataError::Fatal(format!("unexpected membership error: {e}")),
-            ),
-            Err(RaftError::Fatal(e)) => Err(MetadataError::Fatal(e.to_string())),
+        if !self.clustered {
+            return local_write(&self.raft, cmd).await;
         }
+        let deadline = Instant::now() + self.leader_wait;
+        let mut last_leader = None;
+        loop {
+            if let Some((leader, addr)) = self.wait_for_leader(deadline).await {
+                last_leader = broker_node_id(leader);
+                if leader == self.raft_id {
+                    match local_write(&self.raft, cmd.clone()).await {
+                        Err(MetadataError::NotController { .. }) => {}
+                        other => return other,
+                    }
+                } else {
+                    let req = PeerRequest::Write(cmd.clone());
+                    // The leader bounds its own commit wait; allow for the trip.
+                    let timeout = COMMIT_TIMEOUT + self.request_timeout;
+                    match transport::call_once(&addr, &req, timeout).await {
+                        Ok(PeerResponse::Write(Err(MetadataError::NotController { .. }))) => {}
+                        Ok(PeerResponse::Write(result)) => return result,
+                        Ok(_) => {
+                            return Err(MetadataError::Fatal(format!(
+                                "voter {leader} answered a write with the wrong response"
+                            )))
+                        }
+                        // Never delivered: safe to try again.
+                        Err(transport::CallError::NotSent { .. }) => {}
+                        Err(e @ transport::CallError::Failed { .. }) => {
+                            tracing::warn!(error = %e, "forwarded metadata write lost its answer");
+                            return Err(MetadataError::NotController {
+                                leader: last_leader,
+                            });
+                        }
+                    }
+                }
+            }
+            if Instant::now() + RETRY_BACKOFF >= deadline {
+                return Err(MetadataError::NotController {
+                    leader: last_leader,
+                });
+            }
+            tokio::time::sleep(RETRY_BACKOFF).await;
+        }
+    }
+
+    /// Sends this broker's heartbeat to the active controller (itself, when it
+    /// leads) and returns what the controller says about its registration.
+    pub async fn heartbeat(&self) -> Result<HeartbeatReply, MetadataError> {
+        let req = HeartbeatRequest {
+            node_id: self.node_id,
+        };
+        let Some((leader, addr)) = self.current_leader() else {
+            return Err(MetadataError::NotController { leader: None });
+        };
+        if leader == self.raft_id {
+            return record_heartbeat(
+                &self.raft,
+                self.raft_id,
+                &self.image_rx,
+                &self.liveness,
+                &req,
+            );
+        }
+        match transport::call_once(&addr, &PeerRequest::Heartbeat(req), self.request_timeout).await
+        {
+            Ok(PeerResponse::Heartbeat(r)) => r,
+            Ok(_) => Err(MetadataError::Fatal(format!(
+                "voter {leader} answered a heartbeat with the wrong response"
+            ))),
+            Err(e) => Err(MetadataError::Fatal(e.to_string())),
+        }
+    }
+
+    /// Whether this node is the active controller (the Raft leader), and in which term.
+    pub fn leader_term(&self) -> Option<u64> {
+        leader_term(&self.raft.metrics().borrow(), self.raft_id)
+    }
+
+    /// The active controller as this node knows it.
+    pub fn leader(&self) -> Option<NodeId> {
+        self.current_leader().and_then(|(id, _)| broker_node_id(id))
+    }
+
+    /// The active controller's record of broker heartbeats.
+    pub fn liveness(&self) -> &Mutex<LivenessTracker> {
+        &self.liveness
+    }
+
+    /// Whether other voters exist.
+    pub fn is_clustered(&self) -> bool {
+        self.clustered
     }
 
     /// The latest applied image.
@@ -198,7 +491,14 @@ impl MetadataController {
 
     /// Stops Raft and returns once the store is closed, so the directory can be
     /// opened again (RocksDB holds a lock on it while open).
-    pub async fn shutdown(self) -> Result<(), MetadataError> {
+    ///
+    /// openraft 0.9 cannot hand leadership to another voter, so a leader that
+    /// stops leaves the others to elect after their election timeout.
+    pub async fn shutdown(mut self) -> Result<(), MetadataError> {
+        if let Some((stop, task)) = self.server.take() {
+            let _ = stop.send(true);
+            let _ = tokio::time::timeout(Duration::from_millis(SHUTDOWN_TIMEOUT_MS), task).await;
+        }
         self.raft
             .shutdown()
             .await
@@ -214,6 +514,116 @@ impl MetadataController {
             Err(_elapsed) => Err(MetadataError::Fatal(
                 "metadata store still in use after raft stopped".to_string(),
             )),
+        }
+    }
+}
+
+fn leader_term(m: &RaftMetrics<RaftNodeId, BasicNode>, raft_id: RaftNodeId) -> Option<u64> {
+    (m.state == ServerState::Leader && m.current_leader == Some(raft_id)).then_some(m.current_term)
+}
+
+/// Proposes on this node, which must be the leader; `NotController` otherwise.
+async fn local_write(
+    raft: &Raft<TypeConfig>,
+    cmd: MetadataCommand,
+) -> Result<MetadataOutcome, MetadataError> {
+    let result = tokio::time::timeout(COMMIT_TIMEOUT, raft.client_write(cmd)).await;
+    match result {
+        Ok(Ok(response)) => response.data,
+        Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
+            Err(MetadataError::NotController {
+                leader: forward.leader_id.and_then(broker_node_id),
+            })
+        }
+        // Only membership-change entries produce this; a metadata command
+        // reaching it means openraft and this module disagree about the log.
+        Ok(Err(RaftError::APIError(ClientWriteError::ChangeMembershipError(e)))) => Err(
+            MetadataError::Fatal(format!("unexpected membership error: {e}")),
+        ),
+        Ok(Err(RaftError::Fatal(e))) => Err(MetadataError::Fatal(e.to_string())),
+        // No quorum answered in time; the entry may still commit later.
+        Err(_elapsed) => Err(MetadataError::NotController { leader: None }),
+    }
+}
+
+/// The leader's read index: confirms leadership with a quorum and returns the
+/// log index a reader must have applied to see every committed change.
+async fn local_read_index(raft: &Raft<TypeConfig>) -> Result<Option<u64>, MetadataError> {
+    match raft.ensure_linearizable().await {
+        Ok(log_id) => Ok(log_id.map(|l| l.index)),
+        Err(RaftError::APIError(CheckIsLeaderError::ForwardToLeader(forward))) => {
+            Err(MetadataError::NotController {
+                leader: forward.leader_id.and_then(broker_node_id),
+            })
+        }
+        Err(e) => {
+            tracing::debug!(error = %e, "read index failed");
+            Err(MetadataError::NotController { leader: None })
+        }
+    }
+}
+
+/// The active controller's side of a heartbeat: records it and reports the
+/// broker's registration as the image shows it.
+fn record_heartbeat(
+    raft: &Raft<TypeConfig>,
+    raft_id: RaftNodeId,
+    image_rx: &watch::Receiver<Arc<MetadataImage>>,
+    liveness: &Mutex<LivenessTracker>,
+    req: &HeartbeatRequest,
+) -> Result<HeartbeatReply, MetadataError> {
+    let (term, leader) = {
+        let m = raft.metrics();
+        let m = m.borrow();
+        (leader_term(&m, raft_id), m.current_leader)
+    };
+    let Some(term) = term else {
+        return Err(MetadataError::NotController {
+            leader: leader.and_then(broker_node_id),
+        });
+    };
+    let now = crate::broker::now_ms();
+    {
+        let mut tracker = liveness.lock().expect("poisoned");
+        tracker.set_role(Some(term), now);
+        tracker.heartbeat(req.node_id, now);
+    }
+    let image = image_rx.borrow().clone();
+    let registration = image.brokers.get(&req.node_id);
+    Ok(HeartbeatReply {
+        registered: registration.is_some(),
+        fenced: registration.is_some_and(|b| b.fenced),
+    })
+}
+
+/// Answers peers on the controller listener.
+struct PeerService {
+    raft: Raft<TypeConfig>,
+    raft_id: RaftNodeId,
+    image_rx: watch::Receiver<Arc<MetadataImage>>,
+    liveness: Arc<Mutex<LivenessTracker>>,
+}
+
+impl PeerHandler for PeerService {
+    async fn handle(&self, req: PeerRequest) -> PeerResponse {
+        match req {
+            PeerRequest::Vote(rpc) => PeerResponse::Vote(self.raft.vote(rpc).await),
+            PeerRequest::AppendEntries(rpc) => {
+                PeerResponse::AppendEntries(self.raft.append_entries(rpc).await)
+            }
+            PeerRequest::InstallSnapshot(rpc) => {
+                PeerResponse::InstallSnapshot(self.raft.install_snapshot(rpc).await)
+            }
+            // Not forwarded again: the caller retries with the leader it learns from the error.
+            PeerRequest::Write(cmd) => PeerResponse::Write(local_write(&self.raft, cmd).await),
+            PeerRequest::Heartbeat(req) => PeerResponse::Heartbeat(record_heartbeat(
+                &self.raft,
+                self.raft_id,
+                &self.image_rx,
+                &self.liveness,
+                &req,
+            )),
+            PeerRequest::ReadIndex => PeerResponse::ReadIndex(local_read_index(&self.raft).await),
         }
     }
 }
@@ -311,9 +721,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let addr = "127.0.0.1:9092".to_string();
 
-        let controller = MetadataController::open(dir.path(), NodeId(1), addr.clone())
-            .await
-            .unwrap();
+        let controller =
+            MetadataController::open(dir.path(), QuorumConfig::single(NodeId(1), addr.clone()))
+                .await
+                .unwrap();
         let cluster_id = controller.image().cluster_id.clone();
         assert_eq!(cluster_id.len(), 22);
 
@@ -335,9 +746,10 @@ mod tests {
         assert!(second_block >= first_block + 10);
         controller.shutdown().await.unwrap();
 
-        let controller = MetadataController::open(dir.path(), NodeId(1), addr)
-            .await
-            .unwrap();
+        let controller =
+            MetadataController::open(dir.path(), QuorumConfig::single(NodeId(1), addr))
+                .await
+                .unwrap();
         let image = controller.image();
         assert_eq!(image.cluster_id, cluster_id);
         assert_eq!(image.topics["orders"].topic_id, topic_id);
@@ -350,7 +762,9 @@ mod tests {
     #[tokio::test]
     async fn negative_node_id_is_rejected() {
         let dir = tempfile::tempdir().unwrap();
-        let result = MetadataController::open(dir.path(), NodeId(-1), "x:1".into()).await;
+        let result =
+            MetadataController::open(dir.path(), QuorumConfig::single(NodeId(-1), "x:1".into()))
+                .await;
         assert!(matches!(result, Err(MetadataError::Fatal(_))));
     }
 }

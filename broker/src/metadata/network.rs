@@ -1,13 +1,13 @@
-//! The Raft network between metadata voters.
+//! The Raft network between metadata voters: openraft's RPCs carried by
+//! [`transport`](super::transport) to the peer's controller listener.
 //!
-//! Today every cluster is a single voter. A single voter commits on its own
-//! append and never calls the network, so every RPC here answers `Unreachable`:
-//! that is the truthful answer for a peer this node has no transport to, and
-//! openraft treats it as "back off and retry", never as a reply from the peer.
-//! The RPC transport between voters arrives with multi-voter clusters; until
-//! then `MetadataController::open` only ever forms a one-voter membership.
+//! A failed call is reported as `Unreachable`, which openraft treats as "back
+//! off and retry", never as a reply from the peer. A single voter never calls
+//! the network at all.
 
-use openraft::error::{InstallSnapshotError, RPCError, RaftError, Unreachable};
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, NetworkError, RPCError, RaftError, Unreachable};
 use openraft::network::{RPCOption, RaftNetwork, RaftNetworkFactory};
 use openraft::raft::{
     AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
@@ -16,6 +16,7 @@ use openraft::raft::{
 use openraft::{AnyError, BasicNode};
 
 use super::store::RaftNodeId;
+use super::transport::{CallError, PeerClient, PeerRequest, PeerResponse};
 use super::TypeConfig;
 
 /// Hands out one [`PeerConnection`] per target voter.
@@ -28,58 +29,90 @@ impl RaftNetworkFactory<TypeConfig> for MetadataNetwork {
     async fn new_client(&mut self, target: RaftNodeId, node: &BasicNode) -> Self::Network {
         PeerConnection {
             target,
-            addr: node.addr.clone(),
+            client: PeerClient::new(node.addr.clone()),
         }
     }
 }
 
-/// A connection to one peer voter. Without a transport, every RPC fails as unreachable.
-#[derive(Clone, Debug)]
+/// A connection to one peer voter, kept open between RPCs.
 pub struct PeerConnection {
     target: RaftNodeId,
-    addr: String,
+    client: PeerClient,
 }
 
+type RpcResult<T, E = openraft::error::Infallible> =
+    Result<T, RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId, E>>>;
+
 impl PeerConnection {
-    fn unreachable(&self) -> Unreachable {
-        Unreachable::from(AnyError::error(format!(
-            "no metadata transport to voter {} at {}: only single-voter clusters are supported",
-            self.target, self.addr
-        )))
+    async fn call<E>(&mut self, req: PeerRequest, option: &RPCOption) -> RpcResult<PeerResponse, E>
+    where
+        E: std::error::Error,
+    {
+        // openraft cancels the call at hard_ttl; finishing by soft_ttl drops
+        // the connection cleanly first.
+        let timeout = option.soft_ttl().max(Duration::from_millis(1));
+        self.client.call(&req, timeout).await.map_err(|e| {
+            let error = AnyError::error(format!("voter {}: {e}", self.target));
+            match e {
+                CallError::NotSent { .. } => RPCError::Unreachable(Unreachable::new(&error)),
+                CallError::Failed { .. } => RPCError::Network(NetworkError::new(&error)),
+            }
+        })
+    }
+
+    fn mismatch<E: std::error::Error>(
+        &self,
+    ) -> RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId, E>> {
+        RPCError::Network(NetworkError::new(&AnyError::error(format!(
+            "voter {} answered with the wrong response type",
+            self.target
+        ))))
     }
 }
 
 impl RaftNetwork<TypeConfig> for PeerConnection {
     async fn append_entries(
         &mut self,
-        _rpc: AppendEntriesRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<
-        AppendEntriesResponse<RaftNodeId>,
-        RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId>>,
-    > {
-        Err(RPCError::Unreachable(self.unreachable()))
+        rpc: AppendEntriesRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<AppendEntriesResponse<RaftNodeId>> {
+        match self.call(PeerRequest::AppendEntries(rpc), &option).await? {
+            PeerResponse::AppendEntries(r) => r.map_err(|e| remote(self.target, e)),
+            _ => Err(self.mismatch()),
+        }
     }
 
     async fn install_snapshot(
         &mut self,
-        _rpc: InstallSnapshotRequest<TypeConfig>,
-        _option: RPCOption,
-    ) -> Result<
-        InstallSnapshotResponse<RaftNodeId>,
-        RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId, InstallSnapshotError>>,
-    > {
-        Err(RPCError::Unreachable(self.unreachable()))
+        rpc: InstallSnapshotRequest<TypeConfig>,
+        option: RPCOption,
+    ) -> RpcResult<InstallSnapshotResponse<RaftNodeId>, InstallSnapshotError> {
+        match self
+            .call(PeerRequest::InstallSnapshot(rpc), &option)
+            .await?
+        {
+            PeerResponse::InstallSnapshot(r) => r.map_err(|e| remote(self.target, e)),
+            _ => Err(self.mismatch()),
+        }
     }
 
     async fn vote(
         &mut self,
-        _rpc: VoteRequest<RaftNodeId>,
-        _option: RPCOption,
-    ) -> Result<VoteResponse<RaftNodeId>, RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId>>>
-    {
-        Err(RPCError::Unreachable(self.unreachable()))
+        rpc: VoteRequest<RaftNodeId>,
+        option: RPCOption,
+    ) -> RpcResult<VoteResponse<RaftNodeId>> {
+        match self.call(PeerRequest::Vote(rpc), &option).await? {
+            PeerResponse::Vote(r) => r.map_err(|e| remote(self.target, e)),
+            _ => Err(self.mismatch()),
+        }
     }
+}
+
+fn remote<E: std::error::Error>(
+    target: RaftNodeId,
+    e: RaftError<RaftNodeId, E>,
+) -> RPCError<RaftNodeId, BasicNode, RaftError<RaftNodeId, E>> {
+    RPCError::RemoteError(openraft::error::RemoteError::new(target, e))
 }
 
 #[cfg(test)]
@@ -87,12 +120,13 @@ mod tests {
     use super::*;
 
     #[tokio::test]
-    async fn every_rpc_to_a_peer_is_unreachable() {
+    async fn a_peer_nobody_listens_on_is_unreachable() {
         let mut factory = MetadataNetwork;
+        // In this helper's port range, and never listened on by any test.
         let mut peer = factory
-            .new_client(2, &BasicNode::new("127.0.0.1:9093"))
+            .new_client(2, &BasicNode::new("127.0.0.9:41999"))
             .await;
-        let option = RPCOption::new(std::time::Duration::from_millis(10));
+        let option = RPCOption::new(Duration::from_millis(500));
         let vote = VoteRequest::new(openraft::Vote::new(1, 1), None);
         assert!(matches!(
             peer.vote(vote, option).await,

@@ -2,6 +2,8 @@
 //! helpers to start a broker in-process on 127.0.0.1:0.
 #![allow(dead_code)]
 
+pub mod cluster;
+
 use std::time::Duration;
 
 use broker::config::ServerConfig;

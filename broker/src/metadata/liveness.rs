@@ -1,0 +1,298 @@
+//! Broker liveness, as KRaft does it: every broker sends a heartbeat to the
+//! active controller (the Raft leader) every `broker.heartbeat.interval.ms`;
+//! the active controller fences a broker it has not heard from for
+//! `broker.session.timeout.ms`, and a fenced broker whose heartbeats come back
+//! is told so and registers again, which unfences it.
+//!
+//! Heartbeat times live only in the active controller's memory, as in Kafka's
+//! `BrokerHeartbeatManager`: a newly elected controller starts every broker's
+//! clock at its election, so a broker is never fenced for silence that a
+//! previous controller saw. The [`LivenessTracker`] here is that clock, pure
+//! and driven by `now_ms`; the loops that use it are in
+//! [`MetadataController`](super::MetadataController) and `lib.rs`.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use tokio::sync::watch;
+
+use super::image::{
+    BrokerRegistration, MetadataCommand, MetadataImage, MetadataOutcome, NO_LEADER,
+};
+use super::MetadataController;
+use crate::broker::now_ms;
+use crate::types::NodeId;
+
+/// The topic config (and broker default) that allows electing an out-of-sync replica.
+const UNCLEAN_KEY: &str = "unclean.leader.election.enable";
+
+/// The active controller's record of when it last heard from each broker.
+#[derive(Debug)]
+pub struct LivenessTracker {
+    session_timeout_ms: i64,
+    /// The Raft term in which this node is the active controller, and when it
+    /// found out; `None` while it is not.
+    active: Option<(u64, i64)>,
+    last_heartbeat: HashMap<NodeId, i64>,
+}
+
+impl LivenessTracker {
+    pub fn new(session_timeout_ms: i64) -> Self {
+        Self {
+            session_timeout_ms,
+            active: None,
+            last_heartbeat: HashMap::new(),
+        }
+    }
+
+    /// Tells the tracker whether this node leads the quorum, and in which
+    /// term. Winning a new term forgets every heartbeat: each broker's clock
+    /// starts at `now_ms`.
+    pub fn set_role(&mut self, leader_term: Option<u64>, now_ms: i64) {
+        match (leader_term, self.active) {
+            (Some(term), Some((active_term, _))) if term == active_term => {}
+            (Some(term), _) => {
+                self.active = Some((term, now_ms));
+                self.last_heartbeat.clear();
+            }
+            (None, _) => {
+                self.active = None;
+                self.last_heartbeat.clear();
+            }
+        }
+    }
+
+    pub fn is_active(&self) -> bool {
+        self.active.is_some()
+    }
+
+    /// Records a heartbeat. Ignored unless this node is the active controller.
+    pub fn heartbeat(&mut self, node: NodeId, now_ms: i64) {
+        if self.active.is_some() {
+            let last = self.last_heartbeat.entry(node).or_insert(now_ms);
+            *last = (*last).max(now_ms);
+        }
+    }
+
+    /// The registered, unfenced brokers silent for longer than the session
+    /// timeout, counting from the later of their last heartbeat and this
+    /// controller's election.
+    pub fn expired(&self, image: &MetadataImage, now_ms: i64) -> Vec<NodeId> {
+        let Some((_, since)) = self.active else {
+            return Vec::new();
+        };
+        image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .filter(|b| {
+                let last = self
+                    .last_heartbeat
+                    .get(&b.node_id)
+                    .copied()
+                    .unwrap_or(since)
+                    .max(since);
+                now_ms - last > self.session_timeout_ms
+            })
+            .map(|b| b.node_id)
+            .collect()
+    }
+}
+
+/// The broker side: a heartbeat every `interval` to the active controller.
+/// When the controller answers that this broker is fenced (its heartbeats
+/// stopped long enough, or a controlled shutdown that did not finish) or not
+/// registered, it registers again, which unfences it. Runs until `stop` turns true.
+pub async fn run_heartbeats(
+    metadata: &MetadataController,
+    registration: BrokerRegistration,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        match metadata.heartbeat().await {
+            Ok(reply) if reply.fenced || !reply.registered => {
+                tracing::info!(
+                    fenced = reply.fenced,
+                    "the controller does not count this broker as live; registering again"
+                );
+                if let Err(e) = metadata
+                    .propose(MetadataCommand::RegisterBroker(registration.clone()))
+                    .await
+                {
+                    tracing::warn!(error = %e, "registering again failed");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                metrics::counter!("kafka_controller_heartbeat_failures_total").increment(1);
+                tracing::debug!(error = %e, "broker heartbeat failed");
+            }
+        }
+    }
+}
+
+/// The active controller's duties, checked every `interval` on every voter
+/// (only the Raft leader acts): fence brokers silent for the session timeout,
+/// and elect an out-of-sync replica for a leaderless partition whose topic
+/// allows unclean election. Also publishes the controller gauges.
+pub async fn run_controller(
+    metadata: &MetadataController,
+    unclean_default: bool,
+    interval: Duration,
+    mut stop: watch::Receiver<bool>,
+) {
+    let mut tick = tokio::time::interval(interval);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = stop.changed() => return,
+            _ = tick.tick() => {}
+        }
+        let term = metadata.leader_term();
+        let active = term.is_some();
+        metrics::gauge!("kafka_controller_active").set(if active { 1.0 } else { 0.0 });
+        let now = now_ms();
+        let expired = {
+            let mut tracker = metadata.liveness().lock().expect("poisoned");
+            tracker.set_role(term, now);
+            tracker.expired(&metadata.image(), now)
+        };
+        let image = metadata.image();
+        let fenced = image.brokers.values().filter(|b| b.fenced).count();
+        metrics::gauge!("kafka_controller_registered_brokers").set(image.brokers.len() as f64);
+        metrics::gauge!("kafka_controller_fenced_brokers").set(fenced as f64);
+        if !active {
+            continue;
+        }
+        for node in expired {
+            tracing::warn!(%node, "broker missed its session timeout; fencing it");
+            if let Err(e) = metadata
+                .propose(MetadataCommand::FenceBroker { node_id: node })
+                .await
+            {
+                tracing::warn!(%node, error = %e, "fencing failed");
+            }
+        }
+        for (topic_id, partition) in unclean_candidates(&metadata.image(), unclean_default) {
+            let cmd = MetadataCommand::ElectLeader {
+                topic_id,
+                partition,
+                unclean: true,
+            };
+            let before = metadata.image();
+            match metadata.propose(cmd).await {
+                Ok(MetadataOutcome::Partition(p)) => {
+                    let was_in_sync = before
+                        .topic_by_id(topic_id)
+                        .and_then(|t| t.partitions.get(partition as usize))
+                        .is_some_and(|old| old.isr.contains(&p.leader));
+                    if !was_in_sync {
+                        metrics::counter!("kafka_controller_unclean_leader_elections_total")
+                            .increment(1);
+                        tracing::warn!(%topic_id, partition, leader = %p.leader, "unclean leader election: acked writes may be lost");
+                    }
+                }
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::debug!(%topic_id, partition, error = %e, "leader election failed")
+                }
+            }
+        }
+    }
+}
+
+/// Leaderless partitions of topics that allow unclean election and that have
+/// a live (registered, unfenced) replica to elect.
+pub fn unclean_candidates(image: &MetadataImage, unclean_default: bool) -> Vec<(uuid::Uuid, i32)> {
+    let live = |n: &NodeId| image.brokers.get(n).is_some_and(|b| !b.fenced);
+    let mut out = Vec::new();
+    for topic in image.topics.values() {
+        let enabled = topic
+            .configs
+            .get(UNCLEAN_KEY)
+            .map(|v| v.trim().eq_ignore_ascii_case("true"))
+            .unwrap_or(unclean_default);
+        if !enabled {
+            continue;
+        }
+        for p in &topic.partitions {
+            if p.leader == NO_LEADER && p.replicas.iter().any(live) {
+                out.push((topic.topic_id, p.partition));
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::metadata::BrokerRegistration;
+
+    fn image(brokers: &[(i32, bool)]) -> MetadataImage {
+        let mut image = MetadataImage::default();
+        for &(id, fenced) in brokers {
+            image.brokers.insert(
+                NodeId(id),
+                BrokerRegistration {
+                    node_id: NodeId(id),
+                    host: "h".into(),
+                    port: 1,
+                    rack: None,
+                    fenced,
+                },
+            );
+        }
+        image
+    }
+
+    #[test]
+    fn silent_brokers_expire_after_the_session_timeout() {
+        let image = image(&[(1, false), (2, false), (3, true)]);
+        let mut t = LivenessTracker::new(1_000);
+        // Not the controller: nobody expires, heartbeats are not recorded.
+        t.heartbeat(NodeId(1), 0);
+        assert!(t.expired(&image, 10_000).is_empty());
+
+        t.set_role(Some(5), 10_000);
+        t.heartbeat(NodeId(1), 10_500);
+        // Exactly the timeout is still alive, as in Kafka (strictly older is stale).
+        assert!(t.expired(&image, 11_000).is_empty());
+        // Broker 2 never sent one: its clock started at the election.
+        assert_eq!(t.expired(&image, 11_001), vec![NodeId(2)]);
+        assert_eq!(t.expired(&image, 11_501), vec![NodeId(1), NodeId(2)]);
+        // A heartbeat resets the clock; an older one arriving late does not rewind it.
+        t.heartbeat(NodeId(2), 11_400);
+        t.heartbeat(NodeId(2), 11_200);
+        assert_eq!(t.expired(&image, 12_401), vec![NodeId(1), NodeId(2)]);
+        assert_eq!(t.expired(&image, 12_400), vec![NodeId(1)]);
+        // Broker 3 is already fenced; it is never reported again.
+        assert!(!t.expired(&image, 99_999).contains(&NodeId(3)));
+    }
+
+    #[test]
+    fn a_new_term_restarts_every_clock() {
+        let image = image(&[(1, false), (2, false)]);
+        let mut t = LivenessTracker::new(1_000);
+        t.set_role(Some(1), 0);
+        t.heartbeat(NodeId(1), 100);
+        // Same term again: nothing resets.
+        t.set_role(Some(1), 5_000);
+        assert_eq!(t.expired(&image, 5_000), vec![NodeId(1), NodeId(2)]);
+        // Losing leadership forgets everything and reports nothing.
+        t.set_role(None, 5_000);
+        assert!(!t.is_active());
+        assert!(t.expired(&image, 50_000).is_empty());
+        // Winning a later term starts every clock at that moment.
+        t.set_role(Some(3), 50_000);
+        assert!(t.expired(&image, 51_000).is_empty());
+        assert_eq!(t.expired(&image, 51_001), vec![NodeId(1), NodeId(2)]);
+    }
+}

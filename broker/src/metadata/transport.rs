@@ -1,0 +1,431 @@
+//! The wire between metadata voters: length-prefixed JSON frames over TCP on
+//! the controller listener.
+//!
+//! A frame is a 4-byte big-endian length followed by that many bytes of JSON.
+//! The length is checked against [`MAX_FRAME_BYTES`] before the body is read;
+//! a frame that is too large or does not decode closes the connection. One
+//! connection carries one request at a time: the caller writes a request and
+//! reads its response before writing the next.
+//!
+//! The requests are Raft's three RPCs (vote, append entries, install snapshot),
+//! a metadata command forwarded to the leader, a broker heartbeat to the active
+//! controller, and a read-index request (the leader's commit point, which a
+//! starting follower waits to apply). Every call is bounded by a timeout, so a
+//! dead peer costs the caller that timeout and nothing more.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{InstallSnapshotError, RaftError};
+use openraft::raft::{
+    AppendEntriesRequest, AppendEntriesResponse, InstallSnapshotRequest, InstallSnapshotResponse,
+    VoteRequest, VoteResponse,
+};
+use serde::{Deserialize, Serialize};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{watch, Semaphore};
+use tokio::task::JoinSet;
+
+use super::image::{MetadataCommand, MetadataError, MetadataOutcome};
+use super::store::RaftNodeId;
+use super::TypeConfig;
+use crate::types::NodeId;
+
+/// The largest frame either side accepts. Raft batches entries (at most
+/// `max_payload_entries` per append) and chunks snapshots, so a frame this
+/// large only comes from a peer that is broken or not a peer.
+pub const MAX_FRAME_BYTES: usize = 64 << 20;
+
+/// How many peer connections one node serves at once. A three- or five-voter
+/// quorum needs a handful; the cap keeps a misbehaving client from holding
+/// unbounded tasks.
+const MAX_CONNECTIONS: usize = 64;
+
+/// A served connection with no request for this long is closed.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
+
+/// A broker's periodic "I am alive" to the active controller (Kafka's
+/// BrokerHeartbeat, without the offsets KRaft uses to decide catch-up).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatRequest {
+    pub node_id: NodeId,
+}
+
+/// The controller's answer: whether the image shows the broker registered
+/// and whether it is fenced (a fenced broker registers again to be unfenced).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HeartbeatReply {
+    pub registered: bool,
+    pub fenced: bool,
+}
+
+#[derive(Serialize, Deserialize)]
+pub enum PeerRequest {
+    Vote(VoteRequest<RaftNodeId>),
+    AppendEntries(AppendEntriesRequest<TypeConfig>),
+    InstallSnapshot(InstallSnapshotRequest<TypeConfig>),
+    /// A metadata command for the leader to propose; answered with its result.
+    Write(MetadataCommand),
+    Heartbeat(HeartbeatRequest),
+    /// Asks the leader to confirm its leadership and name the log index up to
+    /// which a reader must have applied to see every committed change.
+    ReadIndex,
+}
+
+#[derive(Serialize, Deserialize)]
+pub enum PeerResponse {
+    Vote(Result<VoteResponse<RaftNodeId>, RaftError<RaftNodeId>>),
+    AppendEntries(Result<AppendEntriesResponse<RaftNodeId>, RaftError<RaftNodeId>>),
+    InstallSnapshot(
+        Result<InstallSnapshotResponse<RaftNodeId>, RaftError<RaftNodeId, InstallSnapshotError>>,
+    ),
+    Write(Result<MetadataOutcome, MetadataError>),
+    Heartbeat(Result<HeartbeatReply, MetadataError>),
+    ReadIndex(Result<Option<u64>, MetadataError>),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum FrameError {
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("frame of {0} bytes exceeds the {MAX_FRAME_BYTES}-byte limit")]
+    TooLarge(u64),
+    #[error("malformed frame: {0}")]
+    Malformed(#[from] serde_json::Error),
+}
+
+/// Writes `value` as one frame and flushes.
+pub async fn write_frame<W, T>(w: &mut W, value: &T) -> Result<(), FrameError>
+where
+    W: AsyncWrite + Unpin,
+    T: Serialize,
+{
+    let body = serde_json::to_vec(value)?;
+    if body.len() > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(body.len() as u64));
+    }
+    let mut buf = Vec::with_capacity(4 + body.len());
+    buf.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    buf.extend_from_slice(&body);
+    w.write_all(&buf).await?;
+    w.flush().await?;
+    Ok(())
+}
+
+/// Reads one frame. `Ok(None)` is a clean end of stream before a frame began.
+pub async fn read_frame<R, T>(r: &mut R) -> Result<Option<T>, FrameError>
+where
+    R: AsyncRead + Unpin,
+    T: for<'de> Deserialize<'de>,
+{
+    let mut len = [0u8; 4];
+    match r.read_exact(&mut len).await {
+        Ok(_) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => return Ok(None),
+        Err(e) => return Err(e.into()),
+    }
+    let len = u32::from_be_bytes(len) as usize;
+    if len > MAX_FRAME_BYTES {
+        return Err(FrameError::TooLarge(len as u64));
+    }
+    let mut body = vec![0u8; len];
+    r.read_exact(&mut body).await?;
+    Ok(Some(serde_json::from_slice(&body)?))
+}
+
+/// Why a call to a peer failed.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    /// No connection was made: the peer certainly did not see the request.
+    #[error("cannot connect to {addr}: {reason}")]
+    NotSent { addr: String, reason: String },
+    /// The request may or may not have reached the peer.
+    #[error("call to {addr} failed: {reason}")]
+    Failed { addr: String, reason: String },
+}
+
+/// A client connection to one peer, reconnected on demand. Any error or
+/// timeout drops the connection, so a half-read response never desyncs the
+/// next call.
+pub struct PeerClient {
+    addr: String,
+    stream: Option<TcpStream>,
+}
+
+impl PeerClient {
+    pub fn new(addr: String) -> Self {
+        Self { addr, stream: None }
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Sends `req` and waits for its response, all within `timeout`.
+    pub async fn call(
+        &mut self,
+        req: &PeerRequest,
+        timeout: Duration,
+    ) -> Result<PeerResponse, CallError> {
+        let addr = self.addr.clone();
+        let result = tokio::time::timeout(timeout, self.call_inner(req)).await;
+        match result {
+            Ok(Ok(resp)) => Ok(resp),
+            Ok(Err(e)) => {
+                self.stream = None;
+                Err(e)
+            }
+            Err(_elapsed) => {
+                let sent = self.stream.is_some();
+                self.stream = None;
+                let reason = format!("no answer within {} ms", timeout.as_millis());
+                if sent {
+                    Err(CallError::Failed { addr, reason })
+                } else {
+                    Err(CallError::NotSent { addr, reason })
+                }
+            }
+        }
+    }
+
+    async fn call_inner(&mut self, req: &PeerRequest) -> Result<PeerResponse, CallError> {
+        if self.stream.is_none() {
+            let stream = TcpStream::connect(&self.addr)
+                .await
+                .map_err(|e| CallError::NotSent {
+                    addr: self.addr.clone(),
+                    reason: e.to_string(),
+                })?;
+            let _ = stream.set_nodelay(true);
+            self.stream = Some(stream);
+        }
+        let failed = |reason: String| CallError::Failed {
+            addr: self.addr.clone(),
+            reason,
+        };
+        let stream = self.stream.as_mut().expect("connected above");
+        write_frame(stream, req)
+            .await
+            .map_err(|e| failed(e.to_string()))?;
+        match read_frame(stream).await {
+            Ok(Some(resp)) => Ok(resp),
+            Ok(None) => Err(failed("connection closed before the response".into())),
+            Err(e) => Err(failed(e.to_string())),
+        }
+    }
+}
+
+/// Sends one request on a fresh connection: for forwarded writes, where a
+/// stale pooled connection would make a failure ambiguous for no reason.
+pub async fn call_once(
+    addr: &str,
+    req: &PeerRequest,
+    timeout: Duration,
+) -> Result<PeerResponse, CallError> {
+    PeerClient::new(addr.to_string()).call(req, timeout).await
+}
+
+/// What answers the requests a peer sends.
+pub trait PeerHandler: Send + Sync + 'static {
+    fn handle(
+        &self,
+        req: PeerRequest,
+    ) -> impl std::future::Future<Output = PeerResponse> + Send + '_;
+}
+
+/// Accepts peer connections until `shutdown` turns true, then drops every
+/// connection it serves.
+pub async fn serve<H: PeerHandler>(
+    listener: TcpListener,
+    handler: Arc<H>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let mut connections = JoinSet::new();
+    loop {
+        tokio::select! {
+            _ = shutdown.changed() => break,
+            Some(_) = connections.join_next(), if !connections.is_empty() => {}
+            accepted = listener.accept() => {
+                let (stream, peer) = match accepted {
+                    Ok(a) => a,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accepting a controller connection failed");
+                        tokio::time::sleep(Duration::from_millis(100)).await;
+                        continue;
+                    }
+                };
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    tracing::warn!(%peer, "too many controller connections; closing this one");
+                    continue;
+                };
+                let _ = stream.set_nodelay(true);
+                let handler = handler.clone();
+                connections.spawn(async move {
+                    if let Err(e) = serve_connection(stream, handler.as_ref()).await {
+                        tracing::debug!(%peer, error = %e, "controller connection closed");
+                    }
+                    drop(permit);
+                });
+            }
+        }
+    }
+    connections.shutdown().await;
+}
+
+async fn serve_connection<H: PeerHandler>(
+    mut stream: TcpStream,
+    handler: &H,
+) -> Result<(), FrameError> {
+    loop {
+        let req: PeerRequest =
+            match tokio::time::timeout(IDLE_TIMEOUT, read_frame(&mut stream)).await {
+                Ok(Ok(Some(req))) => req,
+                Ok(Ok(None)) | Err(_) => return Ok(()),
+                Ok(Err(e)) => return Err(e),
+            };
+        let resp = handler.handle(req).await;
+        write_frame(&mut stream, &resp).await?;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn frames_round_trip() {
+        let (mut a, mut b) = tokio::io::duplex(1 << 16);
+        let req = PeerRequest::Heartbeat(HeartbeatRequest { node_id: NodeId(3) });
+        write_frame(&mut a, &req).await.unwrap();
+        write_frame(&mut a, &PeerRequest::ReadIndex).await.unwrap();
+        drop(a);
+        let first: PeerRequest = read_frame(&mut b).await.unwrap().unwrap();
+        assert!(matches!(
+            first,
+            PeerRequest::Heartbeat(HeartbeatRequest { node_id: NodeId(3) })
+        ));
+        let second: PeerRequest = read_frame(&mut b).await.unwrap().unwrap();
+        assert!(matches!(second, PeerRequest::ReadIndex));
+        // A clean end of stream between frames is not an error.
+        assert!(read_frame::<_, PeerRequest>(&mut b)
+            .await
+            .unwrap()
+            .is_none());
+    }
+
+    #[tokio::test]
+    async fn oversized_length_is_rejected_before_the_body() {
+        let (mut a, mut b) = tokio::io::duplex(64);
+        // Only the length is written: reading must fail without waiting for a body.
+        a.write_all(&((MAX_FRAME_BYTES as u32) + 1).to_be_bytes())
+            .await
+            .unwrap();
+        let result = read_frame::<_, PeerRequest>(&mut b).await;
+        assert!(matches!(result, Err(FrameError::TooLarge(n)) if n == MAX_FRAME_BYTES as u64 + 1));
+    }
+
+    #[tokio::test]
+    async fn malformed_and_truncated_frames_are_errors() {
+        let (mut a, mut b) = tokio::io::duplex(64);
+        a.write_all(&5u32.to_be_bytes()).await.unwrap();
+        a.write_all(b"{nope").await.unwrap();
+        assert!(matches!(
+            read_frame::<_, PeerRequest>(&mut b).await,
+            Err(FrameError::Malformed(_))
+        ));
+        // A length promising more bytes than arrive before the end of stream.
+        a.write_all(&10u32.to_be_bytes()).await.unwrap();
+        a.write_all(b"{}").await.unwrap();
+        drop(a);
+        assert!(matches!(
+            read_frame::<_, PeerRequest>(&mut b).await,
+            Err(FrameError::Io(_))
+        ));
+    }
+
+    struct Echo;
+
+    impl PeerHandler for Echo {
+        async fn handle(&self, req: PeerRequest) -> PeerResponse {
+            match req {
+                PeerRequest::Heartbeat(h) => PeerResponse::Heartbeat(Ok(HeartbeatReply {
+                    registered: h.node_id == NodeId(1),
+                    fenced: false,
+                })),
+                _ => PeerResponse::ReadIndex(Ok(Some(7))),
+            }
+        }
+    }
+
+    #[tokio::test]
+    async fn server_answers_and_closes_on_malformed_frames() {
+        let listener = TcpListener::bind("127.0.0.9:41990").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, Arc::new(Echo), stop_rx));
+
+        let mut client = PeerClient::new(addr.clone());
+        let timeout = Duration::from_secs(5);
+        for _ in 0..2 {
+            let resp = client
+                .call(
+                    &PeerRequest::Heartbeat(HeartbeatRequest { node_id: NodeId(1) }),
+                    timeout,
+                )
+                .await
+                .unwrap();
+            assert!(matches!(
+                resp,
+                PeerResponse::Heartbeat(Ok(HeartbeatReply {
+                    registered: true,
+                    fenced: false
+                }))
+            ));
+        }
+        let resp = call_once(&addr, &PeerRequest::ReadIndex, timeout)
+            .await
+            .unwrap();
+        assert!(matches!(resp, PeerResponse::ReadIndex(Ok(Some(7)))));
+
+        // Garbage gets the connection closed, not an answer.
+        let mut raw = TcpStream::connect(&addr).await.unwrap();
+        raw.write_all(&3u32.to_be_bytes()).await.unwrap();
+        raw.write_all(b"???").await.unwrap();
+        let mut buf = [0u8; 1];
+        let n = tokio::time::timeout(timeout, raw.read(&mut buf))
+            .await
+            .unwrap()
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+
+        let _ = stop_tx.send(true);
+        tokio::time::timeout(timeout, server)
+            .await
+            .unwrap()
+            .unwrap();
+        // With the server gone, a call fails instead of hanging.
+        let err = client
+            .call(&PeerRequest::ReadIndex, Duration::from_millis(500))
+            .await;
+        assert!(err.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_silent_peer_times_out() {
+        // Accepts but never answers.
+        let listener = TcpListener::bind("127.0.0.9:41991").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let hold = tokio::spawn(async move {
+            let (s, _) = listener.accept().await.unwrap();
+            tokio::time::sleep(Duration::from_secs(30)).await;
+            drop(s);
+        });
+        let started = std::time::Instant::now();
+        let err = call_once(&addr, &PeerRequest::ReadIndex, Duration::from_millis(200)).await;
+        assert!(matches!(err, Err(CallError::Failed { .. })));
+        assert!(started.elapsed() < Duration::from_secs(5));
+        hold.abort();
+    }
+}
