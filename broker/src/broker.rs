@@ -154,7 +154,10 @@ impl Broker {
 
     /// Applies the latest metadata image to the local partitions.
     pub fn sync_replicas(&self) -> Result<(), crate::error::PartitionError> {
-        self.replicas.reconcile(&self.metadata.image(), now_ms())
+        self.replicas
+            .reconcile(&self.metadata, now_ms(), |followed| {
+                crate::replica_manager::update_fetchers(self, followed)
+            })
     }
 
     /// Validates a new topic and, unless `validate_only`, creates it through
@@ -236,6 +239,11 @@ impl Broker {
             })?;
         self.sync_replicas()
             .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
+        if t.name == crate::coordinator::OFFSETS_TOPIC {
+            self.groups
+                .sync_ownership(self)
+                .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
+        }
         Ok((topic_id, partitions))
     }
 

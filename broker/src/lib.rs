@@ -145,6 +145,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         }));
     }
     {
+        // The ISR manager (leader side of replication).
+        let broker = broker.clone();
+        let rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(replication::leader::run(broker, rx)));
+    }
+    {
         // Follow metadata changes made elsewhere (issue 6: other brokers).
         let broker = broker.clone();
         let mut images = broker.metadata.subscribe();
@@ -290,6 +296,8 @@ impl RunningBroker {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // No fetch task may hold a partition while the partitions close.
+        broker.fetchers.shutdown().await;
         broker.replicas.shutdown();
         match Arc::try_unwrap(broker) {
             Ok(b) => {

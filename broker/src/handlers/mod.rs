@@ -19,6 +19,7 @@ mod find_coordinator;
 mod heartbeat;
 mod init_producer_id;
 mod join_group;
+mod leader_hints;
 mod leave_group;
 mod list_groups;
 mod list_offsets;

@@ -1,4 +1,5 @@
-//! Partition replication between brokers, in Kafka's model: followers fetch
-//! from the leader (`fetcher.rs`).
+//! Replication between brokers (issue 6): the leader side (`leader`: the ISR
+//! manager) and the follower side (`fetcher`).
 
 pub mod fetcher;
+pub mod leader;
