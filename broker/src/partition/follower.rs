@@ -217,7 +217,8 @@ mod tests {
 
     use super::*;
     use crate::config::{ServerConfig, TopicConfigs};
-    use crate::types::{ProducerId, TopicPartition};
+    use crate::partition::leader_state::AssignedState;
+    use crate::types::{NodeId, ProducerId, TopicPartition};
 
     const NOW: i64 = 1_000_000;
 
@@ -271,6 +272,22 @@ mod tests {
         .unwrap()
     }
 
+    /// Makes `p` the sole in-sync leader at `epoch`, as the image would.
+    fn lead(p: &mut Partition, epoch: i32) {
+        p.become_leader(
+            NodeId(1),
+            AssignedState {
+                leader_epoch: LeaderEpoch(epoch),
+                partition_epoch: epoch,
+                replicas: vec![NodeId(1)],
+                isr: vec![NodeId(1)],
+            },
+            Default::default(),
+            30_000,
+            NOW,
+        );
+    }
+
     fn all_bytes(p: &Partition) -> Bytes {
         p.log
             .read(
@@ -286,12 +303,13 @@ mod tests {
     /// sequences 0..10 in the first four, a plain producer in the last).
     fn leader(dir: &std::path::Path) -> Partition {
         let mut l = open(dir, 0);
+        lead(&mut l, 0);
         l.append_as_leader(&client_batch(7, 0, 3), -1, NOW).unwrap();
         l.append_as_leader(&client_batch(7, 3, 2), -1, NOW).unwrap();
-        l.leader_epoch = LeaderEpoch(2);
+        lead(&mut l, 2);
         l.append_as_leader(&client_batch(7, 5, 4), -1, NOW).unwrap();
         l.append_as_leader(&client_batch(7, 9, 1), -1, NOW).unwrap();
-        l.leader_epoch = LeaderEpoch(5);
+        lead(&mut l, 5);
         l.append_as_leader(&client_batch(-1, 0, 2), -1, NOW)
             .unwrap();
         l
@@ -356,7 +374,7 @@ mod tests {
         f.append_as_follower(all_bytes(&l), NOW).unwrap();
         // The producer never got the answer for seq 9 and retries it
         // against the new leader.
-        f.leader_epoch = LeaderEpoch(6);
+        lead(&mut f, 6);
         let retry = f.append_as_leader(&client_batch(7, 9, 1), -1, NOW).unwrap();
         assert!(retry.duplicate);
         assert_eq!(
@@ -439,7 +457,7 @@ mod tests {
             4
         );
         // Seq 5 is no longer a duplicate: it is the next in sequence.
-        f.leader_epoch = LeaderEpoch(3);
+        lead(&mut f, 3);
         let again = f.append_as_leader(&client_batch(7, 5, 4), -1, NOW).unwrap();
         assert!(!again.duplicate);
         assert_eq!(again.base_offset, Offset(5));
