@@ -438,3 +438,98 @@ async fn three_replicas_converge_on_the_leaders_log() {
     }
     cluster.shutdown().await;
 }
+
+/// Produces until the partition's current leader accepts (a new leader
+/// takes its role when its image arrives).
+async fn produce_when_led(
+    cluster: &common::cluster::TestCluster,
+    node: i32,
+    acks: i16,
+    records: Bytes,
+) -> produce_response::PartitionProduceResponse {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut c = cluster.client(node).await;
+        let r = c.produce("fail", 0, acks, records.clone()).await;
+        if r.error_code == 0 || tokio::time::Instant::now() > deadline {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn after_a_leader_change_the_old_leader_truncates_and_the_logs_converge() {
+    let mut cluster =
+        common::cluster::TestCluster::start(3, 43200, &[("replica.fetch.backoff.ms", "50")]).await;
+    cluster
+        .wait_for_images("three unfenced brokers", Duration::from_secs(15), |image| {
+            image.brokers.len() == 3 && image.brokers.values().all(|b| !b.fenced)
+        })
+        .await;
+    let mut client = cluster.client(1).await;
+    let mut a = create_topics_request::CreatableReplicaAssignment::default();
+    a.partition_index = 0;
+    a.broker_ids = vec![BrokerId(1), BrokerId(2), BrokerId(3)];
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = name("fail");
+    t.num_partitions = -1;
+    t.replication_factor = -1;
+    t.assignments = vec![a];
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![t])
+        .with_timeout_ms(10_000);
+    let resp: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0);
+    let tp = TopicPartition::new("fail", 0);
+    // Producer 9's sequences 0..6 in three committed batches at epoch 0.
+    let idem = |seq: i32| batch(&["a", "b"], Compression::None, Some((9, 0, seq)));
+    for seq in [0, 2, 4] {
+        let r = produce_when_led(&cluster, 1, -1, idem(seq)).await;
+        assert_eq!(r.error_code, 0, "{r:?}");
+    }
+    // The followers stop fetching (until their next image); the leader
+    // appends a batch only it has.
+    for id in [2, 3] {
+        cluster.broker(id).fetchers.shutdown().await;
+    }
+    let lost = produce_when_led(&cluster, 1, 1, idem(6)).await;
+    assert_eq!((lost.error_code, lost.base_offset), (0, 6));
+    // Node 1 goes; node 2 leads at epoch 1 and the retry of the committed
+    // batch with sequence 4 is a duplicate there too.
+    cluster.stop(1).await;
+    cluster
+        .wait_for_images("node 2 leads", Duration::from_secs(15), |image| {
+            let p = &image.topics["fail"].partitions[0];
+            p.leader == NodeId(2) && p.leader_epoch == LeaderEpoch(1)
+        })
+        .await;
+    let retry = produce_when_led(&cluster, 2, 1, idem(4)).await;
+    assert_eq!((retry.error_code, retry.base_offset), (0, 4), "{retry:?}");
+    // Node 1's lost batch had sequence 6; the new leader never saw it, so
+    // the producer's 6 is new here.
+    let new = produce_when_led(&cluster, 2, 1, idem(6)).await;
+    assert_eq!((new.error_code, new.base_offset), (0, 6), "{new:?}");
+    let extra = produce_when_led(&cluster, 2, 1, idem(8)).await;
+    assert_eq!((extra.error_code, extra.base_offset), (0, 8), "{extra:?}");
+    // Node 1 comes back as a follower with a divergent batch at epoch 0
+    // from offset 6: it truncates it and copies the leader's.
+    cluster.restart(1).await;
+    let leader = cluster.broker(2).replicas.get(&tp).unwrap();
+    cluster
+        .wait_until(
+            "the partition open on node 1",
+            Duration::from_secs(15),
+            |c| c.broker(1).replicas.get(&tp).is_some(),
+        )
+        .await;
+    for id in [1, 3] {
+        let follower = cluster.broker(id).replicas.get(&tp).unwrap();
+        converge(&leader, &follower).await;
+        assert_eq!(
+            follower.lock().unwrap().epoch_entries(),
+            vec![(LeaderEpoch(0), Offset(0)), (LeaderEpoch(1), Offset(6))]
+        );
+    }
+    cluster.shutdown().await;
+}
