@@ -682,7 +682,9 @@ async fn fetch(
 }
 
 /// Kafka's `fetchOffsetAndTruncate`: the leader's log end is below ours
-/// (truncate to it) or its log start is above ours (start over there).
+/// (truncate to it) or its log start is above ours (start over there). Our
+/// ListOffsets answers "latest" with the high watermark even for replicas,
+/// so the cut may be lower than Kafka's; what lies between is fetched again.
 async fn handle_out_of_range(
     node_id: NodeId,
     config: &FetcherConfig,
@@ -736,29 +738,6 @@ async fn handle_out_of_range(
         set_state(states, &s, |x| x.phase = Phase::Truncating);
     }
     Ok(())
-}
-
-/// The partitions `node` follows in `image`: those it is a replica of and
-/// another live broker leads. What the replica reconcile hands to
-/// [`ReplicaFetcherManager::update`].
-pub fn followed_in_image(
-    image: &crate::metadata::MetadataImage,
-    node: NodeId,
-) -> Vec<FollowedPartition> {
-    let mut out = Vec::new();
-    for topic in image.topics.values() {
-        for p in &topic.partitions {
-            if p.replicas.contains(&node) && p.leader != node && p.leader.0 >= 0 {
-                out.push(FollowedPartition {
-                    tp: TopicPartition::new(topic.name.as_str(), p.partition),
-                    topic_id: topic.topic_id,
-                    leader: p.leader,
-                    leader_epoch: p.leader_epoch,
-                });
-            }
-        }
-    }
-    out
 }
 
 #[cfg(test)]
