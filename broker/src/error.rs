@@ -38,6 +38,21 @@ pub enum PartitionError {
     },
     #[error("in-sync replicas {isr} are fewer than min.insync.replicas {min_isr}")]
     NotEnoughReplicas { isr: usize, min_isr: i32 },
+    #[error("in-sync replicas {isr} fell below min.insync.replicas {min_isr} after the append")]
+    NotEnoughReplicasAfterAppend { isr: usize, min_isr: i32 },
+    /// This node does not lead the partition (or does not host it as the
+    /// request requires).
+    #[error("this broker is not the leader of the partition")]
+    NotLeaderOrFollower,
+    /// The request names an older leader epoch than this replica's.
+    #[error("the request's leader epoch is older than the replica's")]
+    FencedLeaderEpoch,
+    /// The request names a newer leader epoch than this replica has seen,
+    /// or a replica the partition does not know in this epoch.
+    #[error("the request's leader epoch is newer than the replica's")]
+    UnknownLeaderEpoch,
+    #[error("timed out waiting for the in-sync replicas")]
+    RequestTimedOut,
     #[error("unsupported version for this request")]
     UnsupportedVersion,
     #[error("invalid timestamp {0}")]
@@ -66,6 +81,13 @@ impl PartitionError {
             PartitionError::TransactionsUnsupported => ResponseError::InvalidTxnState,
             PartitionError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
             PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
+            PartitionError::NotEnoughReplicasAfterAppend { .. } => {
+                ResponseError::NotEnoughReplicasAfterAppend
+            }
+            PartitionError::NotLeaderOrFollower => ResponseError::NotLeaderOrFollower,
+            PartitionError::FencedLeaderEpoch => ResponseError::FencedLeaderEpoch,
+            PartitionError::UnknownLeaderEpoch => ResponseError::UnknownLeaderEpoch,
+            PartitionError::RequestTimedOut => ResponseError::RequestTimedOut,
             PartitionError::UnsupportedVersion => ResponseError::UnsupportedVersion,
             PartitionError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
             PartitionError::Storage(_) => ResponseError::KafkaStorageError,

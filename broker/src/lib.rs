@@ -10,6 +10,7 @@ pub mod log;
 pub mod metadata;
 pub mod partition;
 pub mod replica_manager;
+pub mod replication;
 pub mod server;
 pub mod types;
 
@@ -142,6 +143,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         tasks.push(tokio::spawn(async move {
             broker.groups.run_timers(&broker, rx).await;
         }));
+    }
+    {
+        // The ISR manager (leader side of replication).
+        let broker = broker.clone();
+        let rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(replication::leader::run(broker, rx)));
     }
     {
         // Follow metadata changes made elsewhere (issue 6: other brokers).
@@ -289,6 +296,8 @@ impl RunningBroker {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // No fetch task may hold a partition while the partitions close.
+        broker.fetchers.shutdown().await;
         broker.replicas.shutdown();
         match Arc::try_unwrap(broker) {
             Ok(b) => {

@@ -10,9 +10,20 @@ use uuid::Uuid;
 
 use crate::config::{ServerConfig, TopicConfigs};
 use crate::error::PartitionError;
+use crate::metadata::image::NO_LEADER;
 use crate::metadata::MetadataImage;
+use crate::partition::leader_state::AssignedState;
 use crate::partition::{read_partition_metadata, Partition};
-use crate::types::{NodeId, TopicPartition};
+use crate::types::{LeaderEpoch, NodeId, TopicPartition};
+
+/// A partition this node follows, as the replica fetchers need it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Followed {
+    pub tp: TopicPartition,
+    pub topic_id: Uuid,
+    pub leader: NodeId,
+    pub leader_epoch: LeaderEpoch,
+}
 
 pub type PartitionRef = Arc<Mutex<Partition>>;
 
@@ -24,8 +35,29 @@ pub struct ReplicaManager {
     /// Serializes reconciliation so two image updates never race to open
     /// or delete the same directory.
     reconcile_lock: Mutex<()>,
-    /// Woken after every append, so long-polling fetches re-check.
+    /// Woken after every append and every high watermark advance, so
+    /// long-polling fetches re-check.
     pub appended: Notify,
+    /// Woken when a follower may join an ISR, so the ISR manager
+    /// (`replication::leader`) proposes it without waiting for its tick.
+    pub isr_check: Notify,
+    followed: Mutex<Vec<Followed>>,
+}
+
+/// Hands the complete followed set to the replica fetchers.
+pub fn update_fetchers(broker: &crate::broker::Broker, followed: Vec<Followed>) {
+    tracing::debug!(partitions = followed.len(), "followed partitions");
+    broker.fetchers.update(
+        followed
+            .into_iter()
+            .map(|f| crate::replication::fetcher::FollowedPartition {
+                tp: f.tp,
+                topic_id: f.topic_id,
+                leader: f.leader,
+                leader_epoch: f.leader_epoch,
+            })
+            .collect(),
+    );
 }
 
 fn partition_dir(data_dir: &std::path::Path, tp: &TopicPartition) -> PathBuf {
@@ -41,6 +73,8 @@ impl ReplicaManager {
             partitions: RwLock::new(HashMap::new()),
             reconcile_lock: Mutex::new(()),
             appended: Notify::new(),
+            isr_check: Notify::new(),
+            followed: Mutex::new(Vec::new()),
         }
     }
 
@@ -58,11 +92,40 @@ impl ReplicaManager {
     }
 
     /// Opens partitions the image assigns to this node, applies config
-    /// changes, and deletes partitions of topics that are gone. Directories
-    /// on disk that belong to no topic in the image (a topic deleted while
-    /// the node was down, or an older topic of the same name) are removed.
-    pub fn reconcile(&self, image: &MetadataImage, now_ms: i64) -> Result<(), PartitionError> {
+    /// changes, gives each its role (leader when the image names this node,
+    /// follower otherwise), and deletes partitions of topics that are gone.
+    /// Directories on disk that belong to no topic in the image (a topic
+    /// deleted while the node was down, or an older topic of the same name)
+    /// are removed. Returns the complete set of partitions this node follows
+    /// with a live leader, for the replica fetchers.
+    ///
+    /// The image is read under the reconcile lock, so two callers can never
+    /// apply an older image after a newer one; `on_followed` runs under it
+    /// too, so the fetchers see the followed sets in image order.
+    pub fn reconcile(
+        &self,
+        metadata: &crate::metadata::MetadataController,
+        now_ms: i64,
+        on_followed: impl FnOnce(Vec<Followed>),
+    ) -> Result<(), PartitionError> {
         let _guard = self.reconcile_lock.lock().expect("poisoned");
+        let image = metadata.image();
+        let followed = self.apply_image(&image, now_ms)?;
+        *self.followed.lock().expect("poisoned") = followed.clone();
+        on_followed(followed);
+        Ok(())
+    }
+
+    /// The partitions this node follows, as last handed to the fetchers.
+    pub fn followed(&self) -> Vec<Followed> {
+        self.followed.lock().expect("poisoned").clone()
+    }
+
+    fn apply_image(
+        &self,
+        image: &MetadataImage,
+        now_ms: i64,
+    ) -> Result<Vec<Followed>, PartitionError> {
         let mut wanted: HashMap<TopicPartition, (Uuid, &crate::metadata::PartitionImage)> =
             HashMap::new();
         for topic in image.topics.values() {
@@ -88,6 +151,8 @@ impl ReplicaManager {
         };
         for (tp, part) in stale {
             self.partitions.write().expect("poisoned").remove(&tp);
+            // Producers waiting for acks on it answer NOT_LEADER_OR_FOLLOWER.
+            part.lock().expect("poisoned").resign();
             // Any in-flight request still holding the Arc finishes first.
             let part = match Arc::try_unwrap(part) {
                 Ok(m) => m.into_inner().expect("poisoned"),
@@ -101,37 +166,92 @@ impl ReplicaManager {
             tracing::info!(%tp, "deleting partition");
             part.delete()?;
         }
+        // Followers that may not join an ISR: fenced or unregistered brokers.
+        let ineligible: std::collections::BTreeSet<NodeId> = image
+            .topics
+            .values()
+            .flat_map(|t| t.partitions.iter().flat_map(|p| p.replicas.iter().copied()))
+            .filter(|r| image.brokers.get(r).is_none_or(|b| b.fenced))
+            .collect();
+        let mut followed = Vec::new();
+        let mut hw_moved = false;
         // Open or update the wanted ones.
         for (tp, (topic_id, pimg)) in &wanted {
             let topic = &image.topics[&*tp.topic];
             let configs = TopicConfigs::resolve(&self.server, &topic.configs);
-            if let Some(existing) = self.get(tp) {
-                existing.lock().expect("poisoned").set_configs(configs);
-                continue;
+            let part = match self.get(tp) {
+                Some(existing) => {
+                    existing.lock().expect("poisoned").set_configs(configs);
+                    existing
+                }
+                None => self.open(tp, *topic_id, pimg, configs, now_ms)?,
+            };
+            let mut p = part.lock().expect("poisoned");
+            if pimg.leader == self.node_id {
+                let state = AssignedState {
+                    leader_epoch: pimg.leader_epoch,
+                    partition_epoch: pimg.partition_epoch,
+                    replicas: pimg.replicas.clone(),
+                    isr: pimg.isr.clone(),
+                };
+                hw_moved |= p.become_leader(
+                    self.node_id,
+                    state,
+                    ineligible.clone(),
+                    self.server.replica_lag_time_max_ms,
+                    now_ms,
+                );
+            } else {
+                p.become_follower(pimg.leader, pimg.leader_epoch, pimg.partition_epoch);
+                if pimg.leader != NO_LEADER {
+                    followed.push(Followed {
+                        tp: tp.clone(),
+                        topic_id: *topic_id,
+                        leader: pimg.leader,
+                        leader_epoch: pimg.leader_epoch,
+                    });
+                }
             }
+        }
+        if hw_moved {
+            self.appended.notify_waiters();
+        }
+        self.remove_stray_dirs(&wanted);
+        followed.sort_by(|a, b| a.tp.cmp(&b.tp));
+        Ok(followed)
+    }
+
+    fn open(
+        &self,
+        tp: &TopicPartition,
+        topic_id: Uuid,
+        pimg: &crate::metadata::PartitionImage,
+        configs: TopicConfigs,
+        now_ms: i64,
+    ) -> Result<PartitionRef, PartitionError> {
+        {
             let dir = partition_dir(&self.data_dir, tp);
             if let Some(on_disk) = read_partition_metadata(&dir) {
-                if on_disk != *topic_id {
+                if on_disk != topic_id {
                     tracing::info!(%tp, "removing directory of an older topic with this name");
                     std::fs::remove_dir_all(&dir)
                         .map_err(|e| PartitionError::Storage(e.to_string()))?;
                 }
             }
-            let part = Partition::open(
+            let part = Arc::new(Mutex::new(Partition::open(
                 dir,
                 tp.clone(),
-                *topic_id,
+                topic_id,
                 pimg.leader_epoch,
                 configs,
                 now_ms,
-            )?;
+            )?));
             self.partitions
                 .write()
                 .expect("poisoned")
-                .insert(tp.clone(), Arc::new(Mutex::new(part)));
+                .insert(tp.clone(), part.clone());
+            Ok(part)
         }
-        self.remove_stray_dirs(&wanted);
-        Ok(())
     }
 
     fn remove_stray_dirs(

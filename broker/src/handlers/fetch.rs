@@ -1,6 +1,14 @@
-//! Fetch (key 1) for consumers: whole batches from the fetch offset up to the
-//! high watermark, within partition and response byte limits, long-polling
-//! on `min_bytes` / `max_wait_ms`.
+//! Fetch (key 1): whole batches from the fetch offset, within partition and
+//! response byte limits, long-polling on `min_bytes` / `max_wait_ms`.
+//!
+//! Consumers (replica id -1) read up to the high watermark, from the leader
+//! only. Followers (replica id >= 0: the header field `replica_id` before
+//! v15, `replica_state.replica_id` from v15) read up to the log end; each
+//! such fetch records the follower's position (its fetch offset is its log
+//! end offset), which may advance the high watermark and let the follower
+//! join the ISR. A long-poll wakes on appends and on high watermark advances.
+//! Fetching from a follower replica (KIP-392) is not offered: clients are
+//! never given a preferred read replica, so they always fetch from the leader.
 //!
 //! Fetch sessions (KIP-227): we always answer session id 0, which tells the
 //! client that no session was created, so every request is a full fetch.
@@ -12,10 +20,12 @@ use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, Partition
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::ResponseError;
 
+use super::leader_hints::LeaderHints;
 use super::str_bytes;
-use crate::broker::Broker;
+use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
-use crate::types::{Offset, TopicPartition};
+use crate::partition::FetchLimit;
+use crate::types::{NodeId, Offset, TopicPartition};
 
 /// The longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_MS_CAP: i32 = 30_000;
@@ -88,6 +98,15 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
     let mut total = 0usize;
     let mut had_error = false;
     let image = broker.metadata.image();
+    let replica_id = if version >= 15 {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    };
+    let from_follower = replica_id >= 0;
+    let now = now_ms();
+    let mut hw_moved = false;
+    let mut leaders = LeaderHints::default();
     for topic in &req.topics {
         let mut t = FetchableTopicResponse::default();
         t.topic_id = topic.topic_id;
@@ -118,26 +137,67 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
                 t.partitions.push(pd);
                 continue;
             };
-            let part = part.lock().expect("poisoned");
-            let epoch = part.leader_epoch().0;
-            if fp.current_leader_epoch >= 0 && fp.current_leader_epoch != epoch {
-                pd.error_code = if fp.current_leader_epoch < epoch {
-                    ResponseError::FencedLeaderEpoch
-                } else {
-                    ResponseError::UnknownLeaderEpoch
+            let mut part = part.lock().expect("poisoned");
+            // Kafka's order: the leader epoch first, then leadership, then
+            // whether the fetching replica belongs to the partition.
+            let check = part
+                .check_leader_epoch(fp.current_leader_epoch)
+                .and_then(|()| match part.leader_state() {
+                    None => Err(PartitionError::NotLeaderOrFollower),
+                    Some(l) if from_follower && l.follower(NodeId(replica_id)).is_none() => {
+                        Err(if fp.current_leader_epoch >= 0 {
+                            PartitionError::UnknownLeaderEpoch
+                        } else {
+                            PartitionError::NotLeaderOrFollower
+                        })
+                    }
+                    Some(_) => Ok(()),
+                });
+            if let Err(e) = check {
+                if matches!(e, PartitionError::NotLeaderOrFollower) && version >= 12 {
+                    // KIP-951: tell the client where the leader is now.
+                    if let Some((leader, epoch)) = leaders.hint(&image, &tp) {
+                        pd.current_leader.leader_id = kafka_protocol::messages::BrokerId(leader.0);
+                        pd.current_leader.leader_epoch = epoch;
+                    }
                 }
-                .code();
+                pd.error_code = e.code();
                 had_error = true;
                 t.partitions.push(pd);
                 continue;
             }
             let remaining = max_bytes.saturating_sub(total);
             let partition_max = (fp.partition_max_bytes.max(0) as usize).min(remaining);
+            let limit = if from_follower {
+                FetchLimit::LogEnd
+            } else {
+                FetchLimit::HighWatermark
+            };
             // The first partition with data always returns at least one whole
             // batch, so a batch larger than the limits cannot stall a consumer.
-            match part.read(Offset(fp.fetch_offset), partition_max, total == 0) {
+            match part.read_up_to(Offset(fp.fetch_offset), partition_max, total == 0, limit) {
                 Ok(out) => {
                     pd.high_watermark = out.high_watermark.0;
+                    if from_follower {
+                        // The fetch offset is the follower's log end offset.
+                        match part.record_follower_fetch(
+                            NodeId(replica_id),
+                            Offset(fp.fetch_offset),
+                            now,
+                        ) {
+                            Ok(moved) => hw_moved |= moved,
+                            Err(e) => {
+                                tracing::warn!(%tp, replica_id, error = %e, "follower fetch not recorded")
+                            }
+                        }
+                        if part.wants_isr_expand() {
+                            broker.replicas.isr_check.notify_one();
+                        }
+                        // The high watermark after this fetch: it may have
+                        // moved because of it, and the follower learns it a
+                        // round trip sooner.
+                        pd.high_watermark = part.high_watermark().0;
+                    }
                     pd.last_stable_offset = out.last_stable_offset.0;
                     pd.log_start_offset = out.log_start_offset.0;
                     pd.aborted_transactions = Some(vec![]);
@@ -160,6 +220,13 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
             t.topic = TopicName(str_bytes(topic.topic.0.to_string()));
         }
         resp.responses.push(t);
+    }
+    if hw_moved {
+        // Consumers long-polling on this partition may now read more.
+        broker.replicas.appended.notify_waiters();
+    }
+    if version >= 16 {
+        resp.node_endpoints = leaders.fetch_endpoints(&image);
     }
     (resp, total, had_error)
 }

@@ -4,7 +4,6 @@ use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
 };
 use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
-use kafka_protocol::ResponseError;
 
 use crate::broker::Broker;
 use crate::error::PartitionError;
@@ -28,13 +27,20 @@ pub fn handle(broker: &Broker, version: i16, req: ListOffsetsRequest) -> ListOff
                 Some(part) => {
                     let part = part.lock().expect("poisoned");
                     let epoch = part.leader_epoch().0;
-                    if p.current_leader_epoch >= 0 && p.current_leader_epoch < epoch {
-                        r.error_code = ResponseError::FencedLeaderEpoch.code();
-                        t.partitions.push(r);
-                        continue;
-                    }
-                    if p.current_leader_epoch > epoch {
-                        r.error_code = ResponseError::UnknownLeaderEpoch.code();
+                    // Kafka's order: the epoch, then leadership (clients
+                    // always ask the leader; only its high watermark is
+                    // the committed end).
+                    let check = part
+                        .check_leader_epoch(p.current_leader_epoch)
+                        .and_then(|()| {
+                            if part.is_leader() {
+                                Ok(())
+                            } else {
+                                Err(PartitionError::NotLeaderOrFollower)
+                            }
+                        });
+                    if let Err(e) = check {
+                        r.error_code = e.code();
                         t.partitions.push(r);
                         continue;
                     }

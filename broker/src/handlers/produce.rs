@@ -1,6 +1,23 @@
 //! Produce (key 0): validate each partition's batch, append as leader,
 //! answer per partition. v0-2 are advertised (librdkafka needs to see them,
 //! KAFKA-18659) but rejected, as Kafka 4 does.
+//!
+//! Only the leader appends (NOT_LEADER_OR_FOLLOWER elsewhere, naming the
+//! current leader from v10, KIP-951). acks=1 answers after the local append;
+//! acks=-1 first requires the ISR to hold `min.insync.replicas`
+//! (NOT_ENOUGH_REPLICAS, nothing appended), then waits until the high
+//! watermark passes the batch (Kafka's `DelayedProduce`), at most
+//! `timeout_ms` (REQUEST_TIMED_OUT). While it waits, losing leadership
+//! answers NOT_LEADER_OR_FOLLOWER and the ISR falling below
+//! `min.insync.replicas` answers NOT_ENOUGH_REPLICAS_AFTER_APPEND at once
+//! (Kafka would freeze the high watermark and time out; the error is the
+//! one its `checkEnoughReplicasReachOffset` would give, sooner).
+//!
+//! The wait happens inside the handler, so later requests on the same
+//! connection wait too. That is Kafka's behaviour: its network layer mutes a
+//! channel from the moment a request is read until its response is sent, so
+//! a connection never has two requests in progress, and pipelined produce
+//! requests from an idempotent producer are appended in the order sent.
 
 use kafka_protocol::messages::produce_response::{
     BatchIndexAndErrorMessage, PartitionProduceResponse, TopicProduceResponse,
@@ -8,10 +25,15 @@ use kafka_protocol::messages::produce_response::{
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
 
+use std::time::Duration;
+
+use super::leader_hints::LeaderHints;
 use super::str_bytes;
 use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
-use crate::types::TopicPartition;
+use crate::partition::AckState;
+use crate::replica_manager::PartitionRef;
+use crate::types::{Offset, TopicPartition};
 
 /// The first Produce version Kafka 4 accepts.
 const MIN_ACCEPTED_VERSION: i16 = 3;
@@ -47,12 +69,46 @@ fn partition_error(version: i16, index: i32, err: &PartitionError) -> PartitionP
     p
 }
 
+/// An acks=all append waiting for the high watermark.
+struct AckWait {
+    topic: usize,
+    partition: usize,
+    tp: TopicPartition,
+    part: PartitionRef,
+    /// The high watermark that commits the batch: its last offset + 1.
+    required: Offset,
+    events: tokio::sync::watch::Receiver<()>,
+}
+
+/// Fills in an error for a partition, naming the current leader when the
+/// error is NOT_LEADER_OR_FOLLOWER and the version carries it.
+fn set_error(
+    p: &mut PartitionProduceResponse,
+    version: i16,
+    e: &PartitionError,
+    hint: impl FnOnce() -> Option<(crate::types::NodeId, i32)>,
+) {
+    p.error_code = e.code();
+    p.error_message = e.message().map(str_bytes);
+    if matches!(e, PartitionError::NotLeaderOrFollower) && version >= 10 {
+        if let Some((leader, epoch)) = hint() {
+            p.current_leader.leader_id = kafka_protocol::messages::BrokerId(leader.0);
+            p.current_leader.leader_epoch = epoch;
+        }
+    }
+}
+
 /// Returns `None` for acks=0, which gets no response.
 pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Option<ProduceResponse> {
     let acks = req.acks;
     let now = now_ms();
+    let deadline =
+        tokio::time::Instant::now() + Duration::from_millis(req.timeout_ms.max(0) as u64);
+    let image = broker.metadata.image();
+    let mut leaders = LeaderHints::default();
     let mut resp = ProduceResponse::default();
     let mut appended = false;
+    let mut waits = Vec::new();
     for topic in req.topic_data {
         let name = topic.name.0.to_string();
         let mut t = TopicProduceResponse::default();
@@ -83,14 +139,24 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
                     (Some(_), None) => Err(PartitionError::InvalidRecord("null records".into())),
                     (Some(part), Some(records)) => {
                         let size = records.len();
-                        let r = part
-                            .lock()
-                            .expect("poisoned")
-                            .append_as_leader(&records, acks, now);
-                        if r.is_ok() {
+                        let mut locked = part.lock().expect("poisoned");
+                        let r = locked.append_as_leader(&records, acks, now);
+                        if let Ok(out) = &r {
                             appended = true;
                             metrics::counter!("kafka_broker_bytes_in_total", "topic" => name.clone())
                                 .increment(size as u64);
+                            if acks == -1 {
+                                // Subscribed under the lock of the append,
+                                // so no change after it can be missed.
+                                waits.push(AckWait {
+                                    topic: resp.responses.len(),
+                                    partition: t.partition_responses.len(),
+                                    tp: tp.clone(),
+                                    part: part.clone(),
+                                    required: out.last_offset.next(),
+                                    events: locked.subscribe(),
+                                });
+                            }
                         }
                         r
                     }
@@ -111,7 +177,10 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
                     }
                     metrics::counter!("kafka_broker_partition_errors_total", "api" => "Produce", "code" => e.code().to_string())
                         .increment(1);
-                    partition_error(version, pd.index, &e)
+                    let mut p = partition_error(version, pd.index, &e);
+                    let tp = TopicPartition::new(name.as_str(), pd.index);
+                    set_error(&mut p, version, &e, || leaders.hint(&image, &tp));
+                    p
                 }
             };
             t.partition_responses.push(p);
@@ -119,7 +188,43 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
         resp.responses.push(t);
     }
     if appended {
+        // Followers long-polling for data fetch it now.
         broker.replicas.appended.notify_waiters();
+    }
+    // The partitions make progress together, so waiting on each in turn
+    // costs the slowest one's time, not the sum.
+    for mut w in waits {
+        let outcome = loop {
+            let state = w.part.lock().expect("poisoned").ack_state(w.required);
+            match state {
+                Ok(AckState::Done) => break Ok(()),
+                Err(e) => break Err(e),
+                Ok(AckState::Waiting) => {}
+            }
+            match tokio::time::timeout_at(deadline, w.events.changed()).await {
+                Ok(Ok(())) => continue,
+                // The partition was dropped from this node.
+                Ok(Err(_)) => break Err(PartitionError::NotLeaderOrFollower),
+                Err(_) => {
+                    // One last look: the deadline and the change may race.
+                    let state = w.part.lock().expect("poisoned").ack_state(w.required);
+                    break match state {
+                        Ok(AckState::Done) => Ok(()),
+                        Ok(AckState::Waiting) => Err(PartitionError::RequestTimedOut),
+                        Err(e) => Err(e),
+                    };
+                }
+            }
+        };
+        if let Err(e) = outcome {
+            metrics::counter!("kafka_broker_partition_errors_total", "api" => "Produce", "code" => e.code().to_string())
+                .increment(1);
+            let p = &mut resp.responses[w.topic].partition_responses[w.partition];
+            set_error(p, version, &e, || leaders.hint(&image, &w.tp));
+        }
+    }
+    if version >= 10 {
+        resp.node_endpoints = leaders.produce_endpoints(&image);
     }
     if acks == 0 {
         None

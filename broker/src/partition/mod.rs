@@ -1,6 +1,9 @@
 //! One partition replica: its log, its producer state, its high watermark.
 //! Synchronous; the caller holds the partition's lock and passes `now_ms`.
 
+pub mod epochs;
+mod follower;
+pub mod leader_state;
 pub mod producer_state;
 mod transcode;
 
@@ -15,7 +18,8 @@ use uuid::Uuid;
 use crate::config::TopicConfigs;
 use crate::error::PartitionError;
 use crate::log::Log;
-use crate::types::{LeaderEpoch, Offset, TopicPartition};
+use crate::types::{LeaderEpoch, NodeId, Offset, TopicPartition};
+use leader_state::{AssignedState, IsrProposal, LeaderState};
 use producer_state::{ProducerCheck, ProducerSnapshot, ProducerStateManager};
 
 /// How long an idle producer's state is kept (Kafka's
@@ -53,8 +57,44 @@ pub struct Partition {
     /// The configs the produce path reads on every append, parsed once
     /// (TopicConfigs keeps strings, as DescribeConfigs reports them).
     append_config: AppendConfig,
-    /// Replicas currently in sync, the leader included. One on a single node.
-    isr_size: usize,
+    /// (epoch, start offset) of the log's leader epochs (`epochs.rs`).
+    epochs: epochs::LeaderEpochCache,
+    role: Role,
+    /// Bumped whenever the high watermark, the ISR or the role changes, so
+    /// acks=all produce requests waiting on this partition re-check.
+    events: tokio::sync::watch::Sender<()>,
+}
+
+/// What this replica does for its partition.
+#[derive(Clone, Debug)]
+pub enum Role {
+    /// Opened, and not (or no longer) given a role by the image.
+    None,
+    /// This node leads: produce and consumer fetches are served here.
+    Leader(Box<LeaderState>),
+    /// Another node leads (`NO_LEADER` when nobody does): only replica
+    /// fetching writes here, and neither produce nor consumer fetches are served.
+    Follower {
+        leader: NodeId,
+        partition_epoch: i32,
+    },
+}
+
+/// How far a fetch may read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FetchLimit {
+    /// Consumers: committed data only.
+    HighWatermark,
+    /// Followers: everything the leader has.
+    LogEnd,
+}
+
+/// Where an acks=all produce stands.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum AckState {
+    /// The high watermark has not reached the batch yet.
+    Waiting,
+    Done,
 }
 
 /// Writes Kafka's `partition.metadata` file so a directory left by a deleted
@@ -123,8 +163,11 @@ impl Partition {
             }
         }
         producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
-        // A single replica: everything in the log is committed.
-        let high_watermark = log.log_end_offset();
+        let epochs = follower::epoch_cache_of(&log);
+        // Nothing is known committed until a role says so: a leader computes
+        // the high watermark from its ISR (at once when the ISR is itself),
+        // a follower takes it from its leader. Starting low is always safe.
+        let high_watermark = log.log_start_offset();
         Ok(Self {
             tp,
             topic_id,
@@ -134,7 +177,9 @@ impl Partition {
             high_watermark,
             append_config: AppendConfig::from(&configs),
             configs,
-            isr_size: 1,
+            epochs,
+            role: Role::None,
+            events: tokio::sync::watch::channel(()).0,
         })
     }
 
@@ -172,6 +217,11 @@ impl Partition {
         acks: i16,
         now_ms: i64,
     ) -> Result<AppendOutcome, PartitionError> {
+        let Role::Leader(leader) = &self.role else {
+            return Err(PartitionError::NotLeaderOrFollower);
+        };
+        let isr_size = leader.isr.len();
+        let min_isr = leader.effective_min_isr(self.append_config.min_insync_replicas);
         let cfg = self.append_config;
         let max = cfg.max_message_bytes;
         if records.len() > max as usize {
@@ -181,10 +231,11 @@ impl Partition {
             });
         }
         let view = single_client_batch(records)?;
-        if acks == -1 && (self.isr_size as i32) < cfg.min_insync_replicas {
+        // Kafka checks the committed ISR (not the maximal one) before append.
+        if acks == -1 && isr_size < min_isr {
             return Err(PartitionError::NotEnoughReplicas {
-                isr: self.isr_size,
-                min_isr: cfg.min_insync_replicas,
+                isr: isr_size,
+                min_isr: min_isr as i32,
             });
         }
         // Kafka's LogValidator runs before the producer-state check: keys on
@@ -234,8 +285,10 @@ impl Partition {
         let stored =
             RecordBatchView::parse(&batch).map_err(|e| PartitionError::Storage(e.to_string()))?;
         self.producers.update(&stored);
-        // One replica in sync: the high watermark follows the log end.
-        self.high_watermark = self.log.log_end_offset();
+        self.epochs.assign(self.leader_epoch, base_offset);
+        // With the leader alone in the ISR the high watermark follows the
+        // log end at once; otherwise it waits for the followers' fetches.
+        self.maybe_increment_high_watermark(now_ms);
         Ok(AppendOutcome {
             base_offset,
             last_offset: Offset(stored.last_offset()),
@@ -252,16 +305,30 @@ impl Partition {
         max_bytes: usize,
         min_one_batch: bool,
     ) -> Result<FetchOutcome, PartitionError> {
-        if offset > self.high_watermark {
+        self.read_up_to(offset, max_bytes, min_one_batch, FetchLimit::HighWatermark)
+    }
+
+    /// Reads batches from `offset` up to the high watermark (consumers) or
+    /// the log end (followers).
+    pub fn read_up_to(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        min_one_batch: bool,
+        limit: FetchLimit,
+    ) -> Result<FetchOutcome, PartitionError> {
+        let end = match limit {
+            FetchLimit::HighWatermark => self.high_watermark,
+            FetchLimit::LogEnd => self.log.log_end_offset(),
+        };
+        if offset > end {
             return Err(PartitionError::OffsetOutOfRange {
                 requested: offset.0,
                 log_start: self.log.log_start_offset().0,
-                log_end: self.high_watermark.0,
+                log_end: end.0,
             });
         }
-        let records = self
-            .log
-            .read(offset, max_bytes, self.high_watermark, min_one_batch)?;
+        let records = self.log.read(offset, max_bytes, end, min_one_batch)?;
         Ok(FetchOutcome {
             records,
             high_watermark: self.high_watermark,
@@ -290,8 +357,11 @@ impl Partition {
     }
 
     /// DeleteRecords: moves the log start offset up to `offset` (-1 means
-    /// the high watermark).
+    /// the high watermark). Only on the leader, as in Kafka.
     pub fn delete_records_before(&mut self, offset: i64) -> Result<Offset, PartitionError> {
+        if !self.is_leader() {
+            return Err(PartitionError::NotLeaderOrFollower);
+        }
         let target = if offset == -1 {
             self.high_watermark
         } else {
@@ -305,6 +375,229 @@ impl Partition {
             });
         }
         Ok(self.log.delete_records_before(target)?)
+    }
+
+    pub fn role(&self) -> &Role {
+        &self.role
+    }
+
+    pub fn is_leader(&self) -> bool {
+        matches!(self.role, Role::Leader(_))
+    }
+
+    pub fn leader_state(&self) -> Option<&LeaderState> {
+        match &self.role {
+            Role::Leader(l) => Some(l),
+            _ => None,
+        }
+    }
+
+    /// A receiver that sees every change of the high watermark, the ISR or
+    /// the role.
+    pub fn subscribe(&self) -> tokio::sync::watch::Receiver<()> {
+        self.events.subscribe()
+    }
+
+    fn changed(&self) {
+        self.events.send_replace(());
+    }
+
+    /// Kafka's `checkCurrentLeaderEpoch`: a request that names an older
+    /// leader epoch is fenced, a newer one is from a future we have not seen
+    /// yet; -1 means the client does not know.
+    pub fn check_leader_epoch(&self, current_leader_epoch: i32) -> Result<(), PartitionError> {
+        let epoch = self.leader_epoch.0;
+        if current_leader_epoch < 0 || current_leader_epoch == epoch {
+            Ok(())
+        } else if current_leader_epoch < epoch {
+            Err(PartitionError::FencedLeaderEpoch)
+        } else {
+            Err(PartitionError::UnknownLeaderEpoch)
+        }
+    }
+
+    /// Takes the image's state for a partition this node leads. A new
+    /// leader epoch resets the followers' states (Kafka's `makeLeader`); a
+    /// new partition epoch under the same leader epoch updates the ISR and
+    /// assignment and settles any pending ISR change; an image that did not
+    /// change this partition changes nothing, so a pending change stays
+    /// pending. Returns true if the high watermark moved.
+    pub fn become_leader(
+        &mut self,
+        local: NodeId,
+        state: AssignedState,
+        ineligible: std::collections::BTreeSet<NodeId>,
+        max_lag_ms: i64,
+        now_ms: i64,
+    ) -> bool {
+        let leo = self.log.log_end_offset();
+        let changed = match &mut self.role {
+            Role::Leader(l) if l.leader_epoch == state.leader_epoch => {
+                // Older or equal partition epochs are images that did not
+                // change this partition (or lag behind what we know).
+                if state.partition_epoch > l.partition_epoch {
+                    l.update_assignment(state);
+                    true
+                } else {
+                    false
+                }
+            }
+            role => {
+                let previous = match &*role {
+                    Role::Leader(l) => Some(l.as_ref()),
+                    _ => None,
+                };
+                tracing::info!(tp = %self.tp, epoch = state.leader_epoch.0, start = leo.0, isr = ?state.isr, "leading");
+                self.leader_epoch = state.leader_epoch;
+                // Kafka's makeLeader: the new epoch starts at the log end,
+                // appended to or not (B2's epoch cache).
+                self.epochs.assign(state.leader_epoch, leo);
+                let next = LeaderState::start(local, state, leo, previous, max_lag_ms, now_ms);
+                *role = Role::Leader(Box::new(next));
+                true
+            }
+        };
+        if let Role::Leader(l) = &mut self.role {
+            l.set_ineligible(ineligible);
+            l.set_max_lag_ms(max_lag_ms);
+        }
+        if changed {
+            self.high_watermark = self.high_watermark.min(leo);
+            self.changed();
+        }
+        self.maybe_increment_high_watermark(now_ms)
+    }
+
+    /// Follows `leader` (or nobody, `NO_LEADER`) at the image's epochs.
+    pub fn become_follower(
+        &mut self,
+        leader: NodeId,
+        leader_epoch: LeaderEpoch,
+        partition_epoch: i32,
+    ) {
+        if let Role::Follower {
+            leader: l,
+            partition_epoch: p,
+        } = &self.role
+        {
+            if *l == leader && self.leader_epoch == leader_epoch && *p == partition_epoch {
+                return;
+            }
+        }
+        tracing::info!(tp = %self.tp, leader = leader.0, epoch = leader_epoch.0, "following");
+        self.leader_epoch = leader_epoch;
+        self.role = Role::Follower {
+            leader,
+            partition_epoch,
+        };
+        self.changed();
+    }
+
+    /// The replica leaves this node: waiting producers learn it at once.
+    pub fn resign(&mut self) {
+        self.role = Role::None;
+        self.changed();
+    }
+
+    /// Kafka's `maybeIncrementLeaderHW`. Returns true if it moved; it never
+    /// moves back.
+    pub fn maybe_increment_high_watermark(&mut self, now_ms: i64) -> bool {
+        let Role::Leader(l) = &self.role else {
+            return false;
+        };
+        let leo = self.log.log_end_offset();
+        match l.high_watermark_candidate(leo, self.append_config.min_insync_replicas, now_ms) {
+            Some(hw) if hw > self.high_watermark => {
+                self.high_watermark = hw;
+                self.changed();
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// A follower fetched from `fetch_offset`: it has everything before it.
+    /// Returns true if the high watermark moved.
+    pub fn record_follower_fetch(
+        &mut self,
+        replica: NodeId,
+        fetch_offset: Offset,
+        now_ms: i64,
+    ) -> Result<bool, PartitionError> {
+        let leo = self.log.log_end_offset();
+        let Role::Leader(l) = &mut self.role else {
+            return Err(PartitionError::NotLeaderOrFollower);
+        };
+        l.record_fetch(replica, fetch_offset, leo, now_ms)
+            .ok_or(PartitionError::UnknownLeaderEpoch)?;
+        Ok(self.maybe_increment_high_watermark(now_ms))
+    }
+
+    /// Whether a follower outside the ISR may now join it (the ISR manager
+    /// is woken when this turns true).
+    pub fn wants_isr_expand(&self) -> bool {
+        self.leader_state()
+            .is_some_and(|l| l.expand_candidate(self.high_watermark).is_some())
+    }
+
+    /// The next AlterPartition to propose, marked pending.
+    pub fn prepare_isr_change(&mut self, now_ms: i64) -> Option<IsrProposal> {
+        let leo = self.log.log_end_offset();
+        let hw = self.high_watermark;
+        let Role::Leader(l) = &mut self.role else {
+            return None;
+        };
+        let p = l.prepare_isr_change(leo, hw, now_ms);
+        if p.is_some() {
+            self.changed();
+        }
+        p
+    }
+
+    /// The controller applied our AlterPartition (Kafka's
+    /// `handleAlterPartitionUpdate`): take the new ISR at once, unless
+    /// leadership or a newer image has moved on. Returns true if the high
+    /// watermark moved.
+    pub fn apply_isr_update(&mut self, state: AssignedState, now_ms: i64) -> bool {
+        let Role::Leader(l) = &mut self.role else {
+            return false;
+        };
+        if l.leader_epoch != state.leader_epoch || state.partition_epoch <= l.partition_epoch {
+            return false;
+        }
+        l.update_assignment(state);
+        self.changed();
+        self.maybe_increment_high_watermark(now_ms)
+    }
+
+    /// The controller refused the pending change without applying it.
+    pub fn abandon_isr_change(&mut self) {
+        if let Role::Leader(l) = &mut self.role {
+            l.abandon_pending();
+        }
+    }
+
+    /// Kafka's `checkEnoughReplicasReachOffset` for an acks=all produce
+    /// whose batch ends before `required`: done once the high watermark
+    /// reaches it, failed if leadership is lost or the ISR fell below
+    /// `min.insync.replicas` after the append.
+    pub fn ack_state(&self, required: Offset) -> Result<AckState, PartitionError> {
+        let Role::Leader(l) = &self.role else {
+            return Err(PartitionError::NotLeaderOrFollower);
+        };
+        let min_isr = l.effective_min_isr(self.append_config.min_insync_replicas);
+        let maximal = l.maximal_isr().len();
+        if maximal < min_isr {
+            return Err(PartitionError::NotEnoughReplicasAfterAppend {
+                isr: maximal,
+                min_isr: min_isr as i32,
+            });
+        }
+        Ok(if self.high_watermark >= required {
+            AckState::Done
+        } else {
+            AckState::Waiting
+        })
     }
 
     /// Periodic work: retention, rolling, compaction, flush, producer expiry,
@@ -461,6 +754,123 @@ mod tests {
         )
         .unwrap();
         buf.freeze()
+    }
+
+    fn open_partition(dir: &std::path::Path, min_isr: &str) -> Partition {
+        let server = crate::config::ServerConfig::default();
+        let overrides = [("min.insync.replicas".to_string(), min_isr.to_string())].into();
+        Partition::open(
+            dir.join("t-0"),
+            TopicPartition::new("t", 0),
+            Uuid::new_v4(),
+            LeaderEpoch(0),
+            TopicConfigs::resolve(&server, &overrides),
+            0,
+        )
+        .unwrap()
+    }
+
+    fn assigned(epoch: i32, partition_epoch: i32, isr: &[i32]) -> AssignedState {
+        AssignedState {
+            leader_epoch: LeaderEpoch(epoch),
+            partition_epoch,
+            replicas: vec![NodeId(1), NodeId(2)],
+            isr: isr.iter().map(|&n| NodeId(n)).collect(),
+        }
+    }
+
+    #[test]
+    fn the_leader_commits_what_the_isr_has_fetched() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = open_partition(dir.path(), "1");
+        let batch = encode(&["a", "b"], Compression::None);
+        // No role yet: nothing is accepted.
+        assert!(matches!(
+            p.append_as_leader(&batch, -1, 0),
+            Err(PartitionError::NotLeaderOrFollower)
+        ));
+        p.become_leader(
+            NodeId(1),
+            assigned(0, 0, &[1, 2]),
+            Default::default(),
+            10_000,
+            0,
+        );
+        let out = p.append_as_leader(&batch, -1, 1).unwrap();
+        let required = out.last_offset.next();
+        assert_eq!(p.high_watermark(), Offset(0));
+        assert_eq!(p.ack_state(required).unwrap(), AckState::Waiting);
+        // Consumers see nothing, followers see the batch.
+        assert!(p.read(Offset(0), 1 << 20, true).unwrap().records.is_empty());
+        assert!(!p
+            .read_up_to(Offset(0), 1 << 20, true, FetchLimit::LogEnd)
+            .unwrap()
+            .records
+            .is_empty());
+        let mut events = p.subscribe();
+        assert!(!p.record_follower_fetch(NodeId(2), Offset(0), 2).unwrap());
+        assert!(p.record_follower_fetch(NodeId(2), Offset(2), 3).unwrap());
+        assert!(events.has_changed().unwrap());
+        events.mark_unchanged();
+        assert_eq!(p.high_watermark(), Offset(2));
+        assert_eq!(p.ack_state(required).unwrap(), AckState::Done);
+        assert!(matches!(
+            p.record_follower_fetch(NodeId(3), Offset(2), 3),
+            Err(PartitionError::UnknownLeaderEpoch)
+        ));
+        // Leadership moves away: waiting producers learn it.
+        p.become_follower(NodeId(2), LeaderEpoch(1), 1);
+        assert!(events.has_changed().unwrap());
+        assert!(matches!(
+            p.ack_state(required),
+            Err(PartitionError::NotLeaderOrFollower)
+        ));
+        assert_eq!(p.check_leader_epoch(0).unwrap_err().code(), 74);
+        assert_eq!(p.check_leader_epoch(2).unwrap_err().code(), 75);
+        assert!(p.check_leader_epoch(1).is_ok() && p.check_leader_epoch(-1).is_ok());
+    }
+
+    #[test]
+    fn min_insync_replicas_gates_acks_all_before_and_after_the_append() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = open_partition(dir.path(), "2");
+        let batch = encode(&["a"], Compression::None);
+        p.become_leader(
+            NodeId(1),
+            assigned(0, 0, &[1]),
+            Default::default(),
+            10_000,
+            0,
+        );
+        assert!(matches!(
+            p.append_as_leader(&batch, -1, 1),
+            Err(PartitionError::NotEnoughReplicas { isr: 1, min_isr: 2 })
+        ));
+        assert_eq!(p.log_end_offset(), Offset(0));
+        // acks=1 appends, but nothing is committed below min ISR.
+        p.append_as_leader(&batch, 1, 1).unwrap();
+        assert_eq!(p.high_watermark(), Offset(0));
+        // The image adds node 2 (a new partition epoch, same leader epoch).
+        p.become_leader(
+            NodeId(1),
+            assigned(0, 1, &[1, 2]),
+            Default::default(),
+            10_000,
+            2,
+        );
+        let out = p.append_as_leader(&batch, -1, 3).unwrap();
+        p.record_follower_fetch(NodeId(2), Offset(1), 4).unwrap();
+        assert_eq!(p.high_watermark(), Offset(1));
+        // The ISR shrinks to the leader while the produce waits.
+        // (The high watermark cannot move: the ISR is now below min ISR.)
+        assert!(!p.apply_isr_update(assigned(0, 2, &[1]), 5));
+        assert!(matches!(
+            p.ack_state(out.last_offset.next()),
+            Err(PartitionError::NotEnoughReplicasAfterAppend { isr: 1, min_isr: 2 })
+        ));
+        // A stale answer (older partition epoch) changes nothing.
+        assert!(!p.apply_isr_update(assigned(0, 1, &[1, 2]), 6));
+        assert_eq!(p.leader_state().unwrap().isr, vec![NodeId(1)]);
     }
 
     #[test]
