@@ -2,7 +2,7 @@
 //! need (topic creation is used by CreateTopics and by Metadata auto-create).
 
 use std::collections::BTreeMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use kafka_protocol::ResponseError;
@@ -14,6 +14,7 @@ use crate::metadata::{
     PartitionImage,
 };
 use crate::replica_manager::ReplicaManager;
+use crate::replication::fetcher::{BrokerFetcherEnv, FetcherConfig, ReplicaFetcherManager};
 use crate::types::{LeaderEpoch, NodeId};
 
 /// How many producer ids this node takes from the quorum at a time.
@@ -29,7 +30,9 @@ pub fn now_ms() -> i64 {
 pub struct Broker {
     pub config: ServerConfig,
     pub metadata: MetadataController,
-    pub replicas: ReplicaManager,
+    pub replicas: Arc<ReplicaManager>,
+    /// The follower side of replication: fetch sessions to the leaders.
+    pub fetchers: ReplicaFetcherManager,
     /// The group coordinator (every group, on a single node).
     pub groups: crate::coordinator::GroupService,
     producer_ids: Mutex<(i64, i64)>,
@@ -125,13 +128,22 @@ pub struct NewTopic {
 
 impl Broker {
     pub fn new(config: ServerConfig, metadata: MetadataController) -> Self {
-        let replicas = ReplicaManager::new(config.clone());
+        let replicas = Arc::new(ReplicaManager::new(config.clone()));
+        let fetchers = ReplicaFetcherManager::new(
+            config.node_id,
+            FetcherConfig::from_server(&config),
+            Arc::new(BrokerFetcherEnv {
+                replicas: replicas.clone(),
+                images: metadata.subscribe(),
+            }),
+        );
         let groups = crate::coordinator::GroupService::new(&config);
         Self {
             groups,
             config,
             metadata,
             replicas,
+            fetchers,
             producer_ids: Mutex::new((0, 0)),
         }
     }

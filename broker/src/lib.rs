@@ -296,6 +296,8 @@ impl RunningBroker {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
+        // Fetch sessions hold partitions and would keep replicating.
+        broker.fetchers.shutdown().await;
         broker.replicas.shutdown();
         match Arc::try_unwrap(broker) {
             Ok(b) => {

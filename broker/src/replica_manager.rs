@@ -14,16 +14,10 @@ use crate::metadata::image::NO_LEADER;
 use crate::metadata::MetadataImage;
 use crate::partition::leader_state::AssignedState;
 use crate::partition::{read_partition_metadata, Partition};
-use crate::types::{LeaderEpoch, NodeId, TopicPartition};
+use crate::types::{NodeId, TopicPartition};
 
 /// A partition this node follows, as the replica fetchers need it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Followed {
-    pub tp: TopicPartition,
-    pub topic_id: Uuid,
-    pub leader: NodeId,
-    pub leader_epoch: LeaderEpoch,
-}
+pub use crate::replication::fetcher::FollowedPartition as Followed;
 
 pub type PartitionRef = Arc<Mutex<Partition>>;
 
@@ -44,14 +38,11 @@ pub struct ReplicaManager {
     followed: Mutex<Vec<Followed>>,
 }
 
-/// Hands the complete followed set to the replica fetchers.
-///
-/// Not wired yet: the fetchers (`replication::fetcher`, helper B2) are not on
-/// this branch. Once they are, this calls `broker.fetchers.update(..)`.
-pub fn update_fetchers(_broker: &crate::broker::Broker, followed: Vec<Followed>) {
-    tracing::debug!(partitions = followed.len(), "followed partitions");
+/// Hands the complete followed set to the replica fetchers (they start and
+/// stop per-leader sessions to match it).
+pub fn update_fetchers(broker: &crate::broker::Broker, followed: Vec<Followed>) {
+    broker.fetchers.update(followed);
 }
-
 fn partition_dir(data_dir: &std::path::Path, tp: &TopicPartition) -> PathBuf {
     data_dir.join(format!("{}-{}", tp.topic, tp.partition))
 }

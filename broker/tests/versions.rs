@@ -311,6 +311,19 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             ]),
             version,
         ),
+        ApiKey::OffsetForLeaderEpoch => {
+            let mut p = offset_for_leader_epoch_request::OffsetForLeaderPartition::default();
+            p.current_leader_epoch = -1;
+            p.leader_epoch = 0;
+            let mut t = offset_for_leader_epoch_request::OffsetForLeaderTopic::default();
+            t.topic = name("sweep");
+            t.partitions = vec![p];
+            let mut r = OffsetForLeaderEpochRequest::default().with_topics(vec![t]);
+            if version >= 3 {
+                r.replica_id = BrokerId(-1);
+            }
+            enc(r, version)
+        }
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

@@ -61,6 +61,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::DescribeCluster, 0, 1),
     ApiRange::new(ApiKey::AlterConfigs, 0, 2),
     ApiRange::new(ApiKey::IncrementalAlterConfigs, 0, 1),
+    // Kafka 4 removed v0-1. Followers and KIP-320 consumers use it.
+    ApiRange::new(ApiKey::OffsetForLeaderEpoch, 2, 4),
     // Consumer groups. OffsetCommit v0-1 and OffsetFetch v0 are gone in
     // Kafka 4. kafkajs 2.x ignores minimums and speaks only non-flexible
     // versions of these (FindCoordinator v2, JoinGroup v5, SyncGroup v3,

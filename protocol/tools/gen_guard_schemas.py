@@ -39,6 +39,7 @@ APIS = [
     ("CONSUMER_GROUP_DESCRIBE", "consumer_group_describe_request", "ConsumerGroupDescribe"),
     ("ALTER_CONFIGS", "alter_configs_request", "AlterConfigs"),
     ("INCREMENTAL_ALTER_CONFIGS", "incremental_alter_configs_request", "IncrementalAlterConfigs"),
+    ("OFFSET_FOR_LEADER_EPOCH", "offset_for_leader_epoch_request", "OffsetForLeaderEpoch"),
 ]
 
 ALL = frozenset(range(0, 64))

@@ -27,6 +27,7 @@ mod metadata;
 mod offset_commit;
 mod offset_delete;
 mod offset_fetch;
+mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 
@@ -120,6 +121,9 @@ pub async fn dispatch(
             Reply::Respond(S::OffsetFetch(offset_fetch::handle(broker, version, r)))
         }
         R::OffsetDelete(r) => Reply::Respond(S::OffsetDelete(offset_delete::handle(broker, r))),
+        R::OffsetForLeaderEpoch(r) => Reply::Respond(S::OffsetForLeaderEpoch(
+            offset_for_leader_epoch::handle(broker, version, r),
+        )),
         R::ListGroups(r) => Reply::Respond(S::ListGroups(list_groups::handle(broker, version, r))),
         R::DescribeGroups(r) => {
             Reply::Respond(S::DescribeGroups(describe_groups::handle(broker, r)))

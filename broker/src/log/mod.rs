@@ -25,7 +25,7 @@ use bytes::Bytes;
 use protocol::record_batch::{BatchError, RecordBatchView};
 use thiserror::Error;
 
-use crate::types::Offset;
+use crate::types::{LeaderEpoch, Offset};
 use records::BatchHeader;
 use segment::{corrupt, Segment, LOG_SUFFIX};
 
@@ -363,6 +363,22 @@ impl Log {
             .collect()
     }
 
+    /// (leader epoch, base offset) of every batch that starts a new epoch
+    /// in log order, from the headers walked on open and on append; batches
+    /// without an epoch (-1) included, for the caller to skip. The first
+    /// segment may start below the log start offset.
+    pub fn epoch_starts(&self) -> Vec<(LeaderEpoch, Offset)> {
+        let mut out: Vec<(LeaderEpoch, Offset)> = Vec::new();
+        for seg in &self.segments {
+            for &(epoch, offset) in seg.epoch_starts() {
+                if out.last().is_none_or(|(e, _)| e.0 != epoch) {
+                    out.push((LeaderEpoch(epoch), Offset(offset)));
+                }
+            }
+        }
+        out
+    }
+
     fn active(&self) -> &Segment {
         self.segments.last().expect("a log always has a segment")
     }
@@ -383,6 +399,17 @@ impl Log {
     /// Appends one batch whose offsets the caller assigned, starting at the
     /// log end offset. The batch is written with a single `write_all`.
     pub fn append(&mut self, batch: &[u8], now_ms: i64) -> Result<(), LogError> {
+        self.append_inner(batch, now_ms, false)
+    }
+
+    /// Appends one batch a leader already stored (replication): its base
+    /// offset may lie above the log end offset, because a compacted
+    /// leader's log has gaps, but never below it.
+    pub fn append_replicated(&mut self, batch: &[u8], now_ms: i64) -> Result<(), LogError> {
+        self.append_inner(batch, now_ms, true)
+    }
+
+    fn append_inner(&mut self, batch: &[u8], now_ms: i64, allow_gap: bool) -> Result<(), LogError> {
         let view = RecordBatchView::parse(batch)?;
         if batch.len() > self.config.max_message_bytes as usize {
             return Err(LogError::RecordBatchTooLarge {
@@ -391,7 +418,7 @@ impl Log {
             });
         }
         let log_end = self.log_end_offset();
-        if view.base_offset() != log_end.0 {
+        if view.base_offset() < log_end.0 || (!allow_gap && view.base_offset() != log_end.0) {
             return Err(LogError::NonMonotonicOffset {
                 base_offset: Offset(view.base_offset()),
                 log_end,
@@ -642,6 +669,14 @@ impl Log {
         }
         self.cleaned_up_to = self.cleaned_up_to.min(self.log_end_offset().0);
         Ok(())
+    }
+
+    /// Kafka's `truncateFullyAndStartAt`: deletes every segment and starts
+    /// an empty log at `offset` (a follower whose log the leader's log start
+    /// has passed).
+    pub fn truncate_fully_and_start_at_offset(&mut self, offset: Offset) -> Result<(), LogError> {
+        let now_ms = self.active().created_ms;
+        self.truncate_fully_and_start_at(offset.0, now_ms)
     }
 
     fn truncate_fully_and_start_at(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {

@@ -11,7 +11,8 @@ use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Z
 use protocol::record_batch::{
     i16_at, i32_at, i64_at, read_varlong, Codec, RecordBatchView, ATTR_COMPRESSION_MASK,
     HEADER_LEN, MAGIC_V2, OFF_ATTRIBUTES, OFF_BASE_OFFSET, OFF_BASE_TIMESTAMP,
-    OFF_LAST_OFFSET_DELTA, OFF_MAGIC, OFF_MAX_TIMESTAMP, OFF_PRODUCER_ID, OFF_RECORD_COUNT,
+    OFF_LAST_OFFSET_DELTA, OFF_LEADER_EPOCH, OFF_MAGIC, OFF_MAX_TIMESTAMP, OFF_PRODUCER_ID,
+    OFF_RECORD_COUNT,
 };
 
 /// The header fields of one stored batch, read from its first
@@ -26,6 +27,8 @@ pub(crate) struct BatchHeader {
     pub producer_id: i64,
     pub attributes: i16,
     pub record_count: i32,
+    /// The partition leader epoch the batch was written in (-1: none).
+    pub leader_epoch: i32,
 }
 
 impl BatchHeader {
@@ -58,6 +61,7 @@ impl BatchHeader {
             producer_id: i64_at(h, OFF_PRODUCER_ID),
             attributes: i16_at(h, OFF_ATTRIBUTES),
             record_count,
+            leader_epoch: i32_at(h, OFF_LEADER_EPOCH),
         })
     }
 

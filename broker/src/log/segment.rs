@@ -52,6 +52,9 @@ pub(crate) struct Segment {
     /// Max timestamp of the first batch: what `segment.ms` counts from, as
     /// Kafka's `rollingBasedTimestamp`.
     first_batch_max_timestamp: Option<i64>,
+    /// (leader epoch, base offset) of each batch whose epoch differs from
+    /// the batch before it in this segment: the leader epoch cache's input.
+    epoch_starts: Vec<(i32, i64)>,
     /// When this process created or opened the segment; the fallback for
     /// `segment.ms` when batches carry no timestamp.
     pub created_ms: i64,
@@ -81,6 +84,7 @@ impl Segment {
             max_timestamp: -1,
             max_timestamp_position: 0,
             first_batch_max_timestamp: None,
+            epoch_starts: Vec::new(),
             created_ms: now_ms,
         }
     }
@@ -149,6 +153,13 @@ impl Segment {
             self.max_timestamp = h.max_timestamp;
             self.max_timestamp_position = position;
         }
+        if self
+            .epoch_starts
+            .last()
+            .is_none_or(|&(e, _)| e != h.leader_epoch)
+        {
+            self.epoch_starts.push((h.leader_epoch, h.base_offset));
+        }
         if self.first_batch_max_timestamp.is_none() {
             self.first_batch_max_timestamp = Some(h.max_timestamp);
         }
@@ -189,6 +200,9 @@ impl Segment {
     }
     pub fn max_timestamp_position(&self) -> u64 {
         self.max_timestamp_position
+    }
+    pub fn epoch_starts(&self) -> &[(i32, i64)] {
+        &self.epoch_starts
     }
     pub fn first_batch_max_timestamp(&self) -> Option<i64> {
         self.first_batch_max_timestamp

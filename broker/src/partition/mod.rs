@@ -1,6 +1,8 @@
 //! One partition replica: its log, its producer state, its high watermark.
 //! Synchronous; the caller holds the partition's lock and passes `now_ms`.
 
+pub mod epochs;
+mod follower;
 pub mod leader_state;
 pub mod producer_state;
 mod transcode;
@@ -59,6 +61,8 @@ pub struct Partition {
     /// Bumped whenever the high watermark, the ISR or the role changes, so
     /// acks=all produce requests waiting on this partition re-check.
     events: tokio::sync::watch::Sender<()>,
+    /// (epoch, start offset) of the log's leader epochs (`epochs.rs`).
+    epochs: epochs::LeaderEpochCache,
 }
 
 /// What this replica does for its partition.
@@ -163,6 +167,7 @@ impl Partition {
         // the high watermark from its ISR (at once when the ISR is itself),
         // a follower takes it from its leader. Starting low is always safe.
         let high_watermark = log.log_start_offset();
+        let epochs = follower::epoch_cache_of(&log);
         Ok(Self {
             tp,
             topic_id,
@@ -174,6 +179,7 @@ impl Partition {
             configs,
             role: Role::None,
             events: tokio::sync::watch::channel(()).0,
+            epochs,
         })
     }
 
@@ -279,6 +285,7 @@ impl Partition {
         let stored =
             RecordBatchView::parse(&batch).map_err(|e| PartitionError::Storage(e.to_string()))?;
         self.producers.update(&stored);
+        self.epochs.assign(self.leader_epoch, base_offset);
         // With the leader alone in the ISR the high watermark follows the
         // log end at once; otherwise it waits for the followers' fetches.
         self.maybe_increment_high_watermark(now_ms);
@@ -333,8 +340,15 @@ impl Partition {
     /// ListOffsets for one timestamp spec: -1 latest, -2 earliest, -3 max
     /// timestamp, -4 earliest local, otherwise the first offset whose
     /// timestamp is at least `timestamp`. `None` means no such offset.
-    pub fn list_offset(&self, timestamp: i64) -> Result<Option<(Offset, i64)>, PartitionError> {
+    /// Latest (-1) is the high watermark for clients and the log end for a
+    /// follower (`FetchLimit::LogEnd`), as Kafka's isolation levels have it.
+    pub fn list_offset(
+        &self,
+        timestamp: i64,
+        limit: FetchLimit,
+    ) -> Result<Option<(Offset, i64)>, PartitionError> {
         match timestamp {
+            -1 if limit == FetchLimit::LogEnd => Ok(Some((self.log.log_end_offset(), -1))),
             -1 => Ok(Some((self.high_watermark, -1))),
             -2 | -4 => Ok(Some((self.log.log_start_offset(), -1))),
             -3 => {
@@ -442,6 +456,10 @@ impl Partition {
                 };
                 tracing::info!(tp = %self.tp, epoch = state.leader_epoch.0, start = leo.0, isr = ?state.isr, "leading");
                 self.leader_epoch = state.leader_epoch;
+                // Kafka's `maybeAssignEpochStartOffset`: the new epoch starts
+                // here even before an append, so a follower holding entries
+                // of a later (lost) epoch truncates to the right offset.
+                self.epochs.assign(state.leader_epoch, leo);
                 let next = LeaderState::start(local, state, leo, previous, max_lag_ms, now_ms);
                 *role = Role::Leader(Box::new(next));
                 true

@@ -478,3 +478,22 @@ const INCREMENTAL_ALTER_CONFIGS_ALTERABLE_CONFIG: &[Field] = &[
     field("value", 0, MAX, STRING),
 ];
 
+pub(crate) const OFFSET_FOR_LEADER_EPOCH: Message = Message {
+    versions: (2, 4),
+    flexible_from: 4,
+    body: OFFSET_FOR_LEADER_EPOCH_BODY,
+};
+const OFFSET_FOR_LEADER_EPOCH_BODY: &[Field] = &[
+    field("replica_id", 3, MAX, INT32),
+    field("topics", 2, MAX, array(&Ty::Struct(OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_TOPIC))),
+];
+const OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_TOPIC: &[Field] = &[
+    field("topic", 2, MAX, STRING),
+    field("partitions", 2, MAX, array(&Ty::Struct(OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_PARTITION))),
+];
+const OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_PARTITION: &[Field] = &[
+    field("partition", 2, MAX, INT32),
+    field("current_leader_epoch", 2, MAX, INT32),
+    field("leader_epoch", 2, MAX, INT32),
+];
+

@@ -584,6 +584,25 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
             .with_group_ids(vec![group("g1"), group("g2")])
             .with_include_authorized_operations(true)
             .into(),
+        ApiKey::OffsetForLeaderEpoch => {
+            let p = |i| {
+                offset_for_leader_epoch_request::OffsetForLeaderPartition::default()
+                    .with_partition(i)
+                    .with_current_leader_epoch(3)
+                    .with_leader_epoch(2)
+            };
+            let t = |name| {
+                offset_for_leader_epoch_request::OffsetForLeaderTopic::default()
+                    .with_topic(topic(name))
+                    .with_partitions(vec![p(0), p(1)])
+            };
+            let r = OffsetForLeaderEpochRequest::default().with_topics(vec![t("a"), t("b")]);
+            if v >= 3 {
+                r.with_replica_id(BrokerId(2)).into()
+            } else {
+                r.into()
+            }
+        }
         other => panic!("no test builder for {other:?}"),
     }
 }

@@ -1,0 +1,412 @@
+//! The follower side of replication over the wire: OffsetForLeaderEpoch
+//! answered by a leader, and the replica fetcher copying a leader's log into
+//! a follower replica, truncating a divergent tail first.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use broker::config::{ServerConfig, TopicConfigs};
+use broker::metadata::{BrokerRegistration, MetadataCommand};
+use broker::partition::Partition;
+use broker::replica_manager::PartitionRef;
+use broker::replication::fetcher::{
+    followed_in_image, FetcherConfig, FetcherEnv, FollowedPartition, ReplicaFetcherManager,
+};
+use broker::types::{LeaderEpoch, NodeId, Offset, TopicPartition};
+use bytes::{Bytes, BytesMut};
+use common::{batch, start, Client, TestBroker};
+use kafka_protocol::messages::offset_for_leader_epoch_request::{
+    OffsetForLeaderPartition, OffsetForLeaderTopic,
+};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::Compression;
+use kafka_protocol::ResponseError;
+use protocol::record_batch::rewrite;
+use uuid::Uuid;
+
+fn name(s: &str) -> TopicName {
+    TopicName(StrBytes::from_string(s.to_string()))
+}
+
+async fn register(b: &TestBroker, node: i32) {
+    b.running
+        .broker
+        .metadata
+        .propose(MetadataCommand::RegisterBroker(BrokerRegistration {
+            node_id: NodeId(node),
+            host: "127.0.0.1".into(),
+            port: 9,
+            rack: None,
+            fenced: false,
+        }))
+        .await
+        .expect("registers");
+}
+
+/// Creates a one-partition topic on the given replicas; returns its id.
+async fn create_assigned(b: &TestBroker, topic: &str, replicas: &[i32]) -> Uuid {
+    let mut c = Client::connect(b.running.local_addr).await;
+    let mut a = create_topics_request::CreatableReplicaAssignment::default();
+    a.partition_index = 0;
+    a.broker_ids = replicas.iter().map(|&r| BrokerId(r)).collect();
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = name(topic);
+    t.num_partitions = -1;
+    t.replication_factor = -1;
+    t.assignments = vec![a];
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![t])
+        .with_timeout_ms(10_000);
+    let resp: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
+    b.running.broker.metadata.image().topics[topic].topic_id
+}
+
+async fn offset_for_leader_epoch(
+    b: &TestBroker,
+    topic: &str,
+    partition: i32,
+    current_leader_epoch: i32,
+    leader_epoch: i32,
+) -> offset_for_leader_epoch_response::EpochEndOffset {
+    let mut c = Client::connect(b.running.local_addr).await;
+    let req = OffsetForLeaderEpochRequest::default()
+        .with_replica_id(BrokerId(-1))
+        .with_topics(vec![OffsetForLeaderTopic::default()
+            .with_topic(name(topic))
+            .with_partitions(vec![OffsetForLeaderPartition::default()
+                .with_partition(partition)
+                .with_current_leader_epoch(current_leader_epoch)
+                .with_leader_epoch(leader_epoch)])]);
+    let resp: OffsetForLeaderEpochResponse = c.call(ApiKey::OffsetForLeaderEpoch, 4, &req).await;
+    resp.topics[0].partitions[0].clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn offset_for_leader_epoch_is_answered_by_the_leader_only() {
+    let b = start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("ofle", 1, &[]).await, 0);
+    for _ in 0..2 {
+        let r = c
+            .produce("ofle", 0, 1, batch(&["a", "b"], Compression::None, None))
+            .await;
+        assert_eq!(r.error_code, 0);
+    }
+    // The latest epoch ends at the log end; an epoch above it is unknown.
+    let r = offset_for_leader_epoch(&b, "ofle", 0, -1, 0).await;
+    assert_eq!((r.error_code, r.leader_epoch, r.end_offset), (0, 0, 4));
+    let r = offset_for_leader_epoch(&b, "ofle", 0, 0, 7).await;
+    assert_eq!((r.error_code, r.leader_epoch, r.end_offset), (0, -1, -1));
+    // A caller that knows a newer leadership than ours.
+    let r = offset_for_leader_epoch(&b, "ofle", 0, 1, 0).await;
+    assert_eq!(r.error_code, ResponseError::UnknownLeaderEpoch.code());
+    assert_eq!((r.leader_epoch, r.end_offset), (-1, -1));
+    let r = offset_for_leader_epoch(&b, "nope", 0, -1, 0).await;
+    assert_eq!(r.error_code, ResponseError::UnknownTopicOrPartition.code());
+    let r = offset_for_leader_epoch(&b, "ofle", 3, -1, 0).await;
+    assert_eq!(r.error_code, ResponseError::UnknownTopicOrPartition.code());
+
+    // Node 2 leads "led-by-2": we host a replica but do not lead it.
+    register(&b, 2).await;
+    let topic_id = create_assigned(&b, "led-by-2", &[2, 1]).await;
+    let r = offset_for_leader_epoch(&b, "led-by-2", 0, -1, 0).await;
+    assert_eq!(r.error_code, ResponseError::NotLeaderOrFollower.code());
+    // Node 2 is fenced: leadership moves here at epoch 1, and a caller
+    // still at epoch 0 is fenced.
+    b.running
+        .broker
+        .metadata
+        .propose(MetadataCommand::FenceBroker { node_id: NodeId(2) })
+        .await
+        .unwrap();
+    let image = b.running.broker.metadata.image();
+    let p = &image.topic_by_id(topic_id).unwrap().partitions[0];
+    assert_eq!((p.leader, p.leader_epoch), (NodeId(1), LeaderEpoch(1)));
+    let r = offset_for_leader_epoch(&b, "led-by-2", 0, 0, 0).await;
+    assert_eq!(r.error_code, ResponseError::FencedLeaderEpoch.code());
+    b.running.shutdown().await;
+}
+
+/// The follower replica of the tests: one partition in its own directory,
+/// fetching from the in-process broker.
+struct TestEnv {
+    tp: TopicPartition,
+    part: PartitionRef,
+    leader_addr: String,
+}
+
+impl FetcherEnv for TestEnv {
+    fn partition(&self, tp: &TopicPartition) -> Option<PartitionRef> {
+        (tp == &self.tp).then(|| self.part.clone())
+    }
+    fn leader_address(&self, leader: NodeId) -> Option<String> {
+        (leader == NodeId(1)).then(|| self.leader_addr.clone())
+    }
+}
+
+fn follower_partition(dir: &std::path::Path, tp: &TopicPartition, topic_id: Uuid) -> PartitionRef {
+    let configs = TopicConfigs::resolve(&ServerConfig::default(), &BTreeMap::new());
+    let p = Partition::open(
+        dir.to_path_buf(),
+        tp.clone(),
+        topic_id,
+        LeaderEpoch(0),
+        configs,
+        broker::broker::now_ms(),
+    )
+    .unwrap();
+    Arc::new(Mutex::new(p))
+}
+
+fn fetcher(env: Arc<TestEnv>) -> ReplicaFetcherManager {
+    let config = FetcherConfig {
+        max_bytes: 1 << 20,
+        response_max_bytes: 10 << 20,
+        wait_max_ms: 100,
+        min_bytes: 1,
+        backoff_ms: 20,
+        request_timeout: Duration::from_secs(10),
+    };
+    ReplicaFetcherManager::new(NodeId(2), config, env)
+}
+
+/// Every batch of a partition from offset 0, as stored.
+fn log_bytes(p: &PartitionRef) -> Bytes {
+    let p = p.lock().unwrap();
+    let out = p.read(p.log_start_offset(), usize::MAX, true).unwrap();
+    assert_eq!(out.high_watermark, p.log_end_offset(), "read all of it");
+    out.records
+}
+
+/// Waits until the follower holds exactly the leader's log.
+async fn converge(leader: &PartitionRef, follower: &PartitionRef) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let (l_end, l_hw) = {
+            let l = leader.lock().unwrap();
+            (l.log_end_offset(), l.high_watermark())
+        };
+        let (f_end, f_hw) = {
+            let f = follower.lock().unwrap();
+            (f.log_end_offset(), f.high_watermark())
+        };
+        if l_end == f_end && f_hw == l_hw {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "follower at {f_end}/{f_hw}, leader at {l_end}/{l_hw}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(log_bytes(follower), log_bytes(leader));
+    assert_eq!(
+        follower.lock().unwrap().epoch_entries(),
+        leader.lock().unwrap().epoch_entries()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetcher_copies_the_leaders_log_byte_for_byte() {
+    let b = start(&[]).await;
+    register(&b, 2).await;
+    let topic_id = create_assigned(&b, "rep", &[1, 2]).await;
+    let tp = TopicPartition::new("rep", 0);
+    let mut c = Client::connect(b.running.local_addr).await;
+    c.produce(
+        "rep",
+        0,
+        1,
+        batch(&["a", "b", "c"], Compression::None, None),
+    )
+    .await;
+    c.produce(
+        "rep",
+        0,
+        1,
+        batch(&["d"], Compression::Gzip, Some((5, 0, 0))),
+    )
+    .await;
+    let leader = b.running.broker.replicas.get(&tp).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let follower = follower_partition(dir.path(), &tp, topic_id);
+    let env = Arc::new(TestEnv {
+        tp: tp.clone(),
+        part: follower.clone(),
+        leader_addr: b.running.local_addr.to_string(),
+    });
+    let fetchers = fetcher(env);
+    fetchers.update(vec![FollowedPartition {
+        tp: tp.clone(),
+        topic_id,
+        leader: NodeId(1),
+        leader_epoch: LeaderEpoch(0),
+    }]);
+    converge(&leader, &follower).await;
+    // It keeps following.
+    c.produce(
+        "rep",
+        0,
+        1,
+        batch(&["e", "f"], Compression::Lz4, Some((5, 0, 1))),
+    )
+    .await;
+    converge(&leader, &follower).await;
+    assert_eq!(follower.lock().unwrap().log_end_offset(), Offset(6));
+    assert_eq!(fetchers.followed(), vec![(tp.clone(), NodeId(1))]);
+    fetchers.update(vec![]);
+    assert!(fetchers.followed().is_empty());
+    fetchers.shutdown().await;
+    b.running.shutdown().await;
+}
+
+/// A client batch of `n` records rewritten to sit at `base_offset` in
+/// `epoch`, as a leader of that epoch would have stored it.
+fn stored_batch(tag: &str, n: usize, base_offset: i64, epoch: i32) -> Bytes {
+    let values: Vec<String> = (0..n).map(|i| format!("{tag}-{i}")).collect();
+    let refs: Vec<&str> = values.iter().map(|s| s.as_str()).collect();
+    let mut b = BytesMut::from(&batch(&refs, Compression::None, None)[..]);
+    rewrite::set_base_offset(&mut b, base_offset);
+    rewrite::set_partition_leader_epoch(&mut b, epoch);
+    b.freeze()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fetcher_truncates_a_divergent_tail_before_fetching() {
+    let b = start(&[]).await;
+    register(&b, 2).await;
+    let topic_id = create_assigned(&b, "div", &[1, 2]).await;
+    let tp = TopicPartition::new("div", 0);
+    // History: epoch 0 wrote offsets 0..5 and both replicas have them; the
+    // leader of epoch 1 (this follower) wrote 5..8 that never replicated;
+    // the leader of epoch 3 (our broker) wrote 5..9.
+    let common = [stored_batch("x", 3, 0, 0), stored_batch("y", 2, 3, 0)];
+    let leader = b.running.broker.replicas.get(&tp).unwrap();
+    {
+        let mut l = leader.lock().unwrap();
+        for batch in common.iter().chain([&stored_batch("new", 4, 5, 3)]) {
+            l.append_as_follower(batch.clone(), broker::broker::now_ms())
+                .unwrap();
+        }
+        l.update_follower_high_watermark(Offset(9));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let follower = follower_partition(dir.path(), &tp, topic_id);
+    {
+        let mut f = follower.lock().unwrap();
+        for batch in common.iter().chain([&stored_batch("old", 3, 5, 1)]) {
+            f.append_as_follower(batch.clone(), broker::broker::now_ms())
+                .unwrap();
+        }
+        assert_eq!(f.latest_epoch(), Some(LeaderEpoch(1)));
+    }
+    let r = offset_for_leader_epoch(&b, "div", 0, 0, 1).await;
+    assert_eq!((r.error_code, r.leader_epoch, r.end_offset), (0, 0, 5));
+    let env = Arc::new(TestEnv {
+        tp: tp.clone(),
+        part: follower.clone(),
+        leader_addr: b.running.local_addr.to_string(),
+    });
+    let fetchers = fetcher(env);
+    fetchers.update(vec![FollowedPartition {
+        tp: tp.clone(),
+        topic_id,
+        leader: NodeId(1),
+        leader_epoch: LeaderEpoch(0),
+    }]);
+    converge(&leader, &follower).await;
+    assert_eq!(
+        follower.lock().unwrap().epoch_entries(),
+        vec![(LeaderEpoch(0), Offset(0)), (LeaderEpoch(3), Offset(5))]
+    );
+    fetchers.shutdown().await;
+    b.running.shutdown().await;
+}
+
+/// Until the replica reconcile drives the fetchers on every image change,
+/// this does it for each node of the cluster: the complete followed set
+/// from each new image.
+fn drive_fetchers(cluster: &common::cluster::TestCluster) -> Vec<tokio::task::JoinHandle<()>> {
+    cluster
+        .running_ids()
+        .into_iter()
+        .map(|id| {
+            let b = cluster.broker(id).clone();
+            tokio::spawn(async move {
+                let mut images = b.metadata.subscribe();
+                loop {
+                    let image = images.borrow_and_update().clone();
+                    b.fetchers.update(followed_in_image(&image, b.node_id()));
+                    if images.changed().await.is_err() {
+                        return;
+                    }
+                }
+            })
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn three_replicas_converge_on_the_leaders_log() {
+    let cluster =
+        common::cluster::TestCluster::start(3, 43100, &[("replica.fetch.backoff.ms", "50")]).await;
+    cluster
+        .wait_for_images(
+            "three registered, unfenced brokers",
+            Duration::from_secs(15),
+            |image| image.brokers.len() == 3 && image.brokers.values().all(|b| !b.fenced),
+        )
+        .await;
+    let drivers = drive_fetchers(&cluster);
+    let mut client = cluster.client(1).await;
+    let mut a = create_topics_request::CreatableReplicaAssignment::default();
+    a.partition_index = 0;
+    a.broker_ids = vec![BrokerId(1), BrokerId(2), BrokerId(3)];
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = name("conv");
+    t.num_partitions = -1;
+    t.replication_factor = -1;
+    t.assignments = vec![a];
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![t])
+        .with_timeout_ms(10_000);
+    let resp: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0);
+    let tp = TopicPartition::new("conv", 0);
+    cluster
+        .wait_until(
+            "the partition on every node",
+            Duration::from_secs(15),
+            |c| (1..=3).all(|id| c.broker(id).replicas.get(&tp).is_some()),
+        )
+        .await;
+    for i in 0..5 {
+        let r = client
+            .produce(
+                "conv",
+                0,
+                1,
+                batch(&["p", "q"], Compression::Snappy, Some((9, 0, 2 * i))),
+            )
+            .await;
+        assert_eq!(r.error_code, 0, "{r:?}");
+    }
+    let leader = cluster.broker(1).replicas.get(&tp).unwrap();
+    for id in [2, 3] {
+        let follower = cluster.broker(id).replicas.get(&tp).unwrap();
+        converge(&leader, &follower).await;
+        assert_eq!(follower.lock().unwrap().log_end_offset(), Offset(10));
+    }
+    for d in drivers {
+        d.abort();
+    }
+    for id in 1..=3 {
+        cluster.broker(id).fetchers.shutdown().await;
+    }
+    cluster.shutdown().await;
+}
