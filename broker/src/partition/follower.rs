@@ -248,6 +248,19 @@ mod tests {
         .unwrap()
     }
 
+    /// (B1) Makes `p` the sole leader at `epoch`, as the replica reconcile
+    /// does: only a leader appends client batches.
+    fn lead(p: &mut Partition, epoch: i32) {
+        let me = crate::types::NodeId(1);
+        let state = crate::partition::leader_state::AssignedState {
+            leader_epoch: LeaderEpoch(epoch),
+            partition_epoch: 0,
+            replicas: vec![me],
+            isr: vec![me],
+        };
+        p.become_leader(me, state, Default::default(), 30_000, NOW);
+    }
+
     fn all_bytes(p: &Partition) -> Bytes {
         p.log
             .read(
@@ -263,12 +276,13 @@ mod tests {
     /// sequences 0..10 in the first four, a plain producer in the last).
     fn leader(dir: &std::path::Path) -> Partition {
         let mut l = open(dir, 0);
+        lead(&mut l, 0);
         l.append_as_leader(&client_batch(7, 0, 3), -1, NOW).unwrap();
         l.append_as_leader(&client_batch(7, 3, 2), -1, NOW).unwrap();
-        l.leader_epoch = LeaderEpoch(2);
+        lead(&mut l, 2);
         l.append_as_leader(&client_batch(7, 5, 4), -1, NOW).unwrap();
         l.append_as_leader(&client_batch(7, 9, 1), -1, NOW).unwrap();
-        l.leader_epoch = LeaderEpoch(5);
+        lead(&mut l, 5);
         l.append_as_leader(&client_batch(-1, 0, 2), -1, NOW)
             .unwrap();
         l
@@ -333,7 +347,7 @@ mod tests {
         f.append_as_follower(all_bytes(&l), NOW).unwrap();
         // The producer never got the answer for seq 9 and retries it
         // against the new leader.
-        f.leader_epoch = LeaderEpoch(6);
+        lead(&mut f, 6);
         let retry = f.append_as_leader(&client_batch(7, 9, 1), -1, NOW).unwrap();
         assert!(retry.duplicate);
         assert_eq!(
@@ -416,7 +430,7 @@ mod tests {
             4
         );
         // Seq 5 is no longer a duplicate: it is the next in sequence.
-        f.leader_epoch = LeaderEpoch(3);
+        lead(&mut f, 3);
         let again = f.append_as_leader(&client_batch(7, 5, 4), -1, NOW).unwrap();
         assert!(!again.duplicate);
         assert_eq!(again.base_offset, Offset(5));
