@@ -400,3 +400,36 @@ async fn a_follower_replica_refuses_produce_consumer_fetch_and_list_offsets() {
     );
     b.running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_polling_consumer_wakes_when_the_high_watermark_advances() {
+    let b = start(&[]).await;
+    let addr = b.running.local_addr;
+    let id = create(&b, "w", &[1, 2], &[1, 2], 1, &[]).await;
+    let mut c = Client::connect(addr).await;
+    let r = c
+        .produce("w", 0, 1, batch(&["late"], Compression::None, None))
+        .await;
+    assert_eq!(r.error_code, NONE);
+    // The record is in the log but not committed: a consumer parks.
+    let started = tokio::time::Instant::now();
+    let consumer = tokio::spawn(async move {
+        let mut c = Client::connect(addr).await;
+        c.fetch("w", 0, 0, 10_000).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!consumer.is_finished(), "nothing committed yet");
+    // The follower's fetch from 1 commits it; the consumer wakes at once,
+    // not at its 10 s deadline.
+    let mut f = Client::connect(addr).await;
+    let resp = replica_fetch(&mut f, 12, 2, "w", id, 1, 0).await;
+    assert_eq!(resp.responses[0].partitions[0].error_code, NONE);
+    let pd = tokio::time::timeout(Duration::from_secs(5), consumer)
+        .await
+        .expect("woken by the high watermark")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(pd.high_watermark, 1);
+    assert_eq!(values(&pd.records), vec![(0, "late".to_string())]);
+    b.running.shutdown().await;
+}
