@@ -38,6 +38,43 @@ pub struct ReplicaManager {
     followed: Mutex<Vec<Followed>>,
 }
 
+/// Waits until an acks=all append that ends before `required` is committed
+/// (the high watermark reaches it), at most until `deadline`
+/// (REQUEST_TIMED_OUT). `events` must come from `Partition::subscribe` under
+/// the lock of the append, so no change after it is missed. Fails at once
+/// when leadership is lost (NOT_LEADER_OR_FOLLOWER) or the ISR falls below
+/// `min.insync.replicas` (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+pub async fn wait_for_ack(
+    part: &PartitionRef,
+    required: crate::types::Offset,
+    events: &mut tokio::sync::watch::Receiver<()>,
+    deadline: tokio::time::Instant,
+) -> Result<(), PartitionError> {
+    use crate::partition::AckState;
+    loop {
+        let state = part.lock().expect("poisoned").ack_state(required);
+        match state {
+            Ok(AckState::Done) => return Ok(()),
+            Err(e) => return Err(e),
+            Ok(AckState::Waiting) => {}
+        }
+        match tokio::time::timeout_at(deadline, events.changed()).await {
+            Ok(Ok(())) => continue,
+            // The partition was dropped from this node.
+            Ok(Err(_)) => return Err(PartitionError::NotLeaderOrFollower),
+            Err(_) => {
+                // One last look: the deadline and the change may race.
+                let state = part.lock().expect("poisoned").ack_state(required);
+                return match state {
+                    Ok(AckState::Done) => Ok(()),
+                    Ok(AckState::Waiting) => Err(PartitionError::RequestTimedOut),
+                    Err(e) => Err(e),
+                };
+            }
+        }
+    }
+}
+
 /// Hands the complete followed set to the replica fetchers (they start and
 /// stop per-leader sessions to match it).
 pub fn update_fetchers(broker: &crate::broker::Broker, followed: Vec<Followed>) {

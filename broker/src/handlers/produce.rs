@@ -31,7 +31,6 @@ use super::leader_hints::LeaderHints;
 use super::str_bytes;
 use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
-use crate::partition::AckState;
 use crate::replica_manager::PartitionRef;
 use crate::types::{Offset, TopicPartition};
 
@@ -194,28 +193,9 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
     // The partitions make progress together, so waiting on each in turn
     // costs the slowest one's time, not the sum.
     for mut w in waits {
-        let outcome = loop {
-            let state = w.part.lock().expect("poisoned").ack_state(w.required);
-            match state {
-                Ok(AckState::Done) => break Ok(()),
-                Err(e) => break Err(e),
-                Ok(AckState::Waiting) => {}
-            }
-            match tokio::time::timeout_at(deadline, w.events.changed()).await {
-                Ok(Ok(())) => continue,
-                // The partition was dropped from this node.
-                Ok(Err(_)) => break Err(PartitionError::NotLeaderOrFollower),
-                Err(_) => {
-                    // One last look: the deadline and the change may race.
-                    let state = w.part.lock().expect("poisoned").ack_state(w.required);
-                    break match state {
-                        Ok(AckState::Done) => Ok(()),
-                        Ok(AckState::Waiting) => Err(PartitionError::RequestTimedOut),
-                        Err(e) => Err(e),
-                    };
-                }
-            }
-        };
+        let outcome =
+            crate::replica_manager::wait_for_ack(&w.part, w.required, &mut w.events, deadline)
+                .await;
         if let Err(e) = outcome {
             metrics::counter!("kafka_broker_partition_errors_total", "api" => "Produce", "code" => e.code().to_string())
                 .increment(1);
