@@ -107,6 +107,14 @@ pub fn write_partition_metadata(dir: &std::path::Path, topic_id: Uuid) -> std::i
     std::fs::rename(tmp, dir.join("partition.metadata"))
 }
 
+/// The file holding a partition's last checkpointed high watermark.
+const HW_CHECKPOINT_FILE: &str = "high-watermark.checkpoint";
+
+fn read_high_watermark_checkpoint(dir: &std::path::Path) -> Option<Offset> {
+    let text = std::fs::read_to_string(dir.join(HW_CHECKPOINT_FILE)).ok()?;
+    text.trim().parse().ok().map(Offset)
+}
+
 pub fn read_partition_metadata(dir: &std::path::Path) -> Option<Uuid> {
     let text = std::fs::read_to_string(dir.join("partition.metadata")).ok()?;
     text.lines()
@@ -163,10 +171,15 @@ impl Partition {
             }
         }
         producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
-        // Nothing is known committed until a role says so: a leader computes
-        // the high watermark from its ISR (at once when the ISR is itself),
-        // a follower takes it from its leader. Starting low is always safe.
-        let high_watermark = log.log_start_offset();
+        // The last checkpointed high watermark (Kafka's
+        // replication-offset-checkpoint), else the log start: a leader then
+        // computes it from its ISR (at once when the ISR is itself), a
+        // follower takes it from its leader. A stale or missing checkpoint
+        // only starts it lower, which is always safe.
+        let high_watermark = read_high_watermark_checkpoint(&dir)
+            .unwrap_or(Offset(0))
+            .min(log.log_end_offset())
+            .max(log.log_start_offset());
         let epochs = follower::epoch_cache_of(&log);
         Ok(Self {
             tp,
@@ -613,7 +626,22 @@ impl Partition {
     pub fn maintain(&mut self, now_ms: i64) -> Result<(), PartitionError> {
         self.log.maintain(now_ms, self.high_watermark)?;
         self.producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
+        self.checkpoint_high_watermark()?;
         self.snapshot_producers()
+    }
+
+    /// Writes the high watermark, so a restart starts from it rather than
+    /// from the log start (consumers and the group coordinator's load see
+    /// committed data before the followers have fetched again).
+    fn checkpoint_high_watermark(&self) -> Result<(), PartitionError> {
+        let dir = self.log.dir();
+        let tmp = dir.join(format!("{HW_CHECKPOINT_FILE}.tmp"));
+        let write = || -> std::io::Result<()> {
+            std::fs::write(&tmp, format!("{}\n", self.high_watermark.0))?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, dir.join(HW_CHECKPOINT_FILE))
+        };
+        write().map_err(|e| PartitionError::Storage(e.to_string()))
     }
 
     fn snapshot_producers(&self) -> Result<(), PartitionError> {
@@ -629,6 +657,7 @@ impl Partition {
 
     /// Flushes and closes cleanly (writes the producer snapshot).
     pub fn close(self) -> Result<(), PartitionError> {
+        self.checkpoint_high_watermark()?;
         self.snapshot_producers()?;
         self.log.close()?;
         Ok(())
@@ -836,6 +865,30 @@ mod tests {
         assert_eq!(p.check_leader_epoch(0).unwrap_err().code(), 74);
         assert_eq!(p.check_leader_epoch(2).unwrap_err().code(), 75);
         assert!(p.check_leader_epoch(1).is_ok() && p.check_leader_epoch(-1).is_ok());
+    }
+
+    #[test]
+    fn the_high_watermark_survives_a_restart_through_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = open_partition(dir.path(), "1");
+        p.become_leader(
+            NodeId(1),
+            assigned(0, 0, &[1, 2]),
+            Default::default(),
+            10_000,
+            0,
+        );
+        for _ in 0..3 {
+            p.append_as_leader(&encode(&["a"], Compression::None), 1, 1)
+                .unwrap();
+        }
+        p.record_follower_fetch(NodeId(2), Offset(2), 2).unwrap();
+        assert_eq!(p.high_watermark(), Offset(2));
+        p.close().unwrap();
+        let p = open_partition(dir.path(), "1");
+        // Committed before the restart, so visible before any follower fetch.
+        assert_eq!(p.high_watermark(), Offset(2));
+        assert_eq!(p.log_end_offset(), Offset(3));
     }
 
     #[test]
