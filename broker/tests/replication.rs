@@ -170,6 +170,7 @@ fn fetcher(env: Arc<TestEnv>) -> ReplicaFetcherManager {
         wait_max_ms: 100,
         min_bytes: 1,
         backoff_ms: 20,
+        max_batch_bytes: 1 << 20,
         request_timeout: Duration::from_secs(10),
     };
     ReplicaFetcherManager::new(NodeId(2), config, env)
@@ -261,6 +262,43 @@ async fn fetcher_copies_the_leaders_log_byte_for_byte() {
     assert_eq!(fetchers.followed(), vec![(tp.clone(), NodeId(1))]);
     fetchers.update(vec![]);
     assert!(fetchers.followed().is_empty());
+    fetchers.shutdown().await;
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_behind_the_leaders_log_start_starts_over_there() {
+    let b = start(&[]).await;
+    register(&b, 2).await;
+    let topic_id = create_assigned(&b, "oor", &[1, 2]).await;
+    let tp = TopicPartition::new("oor", 0);
+    let mut c = Client::connect(b.running.local_addr).await;
+    for _ in 0..3 {
+        c.produce("oor", 0, 1, batch(&["a", "b"], Compression::None, None))
+            .await;
+    }
+    // The leader's log now starts inside the batch 2..=3.
+    let leader = b.running.broker.replicas.get(&tp).unwrap();
+    leader.lock().unwrap().delete_records_before(3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let follower = follower_partition(dir.path(), &tp, topic_id);
+    let fetchers = fetcher(Arc::new(TestEnv {
+        tp: tp.clone(),
+        part: follower.clone(),
+        leader_addr: b.running.local_addr.to_string(),
+    }));
+    fetchers.update(vec![FollowedPartition {
+        tp: tp.clone(),
+        topic_id,
+        leader: NodeId(1),
+        leader_epoch: LeaderEpoch(0),
+    }]);
+    converge(&leader, &follower).await;
+    let bounds = {
+        let f = follower.lock().unwrap();
+        (f.log_start_offset(), f.log_end_offset())
+    };
+    assert_eq!(bounds, (Offset(3), Offset(6)));
     fetchers.shutdown().await;
     b.running.shutdown().await;
 }

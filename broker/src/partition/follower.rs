@@ -56,7 +56,22 @@ impl Partition {
         now_ms: i64,
     ) -> Result<Offset, PartitionError> {
         let mut views = Vec::new();
-        let mut next_min = self.log.log_end_offset().0;
+        let leo = self.log.log_end_offset();
+        let mut next_min = leo.0;
+        // Kafka's exception to "never below the log end": an empty log that
+        // starts inside the first batch (it started at the leader's log
+        // start, which DeleteRecords can put mid-batch) restarts at the
+        // batch's base offset so the batch can be stored whole.
+        if let Some(BatchIterItem::Batch { batch, .. }) = BatchIter::new(&records).next() {
+            if leo == self.log.log_start_offset()
+                && batch.base_offset() < leo.0
+                && batch.last_offset() >= leo.0
+                && batch.base_offset() >= 0
+            {
+                self.truncate_fully_and_start_at(Offset(batch.base_offset()))?;
+                next_min = batch.base_offset();
+            }
+        }
         for item in BatchIter::new(&records) {
             let view = match item {
                 BatchIterItem::Batch { batch, .. } => batch,
@@ -163,9 +178,17 @@ impl Partition {
     /// the next one starts (the log end offset for the latest epoch);
     /// `(-1, -1)` when unknown.
     pub fn end_offset_for_epoch(&self, epoch: LeaderEpoch) -> (LeaderEpoch, Offset) {
+        self.epochs_from_log_start()
+            .end_offset_for(epoch, self.log.log_end_offset())
+    }
+
+    /// The cache as of the current log start: retention and DeleteRecords
+    /// move the log start without telling the cache (Kafka's
+    /// `truncateFromStart` on every log start change, done lazily here).
+    fn epochs_from_log_start(&self) -> LeaderEpochCache {
         let mut cache = self.epochs.clone();
         cache.truncate_from_start(self.log.log_start_offset());
-        cache.end_offset_for(epoch, self.log.log_end_offset())
+        cache
     }
 
     /// The epoch of the last batch in the log that carries one.
@@ -175,7 +198,7 @@ impl Partition {
 
     /// The leader epoch cache (tests and diagnostics).
     pub fn epoch_entries(&self) -> Vec<(LeaderEpoch, Offset)> {
-        self.epochs
+        self.epochs_from_log_start()
             .entries()
             .iter()
             .map(|e| (e.epoch, e.start_offset))

@@ -47,8 +47,8 @@ const OFFSET_FOR_LEADER_EPOCH_VERSION: i16 = 4;
 const LIST_OFFSETS_VERSION: i16 = 7;
 /// How long connecting to a leader may take before it counts as an error.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-/// Slack over `replica.fetch.response.max.bytes` for headers, and for the
-/// one batch a leader returns even when it alone exceeds the limit.
+/// Slack over `replica.fetch.response.max.bytes` for the response's own
+/// fields (some tens of bytes per partition).
 const RESPONSE_OVERHEAD_BYTES: usize = 1 << 20;
 
 /// A partition this node follows, and the leader it follows it from.
@@ -68,6 +68,9 @@ pub struct FetcherConfig {
     pub wait_max_ms: i32,
     pub min_bytes: i32,
     pub backoff_ms: u64,
+    /// The largest batch a leader may send whole even past the limits
+    /// (`message.max.bytes`; Kafka's limits are soft by one batch).
+    pub max_batch_bytes: i32,
     /// How long a request may wait for its answer: the leader holds a fetch
     /// up to `wait_max_ms`, so this is that plus Kafka's
     /// `replica.socket.timeout.ms` default margin.
@@ -82,6 +85,7 @@ impl FetcherConfig {
             wait_max_ms: c.replica_fetch_wait_max_ms,
             min_bytes: c.replica_fetch_min_bytes,
             backoff_ms: c.replica_fetch_backoff_ms.max(0) as u64,
+            max_batch_bytes: c.message_max_bytes.min(i32::MAX as u32) as i32,
             request_timeout: Duration::from_millis(c.replica_fetch_wait_max_ms.max(0) as u64)
                 + Duration::from_secs(30),
         }
@@ -369,7 +373,10 @@ async fn connect(
         .await
         .map_err(|_| RoundError::Protocol(format!("connecting to {addr} timed out")))??;
     stream.set_nodelay(true)?;
-    let max_response = (config.response_max_bytes.max(config.max_bytes).max(0) as usize)
+    // The response holds at most `response_max_bytes` of batches, or one
+    // batch when the first alone is larger.
+    let max_response = (config.response_max_bytes.max(0) as usize)
+        .max(config.max_batch_bytes.max(0) as usize)
         .saturating_add(RESPONSE_OVERHEAD_BYTES);
     Ok(Conn {
         stream,
