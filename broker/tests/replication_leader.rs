@@ -433,3 +433,38 @@ async fn a_long_polling_consumer_wakes_when_the_high_watermark_advances() {
     assert_eq!(values(&pd.records), vec![(0, "late".to_string())]);
     b.running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_produce_waiting_for_acks_learns_that_leadership_moved() {
+    let b = start(&[]).await;
+    let addr = b.running.local_addr;
+    register_node_2(&b).await;
+    create(&b, "l", &[1, 2], &[1, 2], 1, &[]).await;
+    let produce = produce_in_background(addr, produce_request("l", -1, 10_000, &["x"]));
+    let part = b
+        .running
+        .broker
+        .replicas
+        .get(&TopicPartition::new("l", 0))
+        .unwrap();
+    eventually("the batch is appended", || {
+        part.lock().unwrap().log_end_offset().0 == 1
+    })
+    .await;
+    // The controller moves leadership to node 2 (fencing node 1 does).
+    b.running
+        .broker
+        .metadata
+        .propose(MetadataCommand::FenceBroker { node_id: NodeId(1) })
+        .await
+        .unwrap();
+    b.running.broker.sync_replicas().unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), produce)
+        .await
+        .expect("answered when leadership moved")
+        .unwrap();
+    assert_eq!(r.error_code, ResponseError::NotLeaderOrFollower.code());
+    assert_eq!(r.current_leader.leader_id, BrokerId(2));
+    assert_eq!(r.current_leader.leader_epoch, 1);
+    b.running.shutdown().await;
+}
