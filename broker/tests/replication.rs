@@ -13,7 +13,7 @@ use broker::metadata::{BrokerRegistration, MetadataCommand};
 use broker::partition::Partition;
 use broker::replica_manager::PartitionRef;
 use broker::replication::fetcher::{
-    followed_in_image, FetcherConfig, FetcherEnv, FollowedPartition, ReplicaFetcherManager,
+    FetcherConfig, FetcherEnv, FollowedPartition, ReplicaFetcherManager,
 };
 use broker::types::{LeaderEpoch, NodeId, Offset, TopicPartition};
 use bytes::{Bytes, BytesMut};
@@ -184,7 +184,8 @@ fn log_bytes(p: &PartitionRef) -> Bytes {
     out.records
 }
 
-/// Waits until the follower holds exactly the leader's log.
+/// Waits until the follower holds exactly the leader's log, all of it
+/// committed.
 async fn converge(leader: &PartitionRef, follower: &PartitionRef) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
@@ -196,7 +197,9 @@ async fn converge(leader: &PartitionRef, follower: &PartitionRef) {
             let f = follower.lock().unwrap();
             (f.log_end_offset(), f.high_watermark())
         };
-        if l_end == f_end && f_hw == l_hw {
+        // Everything committed (the leader's high watermark needs the
+        // follower's next fetch) and known to the follower.
+        if l_end == f_end && l_hw == l_end && f_hw == l_hw {
             break;
         }
         assert!(
@@ -277,9 +280,26 @@ async fn a_follower_behind_the_leaders_log_start_starts_over_there() {
         c.produce("oor", 0, 1, batch(&["a", "b"], Compression::None, None))
             .await;
     }
-    // The leader's log now starts inside the batch 2..=3.
+    // A first follower commits everything (the high watermark needs it),
+    // then the leader's log start moves inside the batch 2..=3.
     let leader = b.running.broker.replicas.get(&tp).unwrap();
+    let first_dir = tempfile::tempdir().unwrap();
+    let first = follower_partition(first_dir.path(), &tp, topic_id);
+    let first_fetchers = fetcher(Arc::new(TestEnv {
+        tp: tp.clone(),
+        part: first.clone(),
+        leader_addr: b.running.local_addr.to_string(),
+    }));
+    first_fetchers.update(vec![FollowedPartition {
+        tp: tp.clone(),
+        topic_id,
+        leader: NodeId(1),
+        leader_epoch: LeaderEpoch(0),
+    }]);
+    converge(&leader, &first).await;
+    first_fetchers.shutdown().await;
     leader.lock().unwrap().delete_records_before(3).unwrap();
+    // A new, empty follower is behind the leader's log start.
     let dir = tempfile::tempdir().unwrap();
     let follower = follower_partition(dir.path(), &tp, topic_id);
     let fetchers = fetcher(Arc::new(TestEnv {
@@ -366,29 +386,6 @@ async fn fetcher_truncates_a_divergent_tail_before_fetching() {
     b.running.shutdown().await;
 }
 
-/// Until the replica reconcile drives the fetchers on every image change,
-/// this does it for each node of the cluster: the complete followed set
-/// from each new image.
-fn drive_fetchers(cluster: &common::cluster::TestCluster) -> Vec<tokio::task::JoinHandle<()>> {
-    cluster
-        .running_ids()
-        .into_iter()
-        .map(|id| {
-            let b = cluster.broker(id).clone();
-            tokio::spawn(async move {
-                let mut images = b.metadata.subscribe();
-                loop {
-                    let image = images.borrow_and_update().clone();
-                    b.fetchers.update(followed_in_image(&image, b.node_id()));
-                    if images.changed().await.is_err() {
-                        return;
-                    }
-                }
-            })
-        })
-        .collect()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn three_replicas_converge_on_the_leaders_log() {
     let cluster =
@@ -400,7 +397,6 @@ async fn three_replicas_converge_on_the_leaders_log() {
             |image| image.brokers.len() == 3 && image.brokers.values().all(|b| !b.fenced),
         )
         .await;
-    let drivers = drive_fetchers(&cluster);
     let mut client = cluster.client(1).await;
     let mut a = create_topics_request::CreatableReplicaAssignment::default();
     a.partition_index = 0;
@@ -439,12 +435,6 @@ async fn three_replicas_converge_on_the_leaders_log() {
         let follower = cluster.broker(id).replicas.get(&tp).unwrap();
         converge(&leader, &follower).await;
         assert_eq!(follower.lock().unwrap().log_end_offset(), Offset(10));
-    }
-    for d in drivers {
-        d.abort();
-    }
-    for id in 1..=3 {
-        cluster.broker(id).fetchers.shutdown().await;
     }
     cluster.shutdown().await;
 }

@@ -41,22 +41,23 @@ pub fn handle(
                 (None, _) => Some(ResponseError::UnknownTopicOrPartition),
                 // In the image but not hosted here.
                 (Some(_), None) => Some(ResponseError::NotLeaderOrFollower),
-                (Some(pimg), Some(part)) => {
-                    let local = pimg.leader_epoch.0;
-                    let current = p.current_leader_epoch;
-                    if current >= 0 && local > current {
-                        Some(ResponseError::FencedLeaderEpoch)
-                    } else if current >= 0 && local < current {
-                        Some(ResponseError::UnknownLeaderEpoch)
-                    } else if pimg.leader != broker.node_id() {
-                        Some(ResponseError::NotLeaderOrFollower)
-                    } else {
-                        let part = part.lock().expect("poisoned");
-                        let (epoch, offset) =
-                            part.end_offset_for_epoch(LeaderEpoch(p.leader_epoch));
-                        r.leader_epoch = epoch.0;
-                        r.end_offset = offset.0;
-                        None
+                (Some(_), Some(part)) => {
+                    // Kafka's getLocalLog: the epoch check first, then
+                    // leadership, both as this replica last applied them.
+                    let part = part.lock().expect("poisoned");
+                    match part.check_leader_epoch(p.current_leader_epoch) {
+                        Err(e) => Some(
+                            ResponseError::try_from_code(e.code())
+                                .unwrap_or(ResponseError::UnknownServerError),
+                        ),
+                        Ok(()) if !part.is_leader() => Some(ResponseError::NotLeaderOrFollower),
+                        Ok(()) => {
+                            let (epoch, offset) =
+                                part.end_offset_for_epoch(LeaderEpoch(p.leader_epoch));
+                            r.leader_epoch = epoch.0;
+                            r.end_offset = offset.0;
+                            None
+                        }
                     }
                 }
             };

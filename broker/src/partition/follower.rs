@@ -217,7 +217,8 @@ mod tests {
 
     use super::*;
     use crate::config::{ServerConfig, TopicConfigs};
-    use crate::types::{ProducerId, TopicPartition};
+    use crate::partition::leader_state::AssignedState;
+    use crate::types::{NodeId, ProducerId, TopicPartition};
 
     const NOW: i64 = 1_000_000;
 
@@ -271,17 +272,20 @@ mod tests {
         .unwrap()
     }
 
-    /// (B1) Makes `p` the sole leader at `epoch`, as the replica reconcile
-    /// does: only a leader appends client batches.
+    /// Makes `p` the sole in-sync leader at `epoch`, as the image would.
     fn lead(p: &mut Partition, epoch: i32) {
-        let me = crate::types::NodeId(1);
-        let state = crate::partition::leader_state::AssignedState {
-            leader_epoch: LeaderEpoch(epoch),
-            partition_epoch: 0,
-            replicas: vec![me],
-            isr: vec![me],
-        };
-        p.become_leader(me, state, Default::default(), 30_000, NOW);
+        p.become_leader(
+            NodeId(1),
+            AssignedState {
+                leader_epoch: LeaderEpoch(epoch),
+                partition_epoch: epoch,
+                replicas: vec![NodeId(1)],
+                isr: vec![NodeId(1)],
+            },
+            Default::default(),
+            30_000,
+            NOW,
+        );
     }
 
     fn all_bytes(p: &Partition) -> Bytes {
