@@ -93,7 +93,7 @@ async fn three_nodes_share_one_image_and_forward_writes() {
     for id in 1..=3 {
         assert_eq!(cluster.image(id).cluster_id, cluster_id);
         let b = &cluster.image(id).brokers[&NodeId(2)];
-        assert_eq!((b.host.as_str(), b.port), ("127.0.0.1", 41002));
+        assert_eq!((b.host.as_str(), b.port), ("127.0.0.3", 41002));
     }
     cluster
         .wait_until("one leader all nodes agree on", WAIT, |c| {

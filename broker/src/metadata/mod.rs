@@ -121,6 +121,8 @@ pub struct MetadataController {
     /// How long `propose` keeps looking for a leader before `NotController`.
     leader_wait: Duration,
     liveness: Arc<Mutex<LivenessTracker>>,
+    /// The connection this broker's heartbeats use, to the leader it last knew.
+    heartbeat_client: tokio::sync::Mutex<Option<transport::PeerClient>>,
     /// Stops the controller listener; its task ends once every connection is dropped.
     server: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
     /// Completes once openraft's tasks have dropped the store and RocksDB is closed.
@@ -221,6 +223,7 @@ impl MetadataController {
             request_timeout,
             leader_wait: Duration::from_millis(2 * election_max) + request_timeout,
             liveness,
+            heartbeat_client: tokio::sync::Mutex::new(None),
             server,
             db_closed,
         };
@@ -383,7 +386,7 @@ impl MetadataController {
     /// wait, or (after a lost answer) that it may or may not have been applied.
     pub async fn propose(&self, cmd: MetadataCommand) -> Result<MetadataOutcome, MetadataError> {
         if !self.clustered {
-            return local_write(&self.raft, cmd).await;
+            return local_write(&self.raft, cmd).await.0;
         }
         let deadline = Instant::now() + self.leader_wait;
         let mut last_leader = None;
@@ -391,7 +394,7 @@ impl MetadataController {
             if let Some((leader, addr)) = self.wait_for_leader(deadline).await {
                 last_leader = broker_node_id(leader);
                 if leader == self.raft_id {
-                    match local_write(&self.raft, cmd.clone()).await {
+                    match local_write(&self.raft, cmd.clone()).await.0 {
                         Err(MetadataError::NotController { .. }) => {}
                         other => return other,
                     }
@@ -400,8 +403,13 @@ impl MetadataController {
                     // The leader bounds its own commit wait; allow for the trip.
                     let timeout = COMMIT_TIMEOUT + self.request_timeout;
                     match transport::call_once(&addr, &req, timeout).await {
-                        Ok(PeerResponse::Write(Err(MetadataError::NotController { .. }))) => {}
-                        Ok(PeerResponse::Write(result)) => return result,
+                        Ok(PeerResponse::Write(Err(MetadataError::NotController { .. }), _)) => {}
+                        Ok(PeerResponse::Write(result, log_index)) => {
+                            // Read-your-writes: the caller (e.g. CreateTopics
+                            // opening the new partitions) reads the local image next.
+                            self.wait_applied(log_index).await;
+                            return result;
+                        }
                         Ok(_) => {
                             return Err(MetadataError::Fatal(format!(
                                 "voter {leader} answered a write with the wrong response"
@@ -427,6 +435,19 @@ impl MetadataController {
         }
     }
 
+    /// Waits (bounded) until this node has applied the entry at `log_index`.
+    async fn wait_applied(&self, log_index: Option<u64>) {
+        let Some(index) = log_index else { return };
+        let waited = self
+            .raft
+            .wait(Some(COMMIT_TIMEOUT))
+            .applied_index_at_least(Some(index), "a forwarded write")
+            .await;
+        if let Err(e) = waited {
+            tracing::warn!(error = %e, "forwarded write committed but not yet applied here");
+        }
+    }
+
     /// Sends this broker's heartbeat to the active controller (itself, when it
     /// leads) and returns what the controller says about its registration.
     pub async fn heartbeat(&self) -> Result<HeartbeatReply, MetadataError> {
@@ -445,7 +466,17 @@ impl MetadataController {
                 &req,
             );
         }
-        match transport::call_once(&addr, &PeerRequest::Heartbeat(req), self.request_timeout).await
+        // Heartbeats reuse one connection to the leader (a fresh connection
+        // per heartbeat would churn through ephemeral ports); a stale one
+        // fails this heartbeat and is replaced by the next.
+        let mut client = self.heartbeat_client.lock().await;
+        if client.as_ref().map(|c| c.addr()) != Some(addr.as_str()) {
+            *client = Some(transport::PeerClient::new(addr.clone()));
+        }
+        let client = client.as_mut().expect("set above");
+        match client
+            .call(&PeerRequest::Heartbeat(req), self.request_timeout)
+            .await
         {
             Ok(PeerResponse::Heartbeat(r)) => r,
             Ok(_) => Err(MetadataError::Fatal(format!(
@@ -523,13 +554,14 @@ fn leader_term(m: &RaftMetrics<RaftNodeId, BasicNode>, raft_id: RaftNodeId) -> O
 }
 
 /// Proposes on this node, which must be the leader; `NotController` otherwise.
+/// Also returns the log index of the applied entry, if there is one.
 async fn local_write(
     raft: &Raft<TypeConfig>,
     cmd: MetadataCommand,
-) -> Result<MetadataOutcome, MetadataError> {
+) -> (Result<MetadataOutcome, MetadataError>, Option<u64>) {
     let result = tokio::time::timeout(COMMIT_TIMEOUT, raft.client_write(cmd)).await;
-    match result {
-        Ok(Ok(response)) => response.data,
+    let result = match result {
+        Ok(Ok(response)) => return (response.data, Some(response.log_id.index)),
         Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(forward)))) => {
             Err(MetadataError::NotController {
                 leader: forward.leader_id.and_then(broker_node_id),
@@ -543,7 +575,8 @@ async fn local_write(
         Ok(Err(RaftError::Fatal(e))) => Err(MetadataError::Fatal(e.to_string())),
         // No quorum answered in time; the entry may still commit later.
         Err(_elapsed) => Err(MetadataError::NotController { leader: None }),
-    }
+    };
+    (result, None)
 }
 
 /// The leader's read index: confirms leadership with a quorum and returns the
@@ -615,7 +648,10 @@ impl PeerHandler for PeerService {
                 PeerResponse::InstallSnapshot(self.raft.install_snapshot(rpc).await)
             }
             // Not forwarded again: the caller retries with the leader it learns from the error.
-            PeerRequest::Write(cmd) => PeerResponse::Write(local_write(&self.raft, cmd).await),
+            PeerRequest::Write(cmd) => {
+                let (result, log_index) = local_write(&self.raft, cmd).await;
+                PeerResponse::Write(result, log_index)
+            }
             PeerRequest::Heartbeat(req) => PeerResponse::Heartbeat(record_heartbeat(
                 &self.raft,
                 self.raft_id,

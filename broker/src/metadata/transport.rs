@@ -80,7 +80,9 @@ pub enum PeerResponse {
     InstallSnapshot(
         Result<InstallSnapshotResponse<RaftNodeId>, RaftError<RaftNodeId, InstallSnapshotError>>,
     ),
-    Write(Result<MetadataOutcome, MetadataError>),
+    /// The command's result and the log index of its entry (so the caller
+    /// can wait to apply it before reading its own image).
+    Write(Result<MetadataOutcome, MetadataError>, Option<u64>),
     Heartbeat(Result<HeartbeatReply, MetadataError>),
     ReadIndex(Result<Option<u64>, MetadataError>),
 }
@@ -163,55 +165,57 @@ impl PeerClient {
     }
 
     /// Sends `req` and waits for its response, all within `timeout`.
+    ///
+    /// Cancellation-safe: the connection is taken out of `self` for the call
+    /// and put back only after a whole response was read, so a call dropped
+    /// midway (openraft times RPCs out itself) closes the connection instead
+    /// of leaving a late response to be read as the answer to the next request.
     pub async fn call(
         &mut self,
         req: &PeerRequest,
         timeout: Duration,
     ) -> Result<PeerResponse, CallError> {
         let addr = self.addr.clone();
-        let result = tokio::time::timeout(timeout, self.call_inner(req)).await;
-        match result {
-            Ok(Ok(resp)) => Ok(resp),
-            Ok(Err(e)) => {
-                self.stream = None;
-                Err(e)
-            }
-            Err(_elapsed) => {
-                let sent = self.stream.is_some();
-                self.stream = None;
-                let reason = format!("no answer within {} ms", timeout.as_millis());
-                if sent {
-                    Err(CallError::Failed { addr, reason })
-                } else {
-                    Err(CallError::NotSent { addr, reason })
+        let reused = self.stream.take();
+        let result = tokio::time::timeout(timeout, async {
+            let mut stream = match reused {
+                Some(stream) => stream,
+                None => {
+                    let stream =
+                        TcpStream::connect(&addr)
+                            .await
+                            .map_err(|e| CallError::NotSent {
+                                addr: addr.clone(),
+                                reason: e.to_string(),
+                            })?;
+                    let _ = stream.set_nodelay(true);
+                    stream
                 }
-            }
-        }
-    }
-
-    async fn call_inner(&mut self, req: &PeerRequest) -> Result<PeerResponse, CallError> {
-        if self.stream.is_none() {
-            let stream = TcpStream::connect(&self.addr)
+            };
+            let failed = |reason: String| CallError::Failed {
+                addr: addr.clone(),
+                reason,
+            };
+            write_frame(&mut stream, req)
                 .await
-                .map_err(|e| CallError::NotSent {
-                    addr: self.addr.clone(),
-                    reason: e.to_string(),
-                })?;
-            let _ = stream.set_nodelay(true);
-            self.stream = Some(stream);
-        }
-        let failed = |reason: String| CallError::Failed {
-            addr: self.addr.clone(),
-            reason,
-        };
-        let stream = self.stream.as_mut().expect("connected above");
-        write_frame(stream, req)
-            .await
-            .map_err(|e| failed(e.to_string()))?;
-        match read_frame(stream).await {
-            Ok(Some(resp)) => Ok(resp),
-            Ok(None) => Err(failed("connection closed before the response".into())),
-            Err(e) => Err(failed(e.to_string())),
+                .map_err(|e| failed(e.to_string()))?;
+            match read_frame(&mut stream).await {
+                Ok(Some(resp)) => Ok((resp, stream)),
+                Ok(None) => Err(failed("connection closed before the response".into())),
+                Err(e) => Err(failed(e.to_string())),
+            }
+        })
+        .await;
+        match result {
+            Ok(Ok((resp, stream))) => {
+                self.stream = Some(stream);
+                Ok(resp)
+            }
+            Ok(Err(e)) => Err(e),
+            Err(_elapsed) => Err(CallError::Failed {
+                addr,
+                reason: format!("no answer within {} ms", timeout.as_millis()),
+            }),
         }
     }
 }

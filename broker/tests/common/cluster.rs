@@ -1,12 +1,15 @@
 //! An in-process cluster of brokers in combined mode (broker + controller),
 //! for tests that need several nodes: each node has its own temporary data
 //! directory (kept across stop/restart), a client listener and a controller
-//! listener on 127.0.0.1 at fixed ports derived from `base_port`, so a
-//! restarted node comes back at the same address.
+//! listener at fixed addresses, so a restarted node comes back at the same
+//! address.
 //!
-//! Ports: node `i` (1-based id) uses `base_port + 2*(i-1)` for clients and
-//! the next port for the controller. Give each test its own `base_port`
-//! inside your port range (tests in one binary run concurrently).
+//! Addresses: node `i` (1-based id) listens on host `127.0.0.{i+1}` (never
+//! 127.0.0.1, the source address of every loopback connection, so no
+//! outgoing connection's ephemeral port can occupy a listener's port), port
+//! `base_port + 2*(i-1)` for clients and the next port for the controller.
+//! Give each test its own `base_port` inside your port range (tests in one
+//! binary run concurrently).
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -27,6 +30,9 @@ pub const FAST_TIMEOUTS: &[(&str, &str)] = &[
     ("offsets.topic.replication.factor", "1"),
 ];
 
+/// The bound on `start` waiting for the cluster to settle.
+const STARTUP_WAIT: Duration = Duration::from_secs(20);
+
 pub struct ClusterNode {
     pub node_id: i32,
     pub client_port: u16,
@@ -46,8 +52,9 @@ pub struct TestCluster {
 
 impl TestCluster {
     /// Starts `n` nodes (ids 1..=n) with `FAST_TIMEOUTS` and `extra` (which
-    /// wins over `FAST_TIMEOUTS`), and waits until every node has started,
-    /// which includes seeing a leader, catching up, and registering.
+    /// wins over `FAST_TIMEOUTS`), and waits until every node has started
+    /// (seen a leader, caught up, registered), every node's image shows all
+    /// `n` brokers unfenced, and all nodes name the same leader.
     pub async fn start(n: usize, base_port: u16, extra: &[(&str, &str)]) -> TestCluster {
         Self::start_with(n, base_port, extra, |_| Vec::new()).await
     }
@@ -60,7 +67,7 @@ impl TestCluster {
         per_node: impl Fn(i32) -> Vec<(String, String)>,
     ) -> TestCluster {
         let voters = (1..=n as i32)
-            .map(|id| format!("{id}@127.0.0.1:{}", base_port + 2 * (id as u16 - 1) + 1))
+            .map(|id| format!("{id}@{}:{}", host(id), base_port + 2 * (id as u16 - 1) + 1))
             .collect::<Vec<_>>()
             .join(",");
         let mut common: Vec<(String, String)> = FAST_TIMEOUTS
@@ -87,7 +94,7 @@ impl TestCluster {
         let mut starts = Vec::new();
         for node in &cluster.nodes {
             let config = cluster.config(node);
-            starts.push(tokio::spawn(broker::start(config)));
+            starts.push(tokio::spawn(start_retrying_bind(config)));
         }
         for (node, start) in cluster.nodes.iter_mut().zip(starts) {
             let running = start
@@ -96,6 +103,18 @@ impl TestCluster {
                 .unwrap_or_else(|e| panic!("node {} starts: {e}", node.node_id));
             node.running = Some(running);
         }
+        // Each node registered itself through the quorum; make sure every
+        // node's image shows all of them, and that they agree on a leader.
+        cluster
+            .wait_for_images(
+                "every broker registered on every node",
+                STARTUP_WAIT,
+                |image| image.brokers.len() == n && image.brokers.values().all(|b| !b.fenced),
+            )
+            .await;
+        cluster
+            .wait_until("an agreed leader", STARTUP_WAIT, |c| c.leader().is_some())
+            .await;
         cluster
     }
 
@@ -107,8 +126,10 @@ impl TestCluster {
             (
                 "listeners".to_string(),
                 format!(
-                    "PLAINTEXT://127.0.0.1:{},CONTROLLER://127.0.0.1:{}",
-                    node.client_port, node.controller_port
+                    "PLAINTEXT://{host}:{},CONTROLLER://{host}:{}",
+                    node.client_port,
+                    node.controller_port,
+                    host = host(node.node_id)
                 ),
             ),
             (
@@ -153,7 +174,7 @@ impl TestCluster {
 
     /// The client address of node `id`.
     pub fn addr(&self, id: i32) -> SocketAddr {
-        SocketAddr::from(([127, 0, 0, 1], self.node(id).client_port))
+        SocketAddr::new(host(id).parse().unwrap(), self.node(id).client_port)
     }
 
     pub async fn client(&self, id: i32) -> Client {
@@ -200,7 +221,7 @@ impl TestCluster {
     /// Starts a stopped node again with the same directory and ports.
     pub async fn restart(&mut self, id: i32) {
         let config = self.config(self.node(id));
-        let running = broker::start(config)
+        let running = start_retrying_bind(config)
             .await
             .unwrap_or_else(|e| panic!("node {id} restarts: {e}"));
         self.node_mut(id).running = Some(running);
@@ -237,4 +258,29 @@ impl TestCluster {
             self.stop(id).await;
         }
     }
+}
+
+/// `broker::start`, retried for a few seconds while a port is in use: the
+/// fixed test ports lie inside Linux's ephemeral range, so an outgoing
+/// connection (any process's) can briefly hold one.
+async fn start_retrying_bind(
+    config: broker::config::ServerConfig,
+) -> Result<broker::RunningBroker, broker::StartError> {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        match broker::start(config.clone()).await {
+            Err(broker::StartError::Listen(addr, e))
+                if e.kind() == std::io::ErrorKind::AddrInUse && Instant::now() < deadline =>
+            {
+                eprintln!("{addr} in use; retrying");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            other => return other,
+        }
+    }
+}
+
+/// The loopback address node `id` listens on.
+pub fn host(id: i32) -> String {
+    format!("127.0.0.{}", id + 1)
 }
