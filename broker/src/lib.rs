@@ -296,7 +296,7 @@ impl RunningBroker {
             }
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        // No fetch task may hold a partition while the partitions close.
+        // Fetch sessions hold partitions and would keep replicating.
         broker.fetchers.shutdown().await;
         broker.replicas.shutdown();
         match Arc::try_unwrap(broker) {

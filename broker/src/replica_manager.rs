@@ -14,16 +14,10 @@ use crate::metadata::image::NO_LEADER;
 use crate::metadata::MetadataImage;
 use crate::partition::leader_state::AssignedState;
 use crate::partition::{read_partition_metadata, Partition};
-use crate::types::{LeaderEpoch, NodeId, TopicPartition};
+use crate::types::{NodeId, TopicPartition};
 
 /// A partition this node follows, as the replica fetchers need it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Followed {
-    pub tp: TopicPartition,
-    pub topic_id: Uuid,
-    pub leader: NodeId,
-    pub leader_epoch: LeaderEpoch,
-}
+pub use crate::replication::fetcher::FollowedPartition as Followed;
 
 pub type PartitionRef = Arc<Mutex<Partition>>;
 
@@ -44,22 +38,48 @@ pub struct ReplicaManager {
     followed: Mutex<Vec<Followed>>,
 }
 
-/// Hands the complete followed set to the replica fetchers.
-pub fn update_fetchers(broker: &crate::broker::Broker, followed: Vec<Followed>) {
-    tracing::debug!(partitions = followed.len(), "followed partitions");
-    broker.fetchers.update(
-        followed
-            .into_iter()
-            .map(|f| crate::replication::fetcher::FollowedPartition {
-                tp: f.tp,
-                topic_id: f.topic_id,
-                leader: f.leader,
-                leader_epoch: f.leader_epoch,
-            })
-            .collect(),
-    );
+/// Waits until an acks=all append that ends before `required` is committed
+/// (the high watermark reaches it), at most until `deadline`
+/// (REQUEST_TIMED_OUT). `events` must come from `Partition::subscribe` under
+/// the lock of the append, so no change after it is missed. Fails at once
+/// when leadership is lost (NOT_LEADER_OR_FOLLOWER) or the ISR falls below
+/// `min.insync.replicas` (NOT_ENOUGH_REPLICAS_AFTER_APPEND).
+pub async fn wait_for_ack(
+    part: &PartitionRef,
+    required: crate::types::Offset,
+    events: &mut tokio::sync::watch::Receiver<()>,
+    deadline: tokio::time::Instant,
+) -> Result<(), PartitionError> {
+    use crate::partition::AckState;
+    loop {
+        let state = part.lock().expect("poisoned").ack_state(required);
+        match state {
+            Ok(AckState::Done) => return Ok(()),
+            Err(e) => return Err(e),
+            Ok(AckState::Waiting) => {}
+        }
+        match tokio::time::timeout_at(deadline, events.changed()).await {
+            Ok(Ok(())) => continue,
+            // The partition was dropped from this node.
+            Ok(Err(_)) => return Err(PartitionError::NotLeaderOrFollower),
+            Err(_) => {
+                // One last look: the deadline and the change may race.
+                let state = part.lock().expect("poisoned").ack_state(required);
+                return match state {
+                    Ok(AckState::Done) => Ok(()),
+                    Ok(AckState::Waiting) => Err(PartitionError::RequestTimedOut),
+                    Err(e) => Err(e),
+                };
+            }
+        }
+    }
 }
 
+/// Hands the complete followed set to the replica fetchers (they start and
+/// stop per-leader sessions to match it).
+pub fn update_fetchers(broker: &crate::broker::Broker, followed: Vec<Followed>) {
+    broker.fetchers.update(followed);
+}
 fn partition_dir(data_dir: &std::path::Path, tp: &TopicPartition) -> PathBuf {
     data_dir.join(format!("{}-{}", tp.topic, tp.partition))
 }

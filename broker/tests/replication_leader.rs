@@ -400,3 +400,71 @@ async fn a_follower_replica_refuses_produce_consumer_fetch_and_list_offsets() {
     );
     b.running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_polling_consumer_wakes_when_the_high_watermark_advances() {
+    let b = start(&[]).await;
+    let addr = b.running.local_addr;
+    let id = create(&b, "w", &[1, 2], &[1, 2], 1, &[]).await;
+    let mut c = Client::connect(addr).await;
+    let r = c
+        .produce("w", 0, 1, batch(&["late"], Compression::None, None))
+        .await;
+    assert_eq!(r.error_code, NONE);
+    // The record is in the log but not committed: a consumer parks.
+    let started = tokio::time::Instant::now();
+    let consumer = tokio::spawn(async move {
+        let mut c = Client::connect(addr).await;
+        c.fetch("w", 0, 0, 10_000).await
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!consumer.is_finished(), "nothing committed yet");
+    // The follower's fetch from 1 commits it; the consumer wakes at once,
+    // not at its 10 s deadline.
+    let mut f = Client::connect(addr).await;
+    let resp = replica_fetch(&mut f, 12, 2, "w", id, 1, 0).await;
+    assert_eq!(resp.responses[0].partitions[0].error_code, NONE);
+    let pd = tokio::time::timeout(Duration::from_secs(5), consumer)
+        .await
+        .expect("woken by the high watermark")
+        .unwrap();
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(pd.high_watermark, 1);
+    assert_eq!(values(&pd.records), vec![(0, "late".to_string())]);
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_produce_waiting_for_acks_learns_that_leadership_moved() {
+    let b = start(&[]).await;
+    let addr = b.running.local_addr;
+    register_node_2(&b).await;
+    create(&b, "l", &[1, 2], &[1, 2], 1, &[]).await;
+    let produce = produce_in_background(addr, produce_request("l", -1, 10_000, &["x"]));
+    let part = b
+        .running
+        .broker
+        .replicas
+        .get(&TopicPartition::new("l", 0))
+        .unwrap();
+    eventually("the batch is appended", || {
+        part.lock().unwrap().log_end_offset().0 == 1
+    })
+    .await;
+    // The controller moves leadership to node 2 (fencing node 1 does).
+    b.running
+        .broker
+        .metadata
+        .propose(MetadataCommand::FenceBroker { node_id: NodeId(1) })
+        .await
+        .unwrap();
+    b.running.broker.sync_replicas().unwrap();
+    let r = tokio::time::timeout(Duration::from_secs(5), produce)
+        .await
+        .expect("answered when leadership moved")
+        .unwrap();
+    assert_eq!(r.error_code, ResponseError::NotLeaderOrFollower.code());
+    assert_eq!(r.current_leader.leader_id, BrokerId(2));
+    assert_eq!(r.current_leader.leader_epoch, 1);
+    b.running.shutdown().await;
+}

@@ -7,10 +7,12 @@ use kafka_protocol::messages::{ListOffsetsRequest, ListOffsetsResponse};
 
 use crate::broker::Broker;
 use crate::error::PartitionError;
+use crate::partition::FetchLimit;
 use crate::types::TopicPartition;
 
 pub fn handle(broker: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
+    let replica_id = req.replica_id;
     for topic in req.topics {
         let name = topic.name.0.to_string();
         let mut t = ListOffsetsTopicResponse::default();
@@ -48,7 +50,14 @@ pub fn handle(broker: &Broker, version: i16, req: ListOffsetsRequest) -> ListOff
                     if version >= 4 {
                         r.leader_epoch = epoch;
                     }
-                    part.list_offset(p.timestamp)
+                    // A follower (replica id >= 0) asks for the leader's
+                    // log end: it resets its fetch position there.
+                    let limit = if replica_id.0 >= 0 {
+                        FetchLimit::LogEnd
+                    } else {
+                        FetchLimit::HighWatermark
+                    };
+                    part.list_offset(p.timestamp, limit)
                 }
             };
             match outcome {

@@ -31,7 +31,6 @@ use super::leader_hints::LeaderHints;
 use super::str_bytes;
 use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
-use crate::partition::AckState;
 use crate::replica_manager::PartitionRef;
 use crate::types::{Offset, TopicPartition};
 
@@ -104,7 +103,7 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
     let now = now_ms();
     let deadline =
         tokio::time::Instant::now() + Duration::from_millis(req.timeout_ms.max(0) as u64);
-    let image = broker.metadata.image();
+    let mut image = broker.metadata.image();
     let mut leaders = LeaderHints::default();
     let mut resp = ProduceResponse::default();
     let mut appended = false;
@@ -193,35 +192,24 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
     }
     // The partitions make progress together, so waiting on each in turn
     // costs the slowest one's time, not the sum.
+    let mut failed = Vec::new();
     for mut w in waits {
-        let outcome = loop {
-            let state = w.part.lock().expect("poisoned").ack_state(w.required);
-            match state {
-                Ok(AckState::Done) => break Ok(()),
-                Err(e) => break Err(e),
-                Ok(AckState::Waiting) => {}
-            }
-            match tokio::time::timeout_at(deadline, w.events.changed()).await {
-                Ok(Ok(())) => continue,
-                // The partition was dropped from this node.
-                Ok(Err(_)) => break Err(PartitionError::NotLeaderOrFollower),
-                Err(_) => {
-                    // One last look: the deadline and the change may race.
-                    let state = w.part.lock().expect("poisoned").ack_state(w.required);
-                    break match state {
-                        Ok(AckState::Done) => Ok(()),
-                        Ok(AckState::Waiting) => Err(PartitionError::RequestTimedOut),
-                        Err(e) => Err(e),
-                    };
-                }
-            }
-        };
+        let outcome =
+            crate::replica_manager::wait_for_ack(&w.part, w.required, &mut w.events, deadline)
+                .await;
         if let Err(e) = outcome {
-            metrics::counter!("kafka_broker_partition_errors_total", "api" => "Produce", "code" => e.code().to_string())
-                .increment(1);
-            let p = &mut resp.responses[w.topic].partition_responses[w.partition];
-            set_error(p, version, &e, || leaders.hint(&image, &w.tp));
+            failed.push((w, e));
         }
+    }
+    if !failed.is_empty() {
+        // Leadership may have moved while we waited: name the current leader.
+        image = broker.metadata.image();
+    }
+    for (w, e) in failed {
+        metrics::counter!("kafka_broker_partition_errors_total", "api" => "Produce", "code" => e.code().to_string())
+            .increment(1);
+        let p = &mut resp.responses[w.topic].partition_responses[w.partition];
+        set_error(p, version, &e, || leaders.hint(&image, &w.tp));
     }
     if version >= 10 {
         resp.node_endpoints = leaders.produce_endpoints(&image);

@@ -57,12 +57,12 @@ pub struct Partition {
     /// The configs the produce path reads on every append, parsed once
     /// (TopicConfigs keeps strings, as DescribeConfigs reports them).
     append_config: AppendConfig,
-    /// (epoch, start offset) of the log's leader epochs (`epochs.rs`).
-    epochs: epochs::LeaderEpochCache,
     role: Role,
     /// Bumped whenever the high watermark, the ISR or the role changes, so
     /// acks=all produce requests waiting on this partition re-check.
     events: tokio::sync::watch::Sender<()>,
+    /// (epoch, start offset) of the log's leader epochs (`epochs.rs`).
+    epochs: epochs::LeaderEpochCache,
 }
 
 /// What this replica does for its partition.
@@ -105,6 +105,14 @@ pub fn write_partition_metadata(dir: &std::path::Path, topic_id: Uuid) -> std::i
     std::fs::write(&tmp, format!("version: 0\ntopic_id: {topic_id}\n"))?;
     std::fs::File::open(&tmp)?.sync_all()?;
     std::fs::rename(tmp, dir.join("partition.metadata"))
+}
+
+/// The file holding a partition's last checkpointed high watermark.
+const HW_CHECKPOINT_FILE: &str = "high-watermark.checkpoint";
+
+fn read_high_watermark_checkpoint(dir: &std::path::Path) -> Option<Offset> {
+    let text = std::fs::read_to_string(dir.join(HW_CHECKPOINT_FILE)).ok()?;
+    text.trim().parse().ok().map(Offset)
 }
 
 pub fn read_partition_metadata(dir: &std::path::Path) -> Option<Uuid> {
@@ -163,11 +171,16 @@ impl Partition {
             }
         }
         producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
+        // The last checkpointed high watermark (Kafka's
+        // replication-offset-checkpoint), else the log start: a leader then
+        // computes it from its ISR (at once when the ISR is itself), a
+        // follower takes it from its leader. A stale or missing checkpoint
+        // only starts it lower, which is always safe.
+        let high_watermark = read_high_watermark_checkpoint(&dir)
+            .unwrap_or(Offset(0))
+            .min(log.log_end_offset())
+            .max(log.log_start_offset());
         let epochs = follower::epoch_cache_of(&log);
-        // Nothing is known committed until a role says so: a leader computes
-        // the high watermark from its ISR (at once when the ISR is itself),
-        // a follower takes it from its leader. Starting low is always safe.
-        let high_watermark = log.log_start_offset();
         Ok(Self {
             tp,
             topic_id,
@@ -177,9 +190,9 @@ impl Partition {
             high_watermark,
             append_config: AppendConfig::from(&configs),
             configs,
-            epochs,
             role: Role::None,
             events: tokio::sync::watch::channel(()).0,
+            epochs,
         })
     }
 
@@ -340,8 +353,15 @@ impl Partition {
     /// ListOffsets for one timestamp spec: -1 latest, -2 earliest, -3 max
     /// timestamp, -4 earliest local, otherwise the first offset whose
     /// timestamp is at least `timestamp`. `None` means no such offset.
-    pub fn list_offset(&self, timestamp: i64) -> Result<Option<(Offset, i64)>, PartitionError> {
+    /// Latest (-1) is the high watermark for clients and the log end for a
+    /// follower (`FetchLimit::LogEnd`), as Kafka's isolation levels have it.
+    pub fn list_offset(
+        &self,
+        timestamp: i64,
+        limit: FetchLimit,
+    ) -> Result<Option<(Offset, i64)>, PartitionError> {
         match timestamp {
+            -1 if limit == FetchLimit::LogEnd => Ok(Some((self.log.log_end_offset(), -1))),
             -1 => Ok(Some((self.high_watermark, -1))),
             -2 | -4 => Ok(Some((self.log.log_start_offset(), -1))),
             -3 => {
@@ -449,8 +469,9 @@ impl Partition {
                 };
                 tracing::info!(tp = %self.tp, epoch = state.leader_epoch.0, start = leo.0, isr = ?state.isr, "leading");
                 self.leader_epoch = state.leader_epoch;
-                // Kafka's makeLeader: the new epoch starts at the log end,
-                // appended to or not (B2's epoch cache).
+                // Kafka's `maybeAssignEpochStartOffset`: the new epoch starts
+                // here even before an append, so a follower holding entries
+                // of a later (lost) epoch truncates to the right offset.
                 self.epochs.assign(state.leader_epoch, leo);
                 let next = LeaderState::start(local, state, leo, previous, max_lag_ms, now_ms);
                 *role = Role::Leader(Box::new(next));
@@ -605,7 +626,22 @@ impl Partition {
     pub fn maintain(&mut self, now_ms: i64) -> Result<(), PartitionError> {
         self.log.maintain(now_ms, self.high_watermark)?;
         self.producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
+        self.checkpoint_high_watermark()?;
         self.snapshot_producers()
+    }
+
+    /// Writes the high watermark, so a restart starts from it rather than
+    /// from the log start (consumers and the group coordinator's load see
+    /// committed data before the followers have fetched again).
+    fn checkpoint_high_watermark(&self) -> Result<(), PartitionError> {
+        let dir = self.log.dir();
+        let tmp = dir.join(format!("{HW_CHECKPOINT_FILE}.tmp"));
+        let write = || -> std::io::Result<()> {
+            std::fs::write(&tmp, format!("{}\n", self.high_watermark.0))?;
+            std::fs::File::open(&tmp)?.sync_all()?;
+            std::fs::rename(&tmp, dir.join(HW_CHECKPOINT_FILE))
+        };
+        write().map_err(|e| PartitionError::Storage(e.to_string()))
     }
 
     fn snapshot_producers(&self) -> Result<(), PartitionError> {
@@ -621,6 +657,7 @@ impl Partition {
 
     /// Flushes and closes cleanly (writes the producer snapshot).
     pub fn close(self) -> Result<(), PartitionError> {
+        self.checkpoint_high_watermark()?;
         self.snapshot_producers()?;
         self.log.close()?;
         Ok(())
@@ -828,6 +865,30 @@ mod tests {
         assert_eq!(p.check_leader_epoch(0).unwrap_err().code(), 74);
         assert_eq!(p.check_leader_epoch(2).unwrap_err().code(), 75);
         assert!(p.check_leader_epoch(1).is_ok() && p.check_leader_epoch(-1).is_ok());
+    }
+
+    #[test]
+    fn the_high_watermark_survives_a_restart_through_its_checkpoint() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = open_partition(dir.path(), "1");
+        p.become_leader(
+            NodeId(1),
+            assigned(0, 0, &[1, 2]),
+            Default::default(),
+            10_000,
+            0,
+        );
+        for _ in 0..3 {
+            p.append_as_leader(&encode(&["a"], Compression::None), 1, 1)
+                .unwrap();
+        }
+        p.record_follower_fetch(NodeId(2), Offset(2), 2).unwrap();
+        assert_eq!(p.high_watermark(), Offset(2));
+        p.close().unwrap();
+        let p = open_partition(dir.path(), "1");
+        // Committed before the restart, so visible before any follower fetch.
+        assert_eq!(p.high_watermark(), Offset(2));
+        assert_eq!(p.log_end_offset(), Offset(3));
     }
 
     #[test]

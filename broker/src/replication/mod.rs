@@ -1,5 +1,6 @@
-//! Replication between brokers (issue 6): the leader side (`leader`: the ISR
-//! manager) and the follower side (`fetcher`).
+//! Partition replication between brokers, in Kafka's model: the leader side
+//! (`leader.rs`: the ISR manager) and the follower side (`fetcher.rs`:
+//! followers fetch from the leader).
 
 pub mod fetcher;
 pub mod leader;
