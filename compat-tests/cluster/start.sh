@@ -80,7 +80,6 @@ for ((i = 1; i <= n; i++)); do
     echo "node.id=$i"
     echo "controller.quorum.voters=$voters"
     echo "listeners=PLAINTEXT://$addr:$port,CONTROLLER://$addr:$cport"
-    echo "advertised.listeners=PLAINTEXT://$addr:$port"
     echo "controller.listener.names=CONTROLLER"
     echo "log.dirs=$dir/data"
     echo "default.replication.factor=$rf"
@@ -91,6 +90,7 @@ for ((i = 1; i <= n; i++)); do
       echo "metrics.listen.address=$addr:$mport"
     else
       echo "process.roles=broker,controller"
+      echo "advertised.listeners=PLAINTEXT://$addr:$port"
       echo "listener.security.protocol.map=CONTROLLER:PLAINTEXT,PLAINTEXT:PLAINTEXT"
       echo "inter.broker.listener.name=PLAINTEXT"
       echo "offsets.topic.num.partitions=3"
