@@ -251,10 +251,22 @@ public final class Faults {
   }
 
   static void controller(String bootstrap) throws Exception {
-    try (Admin admin = admin(bootstrap)) {
-      System.out.println(
-          admin.describeMetadataQuorum().quorumInfo().get(10, TimeUnit.SECONDS).leaderId());
+    long deadline = System.currentTimeMillis() + 20_000;
+    String last = "no answer";
+    while (System.currentTimeMillis() < deadline) {
+      // A fresh client each try: one that first met a node cut off from the quorum keeps
+      // asking that node.
+      try (Admin admin = admin(bootstrap)) {
+        System.out.println(
+            admin.describeMetadataQuorum().quorumInfo().get(5, TimeUnit.SECONDS).leaderId());
+        return;
+      } catch (Exception e) {
+        last = errName(e);
+      }
+      Thread.sleep(300);
     }
+    System.err.println("controller: no answer to DescribeQuorum: " + last);
+    System.exit(1);
   }
 
   /**
@@ -267,40 +279,40 @@ public final class Faults {
     long start = System.currentTimeMillis();
     long deadline = start + timeoutMs;
     String last = "no answer";
-    try (Admin admin = admin(bootstrap)) {
-      while (System.currentTimeMillis() < deadline) {
-        try {
-          boolean ok = true;
-          StringBuilder state = new StringBuilder();
-          for (TopicPartitionInfo p : describeTopic(admin, topic).partitions()) {
-            int leader = p.leader() == null || p.leader().isEmpty() ? -1 : p.leader().id();
-            state.append(String.format("[p%d l=%d isr=%s] ", p.partition(), leader, ids(p.isr())));
-            boolean good;
-            if (mode.equals("full")) {
-              good = leader >= 0 && new HashSet<>(p.isr()).equals(new HashSet<>(p.replicas()));
-            } else if (mode.equals("leaders")) {
-              good = leader >= 0;
-            } else if (mode.startsWith("shrunk:")) {
-              int id = Integer.parseInt(mode.substring(7));
-              good = leader >= 0 && leader != id && p.isr().stream().noneMatch(n -> n.id() == id);
-            } else {
-              throw new IllegalArgumentException("unknown await-isr mode " + mode);
-            }
-            ok &= good;
+    while (System.currentTimeMillis() < deadline) {
+      // A fresh client each poll: an isolated node still answers with its stale view, and a
+      // client that once chose it would keep asking it.
+      try (Admin admin = admin(bootstrap)) {
+        boolean ok = true;
+        StringBuilder state = new StringBuilder();
+        for (TopicPartitionInfo p : describeTopic(admin, topic).partitions()) {
+          int leader = p.leader() == null || p.leader().isEmpty() ? -1 : p.leader().id();
+          state.append(String.format("[p%d l=%d isr=%s] ", p.partition(), leader, ids(p.isr())));
+          boolean good;
+          if (mode.equals("full")) {
+            good = leader >= 0 && new HashSet<>(p.isr()).equals(new HashSet<>(p.replicas()));
+          } else if (mode.equals("leaders")) {
+            good = leader >= 0;
+          } else if (mode.startsWith("shrunk:")) {
+            int id = Integer.parseInt(mode.substring(7));
+            good = leader >= 0 && leader != id && p.isr().stream().noneMatch(n -> n.id() == id);
+          } else {
+            throw new IllegalArgumentException("unknown await-isr mode " + mode);
           }
-          last = state.toString();
-          if (ok) {
-            System.out.println(System.currentTimeMillis() - start);
-            System.err.println("await-isr " + mode + ": " + last);
-            return;
-          }
-        } catch (IllegalArgumentException e) {
-          throw e;
-        } catch (Exception e) {
-          last = errName(e);
+          ok &= good;
         }
-        Thread.sleep(250);
+        last = state.toString();
+        if (ok) {
+          System.out.println(System.currentTimeMillis() - start);
+          System.err.println("await-isr " + mode + ": " + last);
+          return;
+        }
+      } catch (IllegalArgumentException e) {
+        throw e;
+      } catch (Exception e) {
+        last = errName(e);
       }
+      Thread.sleep(250);
     }
     System.err.println("await-isr " + mode + " not reached within " + timeoutMs + " ms: " + last);
     System.exit(1);
@@ -529,7 +541,7 @@ public final class Faults {
           indeterminatePresent,
           unchecked,
           stored,
-          unreadable,
+          unreadable.toString().replace(" ", ""),
           resumeMs);
     }
 
