@@ -11,11 +11,10 @@ CLUSTER_DIR="$COMPAT_DIR/cluster"
 REPO_DIR=$(cd "$COMPAT_DIR/.." && pwd)
 
 # The fault client (compat.Faults) with JVM options for a quick start.
-faults() {
-  java -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
-    -Dorg.slf4j.simpleLogger.defaultLogLevel="${FAULTS_LOG_LEVEL:-warn}" \
-    -cp "$JAVA_CLASSES:$JAVA_LIBS/*" compat.Faults "$@"
-}
+FAULTS_JAVA=(java -Xmx512m -XX:+UseSerialGC -XX:TieredStopAtLevel=1 -Djava.awt.headless=true
+  -Dorg.slf4j.simpleLogger.defaultLogLevel="${FAULTS_LOG_LEVEL:-warn}"
+  -cp "$JAVA_CLASSES:$JAVA_LIBS/*" compat.Faults)
+faults() { "${FAULTS_JAVA[@]}" "$@"; }
 
 node_addr() { echo "127.0.0.$1"; }
 

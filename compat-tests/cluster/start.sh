@@ -130,12 +130,14 @@ for pid in "${format_pids[@]}"; do
 done
 
 start=$SECONDS
+# A node that does not come up takes the others down with it.
+trap 'rc=$?; ((rc == 0)) || "$CLUSTER_DIR/stop.sh" "$CLUSTER_DATA" >/dev/null 2>&1; exit $rc' EXIT
 for ((i = 1; i <= n; i++)); do spawn_node "$i"; done
 write_nodes_file
 for ((i = 1; i <= n; i++)); do wait_listening "$i"; done
 if ! wait_cluster; then
   for ((i = 1; i <= n; i++)); do echo "--- node $i" >&2; tail -15 "$CLUSTER_DATA/node$i/out.log" >&2; done
-  die "cluster not ready: a metadata request did not list $n brokers (stop it with stop.sh $CLUSTER_DATA)"
+  die "cluster not ready: a metadata request did not list $n brokers (nodes stopped)"
 fi
 log "$kind cluster of $n ready in $((SECONDS - start)) s: $bootstrap (data $CLUSTER_DATA)"
 echo "$bootstrap"
