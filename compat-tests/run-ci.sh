@@ -40,7 +40,7 @@ trap '[[ -n $child ]] && kill -TERM "$child" 2>/dev/null; exit 130' INT TERM
 total_passed=0
 total_failed=0
 # The 3-broker docker-compose.yml keeps its structure (node ids, one quorum, ports, volumes).
-if "$VENV_DIR/bin/python" "$COMPAT_DIR/cluster/validate-compose.py"; then total_passed=$((total_passed + 1)); else total_failed=$((total_failed + 1)); fi
+if "$VENV_DIR/bin/python" "$COMPAT_DIR/cluster/validate-compose.py" --selftest; then total_passed=$((total_passed + 1)); else total_failed=$((total_failed + 1)); fi
 run_client() {
   local name=$1 start=$SECONDS rc passed failed
   shift

@@ -153,7 +153,8 @@ row() {
   [[ $check_line == "CHECK PASS"* ]] || v=FAIL
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" \
     "$(field acked "$check_line")" "$(field lost "$check_line")" "$(field duplicated "$check_line")" \
-    "$(field reordered "$check_line")" "$(field conflicts "$check_line")" "$2" "$v" "$3" >>"$results"
+    "$(field reordered "$check_line")" "$(field conflicts "$check_line")" "$2" "$v" \
+    "$3; indeterminate=$(field indeterminate "$check_line")" >>"$results"
   say "verdict $v ($3)"
 }
 
@@ -349,10 +350,11 @@ scenario_e() {
 
 # The mixed random-fault loop of the long form.
 scenario_mixed() {
-  local topic=fa-mixed logf="$workdir/mixed.log" end=$((SECONDS + duration)) faults_done=0 kind_ n hold verdict=PASS notes=""
+  local topic=fa-mixed logf="$workdir/mixed.log" end=$((SECONDS + duration)) faults_done=0 kind_ n hold verdict=PASS notes="" done_list="" t
   new_topic "$topic" || { check_line="CHECK FAIL"; row FAIL - "create-topic failed"; return; }
   start_produce "$topic" "$logf"
   wait_acks "$logf" 0 60 >/dev/null
+  t=$(now_ms)
   while ((SECONDS < end)); do
     n=$((RANDOM % 3 + 1))
     hold=$((RANDOM % 11 + 5))
@@ -363,6 +365,7 @@ scenario_mixed() {
       3) n=$(controller_id); [[ $n =~ ^[1-9]$ ]] || n=1; kind_=kill-controller; node kill "$n" ;;
     esac
     say "fault $((faults_done + 1)): $kind_ node $n for $hold s"
+    done_list+="${done_list:+, }$kind_ $n"
     sleep "$hold"
     restore_cluster || { verdict=FAIL; notes+="cluster did not recover after $kind_ $n; "; }
     faults await-isr "$BOOTSTRAP" "$topic" full 90 >/dev/null 2>&1 || notes+="ISR not full 90 s after $kind_ $n; "
@@ -370,8 +373,9 @@ scenario_mixed() {
     sleep $((RANDOM % 4 + 2))
   done
   stop_produce
-  run_check "$topic" "$logf"
-  row "$verdict" - "${notes}$faults_done faults"
+  # resume_ms here is the longest time any partition went without an ack during the loop.
+  run_check "$topic" "$logf" --resume-from "$t"
+  row "$verdict" "$(field resume_ms "$check_line")" "${notes}$faults_done faults: $done_list"
 }
 
 # ---------------------------------------------------------------- run
