@@ -147,6 +147,24 @@ run_check() {
   say "$check_line"
 }
 
+# leader0 <topic>: the leader of partition 0, waiting up to 30 s for one.
+leader0() {
+  local l deadline=$((SECONDS + 30))
+  while ((SECONDS < deadline)); do
+    l=$(leader_of "$1" 0 2>/dev/null)
+    [[ $l =~ ^[0-9]+$ ]] && ((l >= 1 && l <= N)) && { echo "$l"; return 0; }
+    sleep 1
+  done
+  return 1
+}
+
+# give_up <topic> <log> <note>: ends a scenario early as FAIL (stops the producer, checks).
+give_up() {
+  [[ -n $produce_pid ]] && stop_produce
+  run_check "$1" "$2"
+  row FAIL - "$3"
+}
+
 # row <verdict> <resume> <notes>: one line of the final table from check_line.
 row() {
   local v=$1
@@ -166,7 +184,7 @@ scenario_a() {
   start_produce "$topic" "$logf"
   wait_acks "$logf" 0 60 >/dev/null || say "no ack within 60 s before the fault"
   sleep 3
-  l=$(leader_of "$topic" 0)
+  l=$(leader0 "$topic") || { give_up "$topic" "$logf" "no leader for partition 0"; return; }
   notes="killed leader $l (controller was $(controller_id))"
   say "kill -9 node $l, the leader of partition 0"
   t=$(now_ms)
@@ -192,7 +210,7 @@ scenario_b() {
   start_produce "$topic" "$logf"
   wait_acks "$logf" 0 60 >/dev/null
   sleep 2
-  l=$(leader_of "$topic" 0)
+  l=$(leader0 "$topic") || { give_up "$topic" "$logf" "no leader for partition 0"; return; }
   c=$(controller_id)
   # A follower of partition 0 that is not the active controller, when there is one.
   f=
@@ -201,6 +219,7 @@ scenario_b() {
     [[ -z $f || $r != "$c" ]] && f=$r
     [[ $r != "$c" ]] && break
   done
+  [[ -n $f ]] || { give_up "$topic" "$logf" "no follower of partition 0 found"; return; }
   say "SIGSTOP node $f (a follower of partition 0; leader $l, controller $c)"
   t=$(now_ms)
   node pause "$f"
@@ -235,7 +254,7 @@ scenario_c() {
   sleep 2
   # The survivor z leads partition 0; x goes first (while the quorum still can shrink ISRs
   # and move leaders), then y, which takes the quorum away.
-  z=$(leader_of "$topic" 0)
+  z=$(leader0 "$topic") || { give_up "$topic" "$logf" "no leader for partition 0"; return; }
   read -r x y < <(for r in 1 2 3; do [[ $r != "$z" ]] && printf '%s ' "$r"; done)
   say "kill -9 node $x; survivor will be node $z"
   node kill "$x"
@@ -284,7 +303,7 @@ scenario_d() {
   start_produce "$topic" "$logf"
   wait_acks "$logf" 0 60 >/dev/null
   sleep 2
-  l=$(leader_of "$topic" 0)
+  l=$(leader0 "$topic") || { give_up "$topic" "$logf" "no leader for partition 0"; return; }
   led=$(faults describe "$BOOTSTRAP" "$topic" | awk -v l="$l" '$2 == l { printf "%s%s", sep, $1; sep = "," }')
   # The isolated node keeps its stale view of the metadata; ask the majority only.
   majority=$(without_node "$l")
