@@ -73,9 +73,22 @@ node() { "$CLUSTER_DIR/node.sh" "$data" "$@"; }
 now_ms() { date +%s%3N; }
 say() { log "[$scenario] $*"; }
 
+if ((duration > 0)); then
+  list=(mixed)
+else
+  IFS=, read -r -a list <<<"$only"
+fi
+
 log "fault suite: $kind, workdir $workdir"
-"$CLUSTER_DIR/start.sh" "$kind" 3 "$data" >/dev/null 2>"$workdir/start.err" \
-  || { cat "$workdir/start.err" >&2; die "cluster did not start"; }
+if ! "$CLUSTER_DIR/start.sh" "$kind" 3 "$data" >/dev/null 2>"$workdir/start.err"; then
+  tail -5 "$workdir/start.err" >&2
+  for scenario in "${list[@]}"; do
+    printf '%s\t-\t-\t-\t-\t-\t-\tFAIL\tthe cluster did not start (%s)\n' "$scenario" "$workdir/start.err" >>"$results"
+  done
+  { printf 'scenario\tacked\tlost\tduplicated\treordered\tconflicts\tresume_ms\tverdict\tnotes\n'; cat "$results"; } | column -t -s $'\t'
+  echo "fault suite ($kind): 0 passed, ${#list[@]} failed; logs in $workdir"
+  exit 1
+fi
 load_cluster "$data"
 
 # ---------------------------------------------------------------- helpers
@@ -399,11 +412,6 @@ scenario_mixed() {
 
 # ---------------------------------------------------------------- run
 
-if ((duration > 0)); then
-  list=(mixed)
-else
-  IFS=, read -r -a list <<<"$only"
-fi
 for scenario in "${list[@]}"; do
   start=$SECONDS
   say "start"
