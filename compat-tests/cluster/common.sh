@@ -1,3 +1,4 @@
+# shellcheck shell=bash disable=SC2034 # variables for the scripts that source this file
 # Shared by the cluster scripts; sourced, never executed.
 # A cluster lives in one data directory:
 #   <datadir>/cluster.env        KIND, N, PORT, CONTROLLER_PORT, METRICS_PORT, BOOTSTRAP, CGROUP_PREFIX

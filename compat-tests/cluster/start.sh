@@ -131,6 +131,7 @@ done
 
 start=$SECONDS
 # A node that does not come up takes the others down with it.
+# shellcheck disable=SC2154 # rc is assigned inside the trap
 trap 'rc=$?; ((rc == 0)) || "$CLUSTER_DIR/stop.sh" "$CLUSTER_DATA" >/dev/null 2>&1; exit $rc' EXIT
 for ((i = 1; i <= n; i++)); do spawn_node "$i"; done
 write_nodes_file

@@ -391,7 +391,7 @@ scenario_mixed() {
     n=$((RANDOM % 3 + 1))
     hold=$((RANDOM % 11 + 5))
     case $((RANDOM % 4)) in
-      0) kind_=kill; node kill "$n" ;;
+      0) kind_="kill"; node kill "$n" ;;
       1) kind_=pause; node pause "$n" ;;
       2) kind_=isolate; node isolate "$n" ;;
       3) n=$(controller_id); [[ $n =~ ^[1-9]$ ]] || n=1; kind_=kill-controller; node kill "$n" ;;
