@@ -45,6 +45,7 @@ import org.apache.kafka.common.errors.RecordBatchTooLargeException;
 import org.apache.kafka.common.errors.RecordTooLargeException;
 import org.apache.kafka.common.errors.TopicAuthorizationException;
 import org.apache.kafka.common.errors.TopicExistsException;
+import org.apache.kafka.common.errors.UnsupportedVersionException;
 import org.apache.kafka.common.serialization.StringDeserializer;
 import org.apache.kafka.common.serialization.StringSerializer;
 
@@ -74,7 +75,8 @@ public final class Faults {
             "  create-topic <bootstrap> <topic> <partitions> <rf> <min-isr> <timeout-s>",
             "                                                  retries until created; prints elapsed ms",
             "  describe <bootstrap> <topic>                    lines: partition leader isr replicas",
-            "  controller <bootstrap>                          the active controller's id (DescribeQuorum)",
+            "  controller <bootstrap>                          the active controller's id (DescribeQuorum;",
+            "                                                  DescribeCluster's when unsupported)",
             "  await-isr <bootstrap> <topic> <full|shrunk:<id>|leaders> <timeout-s>",
             "                                                  prints elapsed ms, exit 1 on timeout",
             "  produce <bootstrap> <topic> <writer> <duration-s> <rate> <log> [stop-file]",
@@ -257,8 +259,22 @@ public final class Faults {
       // A fresh client each try: one that first met a node cut off from the quorum keeps
       // asking that node.
       try (Admin admin = admin(bootstrap)) {
-        System.out.println(
-            admin.describeMetadataQuorum().quorumInfo().get(5, TimeUnit.SECONDS).leaderId());
+        try {
+          System.out.println(
+              admin.describeMetadataQuorum().quorumInfo().get(5, TimeUnit.SECONDS).leaderId());
+        } catch (ExecutionException e) {
+          if (!(e.getCause() instanceof UnsupportedVersionException)) {
+            throw e;
+          }
+          // A broker without DescribeQuorum: the controller id DescribeCluster reports (Kafka
+          // itself reports a random broker there, so this fallback is for our broker only).
+          Node c = admin.describeCluster().controller().get(5, TimeUnit.SECONDS);
+          System.err.println("controller: DescribeQuorum unsupported; DescribeCluster says " + c);
+          if (c == null || c.isEmpty()) {
+            throw new IllegalStateException("no controller in DescribeCluster");
+          }
+          System.out.println(c.id());
+        }
         return;
       } catch (Exception e) {
         last = errName(e);
