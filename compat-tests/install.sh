@@ -7,6 +7,8 @@ source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
 # Pinned so that a new librdkafka release cannot change results between runs.
 CONFLUENT_KAFKA_VERSION=2.16.1
+# PyYAML parses docker-compose.yml for cluster/validate-compose.py.
+PYYAML_VERSION=6.0.3
 
 mkdir -p "$CACHE_DIR"
 
@@ -30,15 +32,16 @@ install_kcat() {
 }
 
 install_python() {
-  local stamp="$VENV_DIR/.compat-stamp" want="confluent-kafka==$CONFLUENT_KAFKA_VERSION"
-  if stamp_matches "$stamp" "$want" && "$VENV_DIR/bin/python" -c 'import confluent_kafka' 2>/dev/null; then
+  local stamp="$VENV_DIR/.compat-stamp" want="confluent-kafka==$CONFLUENT_KAFKA_VERSION pyyaml==$PYYAML_VERSION"
+  if stamp_matches "$stamp" "$want" && "$VENV_DIR/bin/python" -c 'import confluent_kafka, yaml' 2>/dev/null; then
     log "python venv up to date ($want)"
     return
   fi
   rm -rf "$VENV_DIR"
   python3 -m venv "$VENV_DIR"
   # The wheel bundles librdkafka (with zstd, snappy, lz4), so nothing but PyPI is needed.
-  "$VENV_DIR/bin/pip" install -q --only-binary=:all: "$want"
+  # shellcheck disable=SC2086 # $want is two requirements
+  "$VENV_DIR/bin/pip" install -q --only-binary=:all: $want
   "$VENV_DIR/bin/python" -c 'import confluent_kafka as c; print("confluent-kafka", c.version()[0], "librdkafka", c.libversion()[0])' >&2
   echo "$want" >"$stamp"
 }

@@ -7,6 +7,7 @@
 #     listed scenario must pass; one that never reports counts as failed.
 #  3. Both peer suites' pinned tests (<suite>/tests.allow), through
 #     <suite>/run.sh --allowed.
+# Before those, cluster/validate-compose.py checks docker-compose.yml (one check).
 # Installs what it needs first (idempotent). Ends with
 # "<passed> passed, <failed> failed" counting every check above.
 set -uo pipefail
@@ -38,6 +39,8 @@ trap '[[ -n $child ]] && kill -TERM "$child" 2>/dev/null; exit 130' INT TERM
 
 total_passed=0
 total_failed=0
+# The 3-broker docker-compose.yml keeps its structure (node ids, one quorum, ports, volumes).
+if "$VENV_DIR/bin/python" "$COMPAT_DIR/cluster/validate-compose.py" --selftest; then total_passed=$((total_passed + 1)); else total_failed=$((total_failed + 1)); fi
 run_client() {
   local name=$1 start=$SECONDS rc passed failed
   shift

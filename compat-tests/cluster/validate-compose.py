@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""Checks the structure of the repository's docker-compose.yml (the 3-broker cluster).
+
+validate-compose.py [path]      validates (default: docker-compose.yml at the repo root);
+                                prints one line per problem, exits 1 when there is any
+validate-compose.py --selftest  also checks that broken variants of the file are rejected
+
+Checked: exactly three broker services broker1..3 built from the repo's Dockerfile as
+kafka-rs:latest with stop_signal SIGTERM; node.id 1..3, unique, matching the service name;
+the same controller.quorum.voters on every broker, naming every node once at its service's
+host and its CONTROLLER listener port; PLAINTEXT and CONTROLLER listeners,
+controller.listener.names=CONTROLLER; advertised PLAINTEXT address = the service's host name
+and its PLAINTEXT port; that port published on the host under the same number, host ports
+unique; a volume of its own at log.dirs; replication factors 3 and min.insync.replicas 2.
+Run with the compat venv (compat-tests/.cache/venv, `install.sh python` installs PyYAML).
+"""
+import copy
+import os
+import sys
+
+import yaml
+
+BROKERS = ["broker1", "broker2", "broker3"]
+EXPECTED = {
+    "default.replication.factor": "3",
+    "min.insync.replicas": "2",
+    "offsets.topic.replication.factor": "3",
+    "controller.listener.names": "CONTROLLER",
+}
+
+
+def overrides(service):
+    """The key=value pairs of a service's `--override k=v` command (list or string form)."""
+    cmd = service.get("command") or []
+    if isinstance(cmd, str):
+        cmd = cmd.split()
+    out, errors = {}, []
+    i = 0
+    while i < len(cmd):
+        arg = str(cmd[i])
+        if arg == "--override" and i + 1 < len(cmd):
+            kv = str(cmd[i + 1])
+            i += 2
+        elif arg.startswith("--override="):
+            kv = arg[len("--override="):]
+            i += 1
+        else:
+            errors.append(f"unexpected command argument {arg!r}")
+            i += 1
+            continue
+        if "=" not in kv:
+            errors.append(f"override {kv!r} is not key=value")
+            continue
+        k, v = kv.split("=", 1)
+        if k in out:
+            errors.append(f"key {k} given twice")
+        out[k] = v
+    return out, errors
+
+
+def listeners(value):
+    """'NAME://host:port,...' -> {NAME: (host, port)}; raises ValueError."""
+    out = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        name, rest = part.split("://", 1)
+        host, port = rest.rsplit(":", 1)
+        out[name] = (host.strip("[]"), int(port))
+    return out
+
+
+def voters(value):
+    """'1@host:port,...' -> {1: (host, port)}; raises ValueError."""
+    out = {}
+    for part in filter(None, (p.strip() for p in value.split(","))):
+        node, addr = part.split("@", 1)
+        host, port = addr.rsplit(":", 1)
+        if int(node) in out:
+            raise ValueError(f"node {node} named twice")
+        out[int(node)] = (host, int(port))
+    return out
+
+
+def host_ports(service):
+    """Published ports as (host port, container port) pairs, short or long syntax."""
+    out = []
+    for p in service.get("ports") or []:
+        if isinstance(p, dict):
+            out.append((int(p.get("published", -1)), int(p.get("target", -1))))
+            continue
+        parts = str(p).split("/")[0].split(":")
+        if len(parts) == 1:
+            out.append((-1, int(parts[0])))
+        else:
+            out.append((int(parts[-2]), int(parts[-1])))
+    return out
+
+
+def validate(doc):
+    errors = []
+    if not isinstance(doc, dict) or not isinstance(doc.get("services"), dict):
+        return ["no services: mapping"]
+    services = doc["services"]
+    brokers = sorted(n for n, s in services.items() if isinstance(s, dict) and s.get("image") == "kafka-rs:latest")
+    if brokers != BROKERS:
+        errors.append(f"broker services (image kafka-rs:latest) are {brokers}, expected {BROKERS}")
+    top_volumes = doc.get("volumes") or {}
+    configs, node_ids, used_host_ports, used_volumes = {}, {}, {}, {}
+    for name in BROKERS:
+        s = services.get(name)
+        if not isinstance(s, dict):
+            errors.append(f"{name}: missing")
+            continue
+        build = s.get("build")
+        context = build.get("context") if isinstance(build, dict) else build
+        if context not in (".", "./"):
+            errors.append(f"{name}: build must be the repository (.), not {context!r}")
+        if s.get("stop_signal") != "SIGTERM":
+            errors.append(f"{name}: stop_signal must be SIGTERM")
+        cfg, errs = overrides(s)
+        errors += [f"{name}: {e}" for e in errs]
+        configs[name] = cfg
+        host = s.get("hostname", name)
+        if host != name:
+            errors.append(f"{name}: hostname {host!r} differs from the service name")
+        try:
+            node_id = int(cfg.get("node.id", ""))
+        except ValueError:
+            errors.append(f"{name}: node.id missing or not a number")
+            continue
+        if node_id in node_ids:
+            errors.append(f"{name}: node.id {node_id} also used by {node_ids[node_id]}")
+        node_ids[node_id] = name
+        if f"broker{node_id}" != name:
+            errors.append(f"{name}: node.id {node_id} does not match the service name")
+        for k, want in EXPECTED.items():
+            if cfg.get(k) != want:
+                errors.append(f"{name}: {k} is {cfg.get(k)!r}, expected {want!r}")
+        try:
+            lst = listeners(cfg.get("listeners", ""))
+        except ValueError:
+            errors.append(f"{name}: listeners {cfg.get('listeners')!r} malformed")
+            continue
+        if set(lst) != {"PLAINTEXT", "CONTROLLER"}:
+            errors.append(f"{name}: listeners must be PLAINTEXT and CONTROLLER, got {sorted(lst)}")
+            continue
+        try:
+            adv = listeners(cfg.get("advertised.listeners", ""))
+        except ValueError:
+            adv = {}
+        plain_port = lst["PLAINTEXT"][1]
+        if adv.get("PLAINTEXT") != (name, plain_port):
+            errors.append(f"{name}: advertised PLAINTEXT must be {name}:{plain_port}, got {adv.get('PLAINTEXT')}")
+        if "CONTROLLER" in adv:
+            errors.append(f"{name}: the CONTROLLER listener must not be advertised")
+        ports = host_ports(s)
+        if (plain_port, plain_port) not in ports:
+            errors.append(f"{name}: client port {plain_port} not published as {plain_port}:{plain_port}")
+        for hp, _ in ports:
+            if hp in used_host_ports:
+                errors.append(f"{name}: host port {hp} also published by {used_host_ports[hp]}")
+            used_host_ports[hp] = name
+        if lst["CONTROLLER"][1] in [cp for hp, cp in ports if hp == lst["CONTROLLER"][1]]:
+            errors.append(f"{name}: the controller port should not be published")
+        log_dir = cfg.get("log.dirs")
+        mounts = [str(v).split(":") for v in s.get("volumes") or []]
+        vol = [m[0] for m in mounts if len(m) >= 2 and m[1] == log_dir]
+        if not log_dir or not vol:
+            errors.append(f"{name}: no volume mounted at log.dirs ({log_dir!r})")
+        else:
+            if vol[0] not in top_volumes:
+                errors.append(f"{name}: volume {vol[0]} not declared under volumes:")
+            if vol[0] in used_volumes:
+                errors.append(f"{name}: volume {vol[0]} shared with {used_volumes[vol[0]]}")
+            used_volumes[vol[0]] = name
+    if sorted(node_ids) != [1, 2, 3]:
+        errors.append(f"node ids are {sorted(node_ids)}, expected [1, 2, 3]")
+    voter_values = {cfg.get("controller.quorum.voters") for cfg in configs.values()}
+    if configs and len(voter_values) != 1:
+        errors.append(f"controller.quorum.voters differs between brokers: {sorted(map(str, voter_values))}")
+    for name, cfg in configs.items():
+        try:
+            v = voters(cfg.get("controller.quorum.voters", ""))
+        except ValueError as e:
+            errors.append(f"{name}: controller.quorum.voters malformed ({e})")
+            continue
+        if sorted(v) != sorted(node_ids):
+            errors.append(f"{name}: voters {sorted(v)} are not the node ids {sorted(node_ids)}")
+        for nid, (host, port) in v.items():
+            owner = node_ids.get(nid)
+            if owner is None:
+                continue
+            if host != owner:
+                errors.append(f"{name}: voter {nid} at host {host!r}, but node {nid} is {owner}")
+            try:
+                cport = listeners(configs[owner].get("listeners", ""))["CONTROLLER"][1]
+            except (KeyError, ValueError):
+                continue
+            if port != cport:
+                errors.append(f"{name}: voter {nid} port {port} is not {owner}'s CONTROLLER port {cport}")
+    return errors
+
+
+def selftest(doc):
+    """Each broken variant must be rejected; the file itself must pass."""
+    def set_override(d, svc, key, value):
+        cmd = d["services"][svc]["command"]
+        for i, arg in enumerate(cmd):
+            if str(arg).startswith(key + "="):
+                cmd[i] = f"{key}={value}"
+                return d
+        raise KeyError(key)
+
+    def drop(d, svc):
+        del d["services"][svc]
+        return d
+
+    def port(d, svc, p):
+        d["services"][svc]["ports"] = [p]
+        return d
+
+    def vol(d, svc, v):
+        d["services"][svc]["volumes"] = [v]
+        return d
+
+    variants = {
+        "duplicate node id": lambda d: set_override(d, "broker2", "node.id", "1"),
+        "inconsistent voters": lambda d: set_override(d, "broker3", "controller.quorum.voters", "1@broker1:9095,2@broker2:9095,3@broker3:9096"),
+        "voter at wrong host": lambda d: [set_override(d, b, "controller.quorum.voters", "1@broker2:9095,2@broker2:9095,3@broker3:9095") for b in BROKERS][0],
+        "two brokers": lambda d: drop(d, "broker3"),
+        "clashing host port": lambda d: port(d, "broker2", "9092:9093"),
+        "shared volume": lambda d: vol(d, "broker2", "broker1-data:/var/lib/kafka-rs/data"),
+        "advertised localhost": lambda d: set_override(d, "broker1", "advertised.listeners", "PLAINTEXT://localhost:9092"),
+        "min isr 1": lambda d: set_override(d, "broker1", "min.insync.replicas", "1"),
+    }
+    failures = 0
+    base = validate(doc)
+    if base:
+        print(f"selftest: the file itself is invalid: {base}")
+        failures += 1
+    for name, mutate in variants.items():
+        d = copy.deepcopy(doc)
+        mutate(d)
+        if not validate(d):
+            print(f"selftest: variant '{name}' was accepted")
+            failures += 1
+    print("selftest " + ("PASS" if failures == 0 else f"FAIL ({failures})"))
+    return failures == 0
+
+
+def main(argv):
+    self_test = "--selftest" in argv
+    paths = [a for a in argv if a != "--selftest"]
+    if len(paths) > 1:
+        print(__doc__, file=sys.stderr)
+        return 2
+    path = paths[0] if paths else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docker-compose.yml")
+    try:
+        with open(path) as f:
+            doc = yaml.safe_load(f)
+    except (OSError, yaml.YAMLError) as e:
+        print(f"FAIL {path}: {e}")
+        return 1
+    errors = validate(doc)
+    for e in errors:
+        print(f"FAIL {e}")
+    ok = not errors
+    if self_test:
+        ok = selftest(doc) and ok
+    print(f"docker-compose.yml: {'valid' if not errors else f'{len(errors)} problem(s)'}")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
