@@ -324,6 +324,17 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             }
             enc(r, version)
         }
+        ApiKey::DescribeQuorum => {
+            let mut p = describe_quorum_request::PartitionData::default();
+            p.partition_index = 0;
+            let mut t = describe_quorum_request::TopicData::default();
+            t.topic_name = name("__cluster_metadata");
+            t.partitions = vec![p];
+            enc(
+                DescribeQuorumRequest::default().with_topics(vec![t]),
+                version,
+            )
+        }
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

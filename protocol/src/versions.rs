@@ -59,6 +59,7 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::DescribeConfigs, 1, 4),
     ApiRange::new(ApiKey::CreatePartitions, 0, 3),
     ApiRange::new(ApiKey::DescribeCluster, 0, 1),
+    ApiRange::new(ApiKey::DescribeQuorum, 0, 2),
     ApiRange::new(ApiKey::AlterConfigs, 0, 2),
     ApiRange::new(ApiKey::IncrementalAlterConfigs, 0, 1),
     // Kafka 4 removed v0-1. Followers and KIP-320 consumers use it.

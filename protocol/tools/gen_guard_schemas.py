@@ -40,6 +40,7 @@ APIS = [
     ("ALTER_CONFIGS", "alter_configs_request", "AlterConfigs"),
     ("INCREMENTAL_ALTER_CONFIGS", "incremental_alter_configs_request", "IncrementalAlterConfigs"),
     ("OFFSET_FOR_LEADER_EPOCH", "offset_for_leader_epoch_request", "OffsetForLeaderEpoch"),
+    ("DESCRIBE_QUORUM", "describe_quorum_request", "DescribeQuorum"),
 ]
 
 ALL = frozenset(range(0, 64))

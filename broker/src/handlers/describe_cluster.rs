@@ -23,7 +23,7 @@ pub fn handle(
     }
     let image = broker.metadata.image();
     resp.cluster_id = str_bytes(image.cluster_id.clone());
-    resp.controller_id = BrokerId(broker.node_id().0);
+    resp.controller_id = BrokerId(super::metadata::controller_id(broker).0);
     resp.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
     resp.brokers = super::metadata::live_brokers(broker)
         .into_iter()

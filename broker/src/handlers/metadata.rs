@@ -86,7 +86,7 @@ pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> Meta
             b
         })
         .collect();
-    resp.controller_id = BrokerId(broker.node_id().0);
+    resp.controller_id = BrokerId(super::metadata::controller_id(broker).0);
     resp.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
 
     // v0: an empty list means all topics; v1+: null means all topics.
@@ -162,4 +162,11 @@ pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> Meta
     }
     resp.topics = out.into_values().collect();
     resp
+}
+
+/// The controller id clients see: every node is a voter (combined mode), so
+/// the Raft leader is the active controller, as `kafka-metadata-quorum.sh`
+/// would name it. Without a known leader, this node answers for itself.
+pub(crate) fn controller_id(broker: &Broker) -> crate::types::NodeId {
+    broker.metadata.leader().unwrap_or_else(|| broker.node_id())
 }

@@ -14,6 +14,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_quorum;
 mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -89,6 +90,9 @@ pub async fn dispatch(
             init_producer_id::handle(broker, version, r).await,
         )),
         R::DescribeConfigs(r) => Reply::Respond(S::DescribeConfigs(describe_configs::handle(
+            broker, version, r,
+        ))),
+        R::DescribeQuorum(r) => Reply::Respond(S::DescribeQuorum(describe_quorum::handle(
             broker, version, r,
         ))),
         R::DescribeCluster(r) => Reply::Respond(S::DescribeCluster(describe_cluster::handle(

@@ -17,6 +17,7 @@ pub mod image;
 pub mod liveness;
 pub mod network;
 pub mod placement;
+pub mod quorum_info;
 pub mod store;
 pub mod transport;
 

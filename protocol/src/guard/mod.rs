@@ -54,6 +54,7 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         ApiKey::AlterConfigs => &ALTER_CONFIGS,
         ApiKey::IncrementalAlterConfigs => &INCREMENTAL_ALTER_CONFIGS,
         ApiKey::OffsetForLeaderEpoch => &OFFSET_FOR_LEADER_EPOCH,
+        ApiKey::DescribeQuorum => &DESCRIBE_QUORUM,
         // Every other API has no schema, so the guard refuses it: a body
         // without a schema must never reach the decoder.
         _ => return None,

@@ -497,3 +497,19 @@ const OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_PARTITION: &[Field] = &[
     field("leader_epoch", 2, MAX, INT32),
 ];
 
+pub(crate) const DESCRIBE_QUORUM: Message = Message {
+    versions: (0, 2),
+    flexible_from: 0,
+    body: DESCRIBE_QUORUM_BODY,
+};
+const DESCRIBE_QUORUM_BODY: &[Field] = &[
+    field("topics", 0, MAX, array(&Ty::Struct(DESCRIBE_QUORUM_TOPIC_DATA))),
+];
+const DESCRIBE_QUORUM_TOPIC_DATA: &[Field] = &[
+    field("topic_name", 0, MAX, STRING),
+    field("partitions", 0, MAX, array(&Ty::Struct(DESCRIBE_QUORUM_PARTITION_DATA))),
+];
+const DESCRIBE_QUORUM_PARTITION_DATA: &[Field] = &[
+    field("partition_index", 0, MAX, INT32),
+];
+

@@ -603,6 +603,14 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                 r.into()
             }
         }
+        ApiKey::DescribeQuorum => {
+            let p = |i| describe_quorum_request::PartitionData::default().with_partition_index(i);
+            DescribeQuorumRequest::default()
+                .with_topics(vec![describe_quorum_request::TopicData::default()
+                    .with_topic_name(topic("__cluster_metadata"))
+                    .with_partitions(vec![p(0), p(1)])])
+                .into()
+        }
         other => panic!("no test builder for {other:?}"),
     }
 }
