@@ -7,7 +7,12 @@
 //! Heartbeat times live only in the active controller's memory, as in Kafka's
 //! `BrokerHeartbeatManager`: a newly elected controller starts every broker's
 //! clock at its election, so a broker is never fenced for silence that a
-//! previous controller saw. The [`LivenessTracker`] here is that clock, pure
+//! previous controller saw. One exception, because every node is both broker
+//! and controller here: the previous Raft leader's clock starts at the last
+//! Raft message this node had from it. That silence this node saw itself, and
+//! it is why there is an election at all; without it a leader that dies with
+//! its controller role waits an election plus a whole session before its
+//! partitions move. The [`LivenessTracker`] here is that clock, pure
 //! and driven by `now_ms`; the loops that use it are in
 //! [`MetadataController`](super::MetadataController) and `lib.rs`.
 
@@ -36,8 +41,11 @@ pub struct LivenessTracker {
     last_heartbeat: HashMap<NodeId, i64>,
     /// The brokers unfenced in the image `expired` last saw: one that
     /// (re)registered since counts as heard from, as a registration does in
-    /// Kafka's `BrokerHeartbeatManager`.
-    live: HashSet<NodeId>,
+    /// Kafka's `BrokerHeartbeatManager`. None right after winning a term.
+    live: Option<HashSet<NodeId>>,
+    /// When this node last had a Raft message from each leader, kept in
+    /// every role: it seeds that node's clock when this one takes over.
+    raft_contact: HashMap<NodeId, i64>,
 }
 
 impl LivenessTracker {
@@ -46,25 +54,37 @@ impl LivenessTracker {
             session_timeout_ms,
             active: None,
             last_heartbeat: HashMap::new(),
-            live: HashSet::new(),
+            live: None,
+            raft_contact: HashMap::new(),
         }
+    }
+
+    /// Records a Raft message (AppendEntries) from `leader`.
+    pub fn raft_contact(&mut self, leader: NodeId, now_ms: i64) {
+        let last = self.raft_contact.entry(leader).or_insert(now_ms);
+        *last = (*last).max(now_ms);
     }
 
     /// Tells the tracker whether this node leads the quorum, and in which
     /// term. Winning a new term forgets every heartbeat: each broker's clock
-    /// starts at `now_ms`.
+    /// starts at `now_ms`, except a former leader's, which starts at its last
+    /// Raft message here.
     pub fn set_role(&mut self, leader_term: Option<u64>, now_ms: i64) {
         match (leader_term, self.active) {
             (Some(term), Some((active_term, _))) if term == active_term => {}
             (Some(term), _) => {
                 self.active = Some((term, now_ms));
-                self.last_heartbeat.clear();
-                self.live.clear();
+                self.last_heartbeat = self
+                    .raft_contact
+                    .iter()
+                    .map(|(&node, &at)| (node, at.min(now_ms)))
+                    .collect();
+                self.live = None;
             }
             (None, _) => {
                 self.active = None;
                 self.last_heartbeat.clear();
-                self.live.clear();
+                self.live = None;
             }
         }
     }
@@ -94,11 +114,15 @@ impl LivenessTracker {
             .filter(|b| !b.fenced)
             .map(|b| b.node_id)
             .collect();
-        for node in live.difference(&self.live) {
-            let last = self.last_heartbeat.entry(*node).or_insert(now_ms);
-            *last = (*last).max(now_ms);
+        // The first look after an election has no earlier set to compare
+        // with: the clocks set at the election stand.
+        if let Some(before) = &self.live {
+            for node in live.difference(before) {
+                let last = self.last_heartbeat.entry(*node).or_insert(now_ms);
+                *last = (*last).max(now_ms);
+            }
         }
-        self.live = live;
+        self.live = Some(live);
         image
             .brokers
             .values()
@@ -108,8 +132,7 @@ impl LivenessTracker {
                     .last_heartbeat
                     .get(&b.node_id)
                     .copied()
-                    .unwrap_or(since)
-                    .max(since);
+                    .unwrap_or(since);
                 now_ms - last > self.session_timeout_ms
             })
             .map(|b| b.node_id)
@@ -388,5 +411,22 @@ mod tests {
         assert!(t.expired(&image, 50_000).is_empty());
         assert!(t.expired(&image, 51_000).is_empty());
         assert_eq!(t.expired(&image, 51_001), vec![NodeId(1), NodeId(2)]);
+    }
+
+    #[test]
+    fn a_former_leaders_clock_starts_at_its_last_raft_message() {
+        let image = image(&[(1, false), (2, false)]);
+        let mut t = LivenessTracker::new(5_000);
+        // A follower hears from leader 1 until 10 s, then wins at 12 s.
+        t.raft_contact(NodeId(1), 9_000);
+        t.raft_contact(NodeId(1), 10_000);
+        t.set_role(Some(2), 12_000);
+        assert!(t.expired(&image, 15_000).is_empty());
+        // Node 1's silence began at 10 s; node 2's clock at the election.
+        assert_eq!(t.expired(&image, 15_001), vec![NodeId(1)]);
+        assert_eq!(t.expired(&image, 17_001), vec![NodeId(1), NodeId(2)]);
+        // A heartbeat from the former leader counts as anyone's does.
+        t.heartbeat(NodeId(1), 17_500);
+        assert_eq!(t.expired(&image, 17_600), vec![NodeId(2)]);
     }
 }

@@ -643,6 +643,14 @@ impl PeerHandler for PeerService {
         match req {
             PeerRequest::Vote(rpc) => PeerResponse::Vote(self.raft.vote(rpc).await),
             PeerRequest::AppendEntries(rpc) => {
+                // Proof the sender (a leader) was alive just now; the
+                // liveness clock uses it if this node takes over.
+                if let Some(leader) = rpc.vote.leader_id().voted_for().and_then(broker_node_id) {
+                    self.liveness
+                        .lock()
+                        .expect("poisoned")
+                        .raft_contact(leader, crate::broker::now_ms());
+                }
                 PeerResponse::AppendEntries(self.raft.append_entries(rpc).await)
             }
             PeerRequest::InstallSnapshot(rpc) => {
