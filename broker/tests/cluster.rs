@@ -144,7 +144,10 @@ async fn three_nodes_share_one_image_and_forward_writes() {
         .propose(MetadataCommand::FenceBroker { node_id: NodeId(3) })
         .await
         .unwrap();
-    assert!(cluster.image(1).brokers[&NodeId(3)].fenced);
+    // No assertion that node 1's image shows the fence: broker 3 heartbeats
+    // every 100 ms, so by the time node 1 has applied the fence it may have
+    // applied 3's new registration too (CI saw exactly that). The applied
+    // proposal above is the fence; what follows is the recovery.
     cluster
         .wait_for_images("broker 3 unfenced by its heartbeats", WAIT, |image| {
             !image.brokers[&NodeId(3)].fenced
