@@ -108,6 +108,9 @@ pub struct ServerConfig {
     pub offsets_retention_ms: i64,
     pub offsets_retention_check_interval_ms: i64,
     pub offset_metadata_max_bytes: usize,
+    /// `offsets.commit.timeout.ms`: how long an offset commit waits for the
+    /// `__consumer_offsets` replicas (Kafka's default 5000).
+    pub offsets_commit_timeout_ms: u64,
     /// `controller.quorum.voters`. Empty means this node alone is the metadata
     /// quorum (the embedded single-node default); otherwise every node runs in
     /// Kafka's combined mode (`process.roles=broker,controller`) and must be one
@@ -191,6 +194,7 @@ impl Default for ServerConfig {
             offsets_retention_ms: 7 * 24 * 3_600_000,
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
+            offsets_commit_timeout_ms: 5000,
             controller_quorum_voters: Vec::new(),
             controller_listener_names: vec!["CONTROLLER".into()],
             broker_rack: None,
@@ -478,6 +482,7 @@ impl ServerConfig {
                 self.offsets_retention_check_interval_ms = parse_num(key, v)?
             }
             "offset.metadata.max.bytes" => self.offset_metadata_max_bytes = parse_num(key, v)?,
+            "offsets.commit.timeout.ms" => self.offsets_commit_timeout_ms = parse_num(key, v)?,
             "process.roles" => {
                 let mut roles: Vec<&str> = v.split(',').map(str::trim).collect();
                 roles.sort_unstable();

@@ -682,7 +682,13 @@ impl GroupService {
     // ---------------------------------------------------------------- offsets
 
     /// OffsetCommit for one group: validates the member, stores every
-    /// partition's offset, and returns one result per partition in order.
+    /// partition's offset, and returns one result per partition in order,
+    /// with the append's pending acknowledgement: the caller answers only
+    /// once the record is on every in-sync replica of `__consumer_offsets`
+    /// (Kafka's acks=all coordinator write), so a commit acked to the client
+    /// survives the coordinator's failover. The offsets are visible here at
+    /// once; a record that never reaches the followers is one the new
+    /// coordinator does not load, exactly as in Kafka.
     #[allow(clippy::too_many_arguments)]
     pub fn commit_offsets(
         &self,
@@ -693,7 +699,7 @@ impl GroupService {
         generation_id: GenerationId,
         api_version: i16,
         partitions: Vec<CommitPartition>,
-    ) -> Result<Vec<Result<(), CommitError>>, GroupError> {
+    ) -> Result<CommitOutcome, GroupError> {
         let now = now_ms();
         let mut st = self.lock();
         gate(&st, group_id)?;
@@ -731,20 +737,25 @@ impl GroupService {
                 value: Some(p.offset),
             });
         }
+        let mut pending = None;
         if !records.is_empty() {
-            if let Err(e) = storage::append(broker, group_id, &records) {
-                tracing::error!(group = group_id, error = %e, "storing offsets failed");
-                let code = e.group_error();
-                return Ok(results
-                    .into_iter()
-                    .map(|r| r.and(Err(CommitError::Group(code))))
-                    .collect());
+            match storage::append_acked(broker, group_id, &records) {
+                Ok(p) => pending = p,
+                Err(e) => {
+                    tracing::error!(group = group_id, error = %e, "storing offsets failed");
+                    let code = e.group_error();
+                    let results = results
+                        .into_iter()
+                        .map(|r| r.and(Err(CommitError::Group(code))))
+                        .collect();
+                    return Ok((results, None));
+                }
             }
             for r in &records {
                 st.offsets.apply(r);
             }
         }
-        Ok(results)
+        Ok((results, pending))
     }
 
     /// OffsetFetch v9+ from a member of a KIP-848 group: its epoch must be
@@ -1076,6 +1087,11 @@ fn expiry_state(group: Option<&ClassicGroup>) -> GroupExpiryState {
 /// (None: deleted, or had no offset).
 pub type TopicOffsetDeletion = (String, Vec<(i32, Option<GroupError>)>);
 
+/// Per-partition results of an OffsetCommit, in request order, and the
+/// pending acknowledgement of the stored record (None when nothing was
+/// stored).
+pub type CommitOutcome = (Vec<Result<(), CommitError>>, Option<storage::PendingAck>);
+
 /// Why one partition of an OffsetCommit was not stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommitError {
@@ -1178,7 +1194,8 @@ mod tests {
                 8,
                 vec![commit(5)],
             )
-            .unwrap();
+            .unwrap()
+            .0;
         assert_eq!(results, vec![Ok(())]);
         assert!(broker.groups.committed("old", "t", 0).is_some());
         let now = now_ms();

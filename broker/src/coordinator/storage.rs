@@ -17,6 +17,8 @@ use crate::error::PartitionError;
 use crate::group::offsets::partition_for;
 use crate::group::records::{self, CoordinatorRecord};
 use crate::group::GroupError;
+use crate::partition::FetchLimit;
+use crate::replica_manager::PartitionRef;
 use crate::types::{Offset, TopicPartition};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -42,6 +44,9 @@ impl StorageError {
     /// coordinator again), except for records too large for the log.
     pub fn group_error(&self) -> GroupError {
         match self {
+            // Leadership of the partition moved: the client looks for the
+            // new coordinator (Kafka maps NOT_LEADER_OR_FOLLOWER so too).
+            StorageError::Append(PartitionError::NotLeaderOrFollower) => GroupError::NotCoordinator,
             StorageError::OffsetsTopicMissing
             | StorageError::PartitionNotLocal(_)
             | StorageError::Append(_)
@@ -65,15 +70,46 @@ pub fn partition_of(broker: &Broker, group_id: &str) -> i32 {
     partition_for(group_id, count)
 }
 
-/// Appends `records` for `group_id` as one batch and waits for nothing
-/// more: on a single node the append is the acks=all point.
+/// Appends `records` for `group_id` as one batch (acks=all: refused below
+/// `min.insync.replicas`) without waiting for the followers. Group
+/// membership records use this: losing one in a failover costs a rebalance,
+/// never a committed offset.
 pub fn append(
     broker: &Broker,
     group_id: &str,
     records: &[CoordinatorRecord],
 ) -> Result<(), StorageError> {
+    append_acked(broker, group_id, records).map(drop)
+}
+
+/// An appended batch whose acknowledgement is the high watermark passing
+/// it, as for a producer's acks=all batch.
+pub struct PendingAck {
+    part: PartitionRef,
+    required: Offset,
+    events: tokio::sync::watch::Receiver<()>,
+}
+
+impl PendingAck {
+    /// Waits until every in-sync replica has the batch, at most `timeout`.
+    pub async fn wait(mut self, timeout: std::time::Duration) -> Result<(), StorageError> {
+        let deadline = tokio::time::Instant::now() + timeout;
+        crate::replica_manager::wait_for_ack(&self.part, self.required, &mut self.events, deadline)
+            .await
+            .map_err(StorageError::Append)
+    }
+}
+
+/// Appends `records` for `group_id` as one batch and returns what to wait
+/// on for the batch to be acknowledged (None when there was nothing to
+/// append).
+pub fn append_acked(
+    broker: &Broker,
+    group_id: &str,
+    records: &[CoordinatorRecord],
+) -> Result<Option<PendingAck>, StorageError> {
     if records.is_empty() {
-        return Ok(());
+        return Ok(None);
     }
     if !broker.metadata.image().topics.contains_key(OFFSETS_TOPIC) {
         return Err(StorageError::OffsetsTopicMissing);
@@ -122,15 +158,26 @@ pub fn append(
     )
     .map_err(|e| StorageError::Encode(e.to_string()))?;
     let bytes: Bytes = buf.freeze();
-    part.lock()
-        .expect("partition poisoned")
-        .append_as_leader(&bytes, -1, now)?;
+    let (outcome, events) = {
+        let mut guard = part.lock().expect("partition poisoned");
+        let outcome = guard.append_as_leader(&bytes, -1, now)?;
+        // Subscribed under the append's lock: no HW change after it is missed.
+        (outcome, guard.subscribe())
+    };
     broker.replicas.appended.notify_waiters();
-    Ok(())
+    Ok(Some(PendingAck {
+        part,
+        required: Offset(outcome.last_offset.0 + 1),
+        events,
+    }))
 }
 
 /// Every record of one local `__consumer_offsets` partition, in offset order,
-/// up to its high watermark. A record whose bytes do not decode is logged
+/// up to its log end, as Kafka's coordinator loads it. The caller leads the
+/// partition, so its log is the one the followers converge on: a record
+/// above the high watermark here is one a new leader has not yet seen its
+/// followers confirm (its high watermark lags the old leader's by a fetch),
+/// often one whose commit was already acked. A record whose bytes do not decode is logged
 /// and skipped: one bad record must not keep every group on the partition
 /// from loading.
 pub fn read_partition(broker: &Broker, p: i32) -> Result<Vec<CoordinatorRecord>, StorageError> {
@@ -142,16 +189,16 @@ pub fn read_partition(broker: &Broker, p: i32) -> Result<Vec<CoordinatorRecord>,
     loop {
         let fetched = {
             let part = part.lock().expect("partition poisoned");
-            if offset >= part.high_watermark() {
+            if offset >= part.log_end_offset() {
                 break;
             }
-            part.read(offset, LOAD_READ_BYTES, true)?
+            part.read_up_to(offset, LOAD_READ_BYTES, true, FetchLimit::LogEnd)?
         };
         let mut next = offset;
         for item in BatchIter::new(&fetched.records) {
             let BatchIterItem::Batch { batch, .. } = item else {
-                // Reads stop at the high watermark on batch boundaries;
-                // anything else is corruption the log would have cut.
+                // Reads stop at the log end on batch boundaries; anything
+                // else is corruption the log would have cut.
                 break;
             };
             next = Offset(batch.last_offset() + 1);

@@ -118,9 +118,9 @@ pub async fn dispatch(
         }
         R::Heartbeat(r) => Reply::Respond(S::Heartbeat(heartbeat::handle(broker, r))),
         R::LeaveGroup(r) => Reply::Respond(S::LeaveGroup(leave_group::handle(broker, version, r))),
-        R::OffsetCommit(r) => {
-            Reply::Respond(S::OffsetCommit(offset_commit::handle(broker, version, r)))
-        }
+        R::OffsetCommit(r) => Reply::Respond(S::OffsetCommit(
+            offset_commit::handle(broker, version, r).await,
+        )),
         R::OffsetFetch(r) => {
             Reply::Respond(S::OffsetFetch(offset_fetch::handle(broker, version, r)))
         }

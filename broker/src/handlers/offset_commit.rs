@@ -13,7 +13,11 @@ use crate::coordinator::{CommitError, CommitPartition};
 use crate::group::offsets::OffsetAndMetadata;
 use crate::group::{GenerationId, GroupInstanceId, MemberId};
 
-pub fn handle(broker: &Broker, version: i16, req: OffsetCommitRequest) -> OffsetCommitResponse {
+pub async fn handle(
+    broker: &Broker,
+    version: i16,
+    req: OffsetCommitRequest,
+) -> OffsetCommitResponse {
     let now = now_ms();
     let image = broker.metadata.image();
     // Kafka answers partitions of unknown topics before asking the group.
@@ -57,8 +61,8 @@ pub fn handle(broker: &Broker, version: i16, req: OffsetCommitRequest) -> Offset
         }
         codes.push(topic_codes);
     }
-    let results = if commits.is_empty() {
-        Ok(Vec::new())
+    let outcome = if commits.is_empty() {
+        Ok((Vec::new(), None))
     } else {
         broker.groups.commit_offsets(
             broker,
@@ -72,6 +76,26 @@ pub fn handle(broker: &Broker, version: i16, req: OffsetCommitRequest) -> Offset
             version,
             commits,
         )
+    };
+    // The commit is acked when every in-sync replica has it; a wait that
+    // fails turns every stored partition into the group error.
+    let results = match outcome {
+        Ok((results, Some(pending))) => {
+            let timeout = std::time::Duration::from_millis(broker.config.offsets_commit_timeout_ms);
+            match pending.wait(timeout).await {
+                Ok(()) => Ok(results),
+                Err(e) => {
+                    tracing::warn!(group = %req.group_id.0, error = %e, "offset commit not replicated");
+                    let code = e.group_error();
+                    Ok(results
+                        .into_iter()
+                        .map(|r| r.and(Err(CommitError::Group(code))))
+                        .collect())
+                }
+            }
+        }
+        Ok((results, None)) => Ok(results),
+        Err(e) => Err(e),
     };
     let mut results = match results {
         Ok(r) => r
