@@ -11,6 +11,8 @@
 #      one back: writes resume
 #   d  network partition isolating the leader of partition 0; heal
 #   e  kill -9 the active (Raft/KRaft) controller: a topic creation succeeds after re-election
+#   f  rolling restart: SIGTERM (controlled shutdown) and restart each node in turn: the
+#      producer sees no error it does not retry, and no partition stalls > 10 s
 # Environment: CLUSTER_PORT (default 40092), FAULTS_RATE (records/s, default 200),
 # FAULTS_WORKDIR (default a new directory under /tmp; kept), BROKER_BIN (ours).
 set -uo pipefail
@@ -22,7 +24,7 @@ kind=$1
 shift
 [[ $kind == ours || $kind == kafka ]] || usage
 duration=0
-only="a,b,c,d,e"
+only="a,b,c,d,e,f"
 keep=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -378,6 +380,40 @@ scenario_e() {
   stop_produce
   run_check "$topic" "$logf" --resume-from "$t"
   row "$verdict" "$(field resume_ms "$check_line")" "$notes"
+}
+
+scenario_f() {
+  local topic=fa-f logf="$workdir/f.log" i t resume failed indeterminate verdict=PASS notes=""
+  new_topic "$topic" || { check_line="CHECK FAIL"; row FAIL - "create-topic failed"; return; }
+  start_produce "$topic" "$logf"
+  wait_acks "$logf" 0 60 >/dev/null
+  sleep 2
+  t=$(now_ms)
+  for ((i = 1; i <= N; i++)); do
+    say "SIGTERM node $i (controlled shutdown), then start it again"
+    node term "$i"
+    { node start "$i" && node wait; } || notes+="node $i did not come back; "
+    faults await-isr "$BOOTSTRAP" "$topic" full 60 >/dev/null 2>&1 || notes+="ISR not full 60 s after restarting $i; "
+  done
+  sleep 2
+  stop_produce
+  notes+="restarted nodes 1-$N in turn"
+  grep -o 'Error: [A-Z_]*' "$logf.err" | sort | uniq -c | awk '{ printf "%s%s x%s", (NR > 1 ? ", " : "; producer retried: "), $3, $1 }' >"$logf.errs"
+  notes+=$(cat "$logf.errs")
+  run_check "$topic" "$logf" --resume-from "$t"
+  resume=$(field resume_ms "$check_line")
+  failed=$(field failed "$check_line")
+  indeterminate=$(field indeterminate "$check_line")
+  # Every write acked: a restart the client notices only as retried errors.
+  if [[ $failed != 0 || $indeterminate != 0 ]]; then
+    verdict=FAIL
+    notes+="; the producer saw errors it did not retry away"
+  fi
+  if [[ -z $resume ]] || ((resume > RESUME_BOUND_MS)); then
+    verdict=FAIL
+    notes+="; a partition stalled > ${RESUME_BOUND_MS} ms"
+  fi
+  row "$verdict" "$resume" "$notes"
 }
 
 # The mixed random-fault loop of the long form.
