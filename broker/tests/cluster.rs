@@ -136,6 +136,32 @@ async fn three_nodes_share_one_image_and_forward_writes() {
     );
     assert!(!cluster.image(f).topics.contains_key("too-wide"));
 
+    // DescribeQuorum asked of a follower answers with the leader's view:
+    // every voter's log end is known, and the controller ids agree.
+    let leader = cluster.leader().unwrap();
+    let mut fc = cluster.client(f).await;
+    let req = DescribeQuorumRequest::default().with_topics(vec![
+        describe_quorum_request::TopicData::default()
+            .with_topic_name(TopicName(StrBytes::from_static_str("__cluster_metadata")))
+            .with_partitions(vec![describe_quorum_request::PartitionData::default()]),
+    ]);
+    let resp: DescribeQuorumResponse = fc.call(ApiKey::DescribeQuorum, 2, &req).await;
+    let p = &resp.topics[0].partitions[0];
+    assert_eq!((p.error_code, p.leader_id.0), (0, leader));
+    assert!(p.high_watermark > 0);
+    let mut voters: Vec<i32> = p.current_voters.iter().map(|v| v.replica_id.0).collect();
+    voters.sort_unstable();
+    assert_eq!(voters, vec![1, 2, 3]);
+    assert!(
+        p.current_voters.iter().all(|v| v.log_end_offset > 0),
+        "{:?}",
+        p.current_voters
+    );
+    assert_eq!(resp.nodes.len(), 3);
+    let req = DescribeClusterRequest::default().with_endpoint_type(1);
+    let dc: DescribeClusterResponse = fc.call(ApiKey::DescribeCluster, 1, &req).await;
+    assert_eq!(dc.controller_id.0, leader);
+
     // A broker fenced while alive is told so by its next heartbeat and
     // registers again.
     cluster

@@ -1,9 +1,9 @@
 //! DescribeQuorum (key 55): the metadata quorum's leader, term and voters,
 //! what `kafka-metadata-quorum.sh describe --status` and Admin
-//! `describeMetadataQuorum` print. Every node is a voter here (combined
-//! mode), so any node answers from its own Raft view instead of forwarding
-//! to the active controller as a Kafka broker would; a follower reports the
-//! other voters' log ends as unknown (-1).
+//! `describeMetadataQuorum` print. Any node answers with the active
+//! controller's (Raft leader's) view, asked over the controller listener as
+//! a Kafka broker forwards the request; only if that fails does a follower
+//! answer from its own view, with the others' log ends unknown (-1).
 
 use kafka_protocol::messages::describe_quorum_response::{
     Listener, Node, PartitionData, ReplicaState, TopicData,
@@ -18,9 +18,13 @@ use crate::broker::Broker;
 /// Kafka's name for the metadata log, the only topic this API describes.
 pub const METADATA_TOPIC: &str = "__cluster_metadata";
 
-pub fn handle(broker: &Broker, version: i16, req: DescribeQuorumRequest) -> DescribeQuorumResponse {
+pub async fn handle(
+    broker: &Broker,
+    version: i16,
+    req: DescribeQuorumRequest,
+) -> DescribeQuorumResponse {
     let mut resp = DescribeQuorumResponse::default();
-    let info = broker.metadata.quorum_info();
+    let info = broker.metadata.quorum_info().await;
     for topic in req.topics {
         let mut t = TopicData::default();
         t.topic_name = topic.topic_name.clone();

@@ -92,9 +92,9 @@ pub async fn dispatch(
         R::DescribeConfigs(r) => Reply::Respond(S::DescribeConfigs(describe_configs::handle(
             broker, version, r,
         ))),
-        R::DescribeQuorum(r) => Reply::Respond(S::DescribeQuorum(describe_quorum::handle(
-            broker, version, r,
-        ))),
+        R::DescribeQuorum(r) => Reply::Respond(S::DescribeQuorum(
+            describe_quorum::handle(broker, version, r).await,
+        )),
         R::DescribeCluster(r) => Reply::Respond(S::DescribeCluster(describe_cluster::handle(
             broker, version, r,
         ))),

@@ -669,6 +669,9 @@ impl PeerHandler for PeerService {
                 &req,
             )),
             PeerRequest::ReadIndex => PeerResponse::ReadIndex(local_read_index(&self.raft).await),
+            PeerRequest::QuorumInfo => {
+                PeerResponse::QuorumInfo(quorum_info::from_metrics(&self.raft, self.raft_id))
+            }
         }
     }
 }

@@ -71,6 +71,8 @@ pub enum PeerRequest {
     /// Asks the leader to confirm its leadership and name the log index up to
     /// which a reader must have applied to see every committed change.
     ReadIndex,
+    /// Asks the leader for its view of the quorum (DescribeQuorum).
+    QuorumInfo,
 }
 
 #[derive(Serialize, Deserialize)]
@@ -85,6 +87,7 @@ pub enum PeerResponse {
     Write(Result<MetadataOutcome, MetadataError>, Option<u64>),
     Heartbeat(Result<HeartbeatReply, MetadataError>),
     ReadIndex(Result<Option<u64>, MetadataError>),
+    QuorumInfo(super::quorum_info::QuorumInfo),
 }
 
 #[derive(Debug, thiserror::Error)]
