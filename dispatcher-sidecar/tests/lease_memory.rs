@@ -8,7 +8,9 @@
 use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use dispatcher_sidecar::lease::{Attempt, Available, ConsumerSlot, LeaseConfig, PartitionLeases};
+use dispatcher_sidecar::lease::{
+    Attempt, Available, ConsumerSlot, LeaseConfig, PartitionLeases, QueuePartition,
+};
 
 struct Counting;
 
@@ -42,7 +44,15 @@ fn live_bytes() -> usize {
 #[test]
 fn an_in_flight_lease_costs_at_most_128_bytes() {
     const LEASES: i64 = 100_000;
-    let mut e = PartitionLeases::new(0, LeaseConfig::default(), 0).unwrap();
+    let mut e = PartitionLeases::new(
+        QueuePartition {
+            topic: 0,
+            partition: 0,
+        },
+        LeaseConfig::default(),
+        0,
+    )
+    .unwrap();
     let before = live_bytes();
     // Leased a few at a time with mixed expiries, as consumers pull them;
     // grants and events are handed off (dropped) as the runtime would.

@@ -1,6 +1,6 @@
 //! Ack-log events and their record format for a compacted Kafka topic.
 //!
-//! Key: `version u8 | partition i32 | kind u8`, then for per-offset records
+//! Key: `version u8 | topic u16 | partition i32 | kind u8`, then for per-offset records
 //! `ring u32 | slot u32` with `slot = offset % ring` (ring = the gap cap).
 //! Value: `tag u8` and the event's fields, big-endian.
 //!
@@ -15,7 +15,10 @@
 //! The ring is part of the key, so an owner with another gap cap never
 //! shares a key with an older one. The partition key holds the commit point.
 
-use super::{Attempt, ConsumerSlot, Failure, FailureCause, Generation, Route, MAX_ERROR_BYTES};
+use super::{
+    Attempt, ConsumerSlot, Failure, FailureCause, Generation, QueuePartition, Route,
+    MAX_ERROR_BYTES,
+};
 
 const VERSION: u8 = 1;
 const KIND_PARTITION: u8 = 0;
@@ -71,10 +74,11 @@ pub enum EventDecodeError {
     Utf8,
 }
 
-pub fn encode_record(partition: i32, ring: u32, event: &LeaseEvent) -> AckLogRecord {
+pub fn encode_record(partition: QueuePartition, ring: u32, event: &LeaseEvent) -> AckLogRecord {
     let mut key = Vec::with_capacity(14);
     key.push(VERSION);
-    key.extend_from_slice(&partition.to_be_bytes());
+    key.extend_from_slice(&partition.topic.to_be_bytes());
+    key.extend_from_slice(&partition.partition.to_be_bytes());
     let mut value = Vec::with_capacity(32);
     let offset_key = |key: &mut Vec<u8>, offset: i64| {
         key.push(KIND_OFFSET);
@@ -177,13 +181,19 @@ impl<'a> Reader<'a> {
 /// Decodes a record into (partition, event). Checks that the key and the
 /// value agree (the slot is the offset's), so a record written under another
 /// key is refused rather than applied to the wrong offset.
-pub fn decode_record(key: &[u8], value: &[u8]) -> Result<(i32, LeaseEvent), EventDecodeError> {
+pub fn decode_record(
+    key: &[u8],
+    value: &[u8],
+) -> Result<(QueuePartition, LeaseEvent), EventDecodeError> {
     let mut k = Reader(key);
     let version = k.u8()?;
     if version != VERSION {
         return Err(EventDecodeError::Version(version));
     }
-    let partition = k.i32()?;
+    let partition = QueuePartition {
+        topic: k.u16()?,
+        partition: k.i32()?,
+    };
     let kind = k.u8()?;
     let slot = match kind {
         KIND_PARTITION => None,
@@ -265,6 +275,19 @@ pub fn decode_record(key: &[u8], value: &[u8]) -> Result<(i32, LeaseEvent), Even
 mod tests {
     use super::*;
 
+    const P4: QueuePartition = QueuePartition {
+        topic: 1,
+        partition: 4,
+    };
+    const P5: QueuePartition = QueuePartition {
+        topic: 1,
+        partition: 5,
+    };
+    const T4: QueuePartition = QueuePartition {
+        topic: 2,
+        partition: 4,
+    };
+
     fn samples() -> Vec<LeaseEvent> {
         vec![
             LeaseEvent::Leased {
@@ -304,22 +327,27 @@ mod tests {
     #[test]
     fn events_round_trip_and_keys_share_slots_across_the_ring() {
         for event in samples() {
-            let r = encode_record(4, 100_000, &event);
-            assert_eq!(decode_record(&r.key, &r.value), Ok((4, event)));
+            let r = encode_record(P4, 100_000, &event);
+            assert_eq!(decode_record(&r.key, &r.value), Ok((P4, event)));
         }
-        let a = encode_record(4, 10, &LeaseEvent::Acked { offset: 3 });
-        let b = encode_record(4, 10, &LeaseEvent::Acked { offset: 13 });
-        let c = encode_record(4, 10, &LeaseEvent::Acked { offset: 14 });
+        let a = encode_record(P4, 10, &LeaseEvent::Acked { offset: 3 });
+        let b = encode_record(P4, 10, &LeaseEvent::Acked { offset: 13 });
+        let c = encode_record(P4, 10, &LeaseEvent::Acked { offset: 14 });
         assert_eq!(a.key, b.key);
         assert_ne!(a.key, c.key);
-        let p = encode_record(4, 10, &samples()[4]);
+        let p = encode_record(P4, 10, &samples()[4]);
         assert_ne!(p.key, a.key);
-        assert_ne!(encode_record(5, 10, &samples()[4]).key, p.key);
+        assert_ne!(encode_record(P5, 10, &samples()[4]).key, p.key);
+        assert_ne!(encode_record(T4, 10, &samples()[4]).key, p.key);
+        assert_ne!(
+            encode_record(T4, 10, &LeaseEvent::Acked { offset: 3 }).key,
+            a.key
+        );
     }
 
     #[test]
     fn damaged_records_are_refused() {
-        let r = encode_record(4, 10, &LeaseEvent::Acked { offset: 3 });
+        let r = encode_record(P4, 10, &LeaseEvent::Acked { offset: 3 });
         assert_eq!(
             decode_record(&r.key, &r.value[..5]),
             Err(EventDecodeError::Length)
@@ -328,13 +356,13 @@ mod tests {
         long.push(0);
         assert_eq!(decode_record(&r.key, &long), Err(EventDecodeError::Length));
         // A value moved under another offset's key.
-        let other = encode_record(4, 10, &LeaseEvent::Acked { offset: 4 });
+        let other = encode_record(P4, 10, &LeaseEvent::Acked { offset: 4 });
         assert_eq!(
             decode_record(&other.key, &r.value),
             Err(EventDecodeError::KeyMismatch)
         );
         // A per-offset value under the partition key.
-        let p = encode_record(4, 10, &samples()[4]);
+        let p = encode_record(P4, 10, &samples()[4]);
         assert_eq!(
             decode_record(&p.key, &r.value),
             Err(EventDecodeError::KeyMismatch)

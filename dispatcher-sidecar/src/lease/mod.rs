@@ -43,6 +43,22 @@ pub const MAX_ERROR_BYTES: usize = 1024;
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Generation(pub u32);
 
+/// One partition of one of a queue's topics. `topic` is the caller's index
+/// of the topic within the queue (say 0 for the source topic and n for the
+/// n-th retry tier): receipts and ack-log keys carry it, so partition 0 of
+/// the source and partition 0 of a tier are never confused.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct QueuePartition {
+    pub topic: u16,
+    pub partition: i32,
+}
+
+impl std::fmt::Display for QueuePartition {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.topic, self.partition)
+    }
+}
+
 /// A consumer, as a small number the caller maps to its consumer ids (keeps a
 /// lease entry small).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -233,7 +249,10 @@ pub struct Rebuilt {
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum LeaseError {
     #[error("receipt names partition {receipt}, this is partition {owned}")]
-    WrongPartition { receipt: i32, owned: i32 },
+    WrongPartition {
+        receipt: QueuePartition,
+        owned: QueuePartition,
+    },
     #[error("stale receipt: offset {offset} is not leased")]
     StaleReceipt { offset: i64 },
     #[error("stale receipt: offset {offset} is leased at another generation")]
@@ -259,7 +278,7 @@ pub struct LeaseCounters {
 /// Lease state of one owned partition.
 #[derive(Debug)]
 pub struct PartitionLeases {
-    partition: i32,
+    partition: QueuePartition,
     config: LeaseConfig,
     /// Lowest offset not done: everything below is acked or routed.
     committed: i64,
@@ -280,7 +299,7 @@ impl PartitionLeases {
     /// Starts a partition with nothing in flight at `committed` (the group's
     /// committed offset).
     pub fn new(
-        partition: i32,
+        partition: QueuePartition,
         config: LeaseConfig,
         committed: i64,
     ) -> Result<Self, LeaseConfigError> {
@@ -300,7 +319,7 @@ impl PartitionLeases {
         })
     }
 
-    pub fn partition(&self) -> i32 {
+    pub fn partition(&self) -> QueuePartition {
         self.partition
     }
 
@@ -663,7 +682,7 @@ impl PartitionLeases {
     /// (under new generations, so old receipts are stale) and returned for
     /// re-delivery. Restoring emits no events.
     pub fn rebuild(
-        partition: i32,
+        partition: QueuePartition,
         config: LeaseConfig,
         group_committed: i64,
         events: impl IntoIterator<Item = LeaseEvent>,

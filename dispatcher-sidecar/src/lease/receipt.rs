@@ -1,7 +1,7 @@
 //! Receipts: what a client holds for a lease, opaque and tamper-evident.
 //!
-//! A receipt is `version | partition | offset | generation` followed by a
-//! 16-byte BLAKE3 keyed MAC, in URL-safe base64 (44 characters). The MAC key
+//! A receipt is `version | topic | partition | offset | generation` followed
+//! by a 16-byte BLAKE3 keyed MAC, in URL-safe base64 (47 characters). The MAC key
 //! is derived from the dispatcher's secret and the queue name, so a receipt
 //! of one queue is a forgery on another. A receipt that fails the MAC is
 //! `Forged`; one that verifies but names an old lease is stale, which only
@@ -10,17 +10,17 @@
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine as _;
 
-use super::Generation;
+use super::{Generation, QueuePartition};
 
 const VERSION: u8 = 1;
-const BODY_LEN: usize = 1 + 4 + 8 + 4;
+const BODY_LEN: usize = 1 + 2 + 4 + 8 + 4;
 const MAC_LEN: usize = 16;
 const RECEIPT_LEN: usize = BODY_LEN + MAC_LEN;
 
 /// The delivery a receipt names.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Receipt {
-    pub partition: i32,
+    pub partition: QueuePartition,
     pub offset: i64,
     pub generation: Generation,
 }
@@ -69,9 +69,10 @@ impl ReceiptCodec {
     pub fn encode(&self, receipt: &Receipt) -> String {
         let mut bytes = [0u8; RECEIPT_LEN];
         bytes[0] = VERSION;
-        bytes[1..5].copy_from_slice(&receipt.partition.to_be_bytes());
-        bytes[5..13].copy_from_slice(&receipt.offset.to_be_bytes());
-        bytes[13..17].copy_from_slice(&receipt.generation.0.to_be_bytes());
+        bytes[1..3].copy_from_slice(&receipt.partition.topic.to_be_bytes());
+        bytes[3..7].copy_from_slice(&receipt.partition.partition.to_be_bytes());
+        bytes[7..15].copy_from_slice(&receipt.offset.to_be_bytes());
+        bytes[15..19].copy_from_slice(&receipt.generation.0.to_be_bytes());
         let mac = self.mac(&bytes[..BODY_LEN]);
         bytes[BODY_LEN..].copy_from_slice(&mac);
         URL_SAFE_NO_PAD.encode(bytes)
@@ -99,9 +100,12 @@ impl ReceiptCodec {
         }
         let be4 = |r: std::ops::Range<usize>| <[u8; 4]>::try_from(&bytes[r]).expect("4 bytes");
         Ok(Receipt {
-            partition: i32::from_be_bytes(be4(1..5)),
-            offset: i64::from_be_bytes(bytes[5..13].try_into().expect("8 bytes")),
-            generation: Generation(u32::from_be_bytes(be4(13..17))),
+            partition: QueuePartition {
+                topic: u16::from_be_bytes([bytes[1], bytes[2]]),
+                partition: i32::from_be_bytes(be4(3..7)),
+            },
+            offset: i64::from_be_bytes(bytes[7..15].try_into().expect("8 bytes")),
+            generation: Generation(u32::from_be_bytes(be4(15..19))),
         })
     }
 }
@@ -114,7 +118,10 @@ mod tests {
 
     fn receipt() -> Receipt {
         Receipt {
-            partition: 3,
+            partition: QueuePartition {
+                topic: 2,
+                partition: 3,
+            },
             offset: 1_234_567,
             generation: Generation(42),
         }
@@ -124,7 +131,7 @@ mod tests {
     fn a_receipt_round_trips_and_is_opaque() {
         let codec = ReceiptCodec::new(&SECRET, "orders");
         let text = codec.encode(&receipt());
-        assert_eq!(text.len(), 44);
+        assert_eq!(text.len(), 47);
         assert!(text
             .bytes()
             .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_'));
@@ -156,13 +163,7 @@ mod tests {
             ReceiptCodec::new(&[8; 32], "orders").decode(&text),
             Err(ReceiptError::Forged)
         );
-        for garbage in [
-            "",
-            "abc",
-            "!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!!",
-            &text[1..],
-            &format!("{text}A"),
-        ] {
+        for garbage in ["", "abc", &"!".repeat(47), &text[1..], &format!("{text}A")] {
             assert_eq!(
                 codec.decode(garbage),
                 Err(ReceiptError::Malformed),

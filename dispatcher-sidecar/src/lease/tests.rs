@@ -8,8 +8,13 @@ const S: i64 = 1_000;
 const MIN: i64 = 60 * S;
 const HOUR: i64 = 60 * MIN;
 
+const P0: QueuePartition = QueuePartition {
+    topic: 0,
+    partition: 0,
+};
+
 fn engine(config: LeaseConfig) -> PartitionLeases {
-    PartitionLeases::new(0, config, 0).unwrap()
+    PartitionLeases::new(P0, config, 0).unwrap()
 }
 
 fn avail(offsets: std::ops::Range<i64>) -> Vec<Available> {
@@ -162,7 +167,7 @@ fn a_receipt_of_an_earlier_generation_is_rejected_and_counted() {
     let events = e.drain_events();
     // The owner dies with the lease in flight; the new owner treats it as
     // expired and leases the message again.
-    let rebuilt = PartitionLeases::rebuild(0, LeaseConfig::default(), 0, events).unwrap();
+    let rebuilt = PartitionLeases::rebuild(P0, LeaseConfig::default(), 0, events).unwrap();
     assert_eq!(
         rebuilt.expired,
         vec![ExpiredLease {
@@ -186,17 +191,30 @@ fn a_receipt_of_an_earlier_generation_is_rejected_and_counted() {
     assert_eq!(e.counters().stale_receipt, 0);
     e.ack(&new).unwrap();
     assert_eq!(e.committed_offset(), 1);
-    // A receipt of another partition is refused without counting.
-    let other = Receipt {
-        partition: 1,
-        ..new
-    };
+    // A receipt of another partition, or of the same partition number in
+    // another of the queue's topics, is refused without counting.
+    for partition in [
+        QueuePartition {
+            topic: 0,
+            partition: 1,
+        },
+        QueuePartition {
+            topic: 1,
+            partition: 0,
+        },
+    ] {
+        let other = Receipt { partition, ..new };
+        assert_eq!(
+            e.ack(&other),
+            Err(LeaseError::WrongPartition {
+                receipt: partition,
+                owned: P0
+            })
+        );
+    }
     assert_eq!(
-        e.ack(&other),
-        Err(LeaseError::WrongPartition {
-            receipt: 1,
-            owned: 0
-        })
+        e.counters().stale_generation + e.counters().stale_receipt,
+        3
     );
 }
 
@@ -546,7 +564,7 @@ fn decode_all(records: &[AckLogRecord]) -> Vec<LeaseEvent> {
         .iter()
         .map(|r| {
             let (partition, event) = decode_record(&r.key, &r.value).unwrap();
-            assert_eq!(partition, 0);
+            assert_eq!(partition, P0);
             event
         })
         .collect()
@@ -571,7 +589,7 @@ fn a_rebuild_from_the_ack_log_equals_the_live_state_with_leases_expired() {
                 gap_cap,
                 ..LeaseConfig::default()
             };
-            let mut live = PartitionLeases::new(0, config.clone(), 0).unwrap();
+            let mut live = PartitionLeases::new(P0, config.clone(), 0).unwrap();
             let records = run_workload(&mut live, 3_000, seed);
             let want = live_view(&live);
             assert!(
@@ -586,7 +604,8 @@ fn a_rebuild_from_the_ack_log_equals_the_live_state_with_leases_expired() {
                 );
             }
             for (what, stream) in [("full log", &records), ("compacted", &compacted)] {
-                let r = PartitionLeases::rebuild(0, config.clone(), 0, decode_all(stream)).unwrap();
+                let r =
+                    PartitionLeases::rebuild(P0, config.clone(), 0, decode_all(stream)).unwrap();
                 assert_eq!(
                     rebuilt_view(&r),
                     want,
@@ -616,7 +635,7 @@ fn a_rebuild_takes_the_group_offset_when_the_log_is_behind_it() {
     let mut e = engine(LeaseConfig::default());
     lease_one(&mut e, 0, 1, 0);
     let events = e.drain_events();
-    let r = PartitionLeases::rebuild(0, LeaseConfig::default(), 10, events).unwrap();
+    let r = PartitionLeases::rebuild(P0, LeaseConfig::default(), 10, events).unwrap();
     assert_eq!(r.leases.committed_offset(), 10);
     assert!(r.expired.is_empty());
 }
@@ -626,7 +645,7 @@ fn a_rebuild_of_a_million_ack_log_records() {
     // A correctness check at the benchmark's size; the time is printed, never
     // asserted (benchmarks are not tests).
     let config = LeaseConfig::default();
-    let mut live = PartitionLeases::new(0, config.clone(), 0).unwrap();
+    let mut live = PartitionLeases::new(P0, config.clone(), 0).unwrap();
     let mut records = Vec::with_capacity(1_000_000);
     let mut held = std::collections::VecDeque::new();
     let mut offset = 0;
@@ -655,7 +674,7 @@ fn a_rebuild_of_a_million_ack_log_records() {
     }
     let started = std::time::Instant::now();
     let events = decode_all(&records);
-    let r = PartitionLeases::rebuild(0, config, 0, events).unwrap();
+    let r = PartitionLeases::rebuild(P0, config, 0, events).unwrap();
     eprintln!(
         "rebuilt from {} ack-log records in {:?}",
         records.len(),
