@@ -9,7 +9,7 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use dispatcher_sidecar::lease::{
-    Attempt, Available, ConsumerSlot, LeaseConfig, PartitionLeases, QueuePartition,
+    Available, ConsumerSlot, LeaseConfig, PartitionLeases, QueuePartition,
 };
 
 struct Counting;
@@ -58,12 +58,7 @@ fn an_in_flight_lease_costs_at_most_128_bytes() {
     // grants and events are handed off (dropped) as the runtime would.
     let mut offset = 0;
     while offset < LEASES {
-        let batch: Vec<Available> = (offset..offset + 10)
-            .map(|offset| Available {
-                offset,
-                attempt: Attempt::FIRST,
-            })
-            .collect();
+        let batch: Vec<Available> = (offset..offset + 10).map(Available::first).collect();
         let now = offset * 7;
         let grants = e.lease(
             batch,

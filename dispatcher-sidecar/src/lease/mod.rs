@@ -172,6 +172,20 @@ pub struct Available {
     pub offset: i64,
     /// The attempt this delivery is (from the envelope on a retry tier).
     pub attempt: Attempt,
+    /// On a retry tier, the envelope's due time: the message is not leased
+    /// before it.
+    pub due_ms: Option<i64>,
+}
+
+impl Available {
+    /// A message of the source topic: first attempt, due at once.
+    pub fn first(offset: i64) -> Self {
+        Available {
+            offset,
+            attempt: Attempt::FIRST,
+            due_ms: None,
+        }
+    }
 }
 
 /// A lease handed out: encode `receipt` with a [`ReceiptCodec`] for the client.
@@ -368,8 +382,8 @@ impl PartitionLeases {
 
     /// Leases up to `max_n` of `candidates` (messages read from the log, in
     /// offset order) to `consumer` for `lease_ms` (clamped to the maximum
-    /// total lease). Skips offsets below the commit point, in flight, acked,
-    /// waiting to be routed, or beyond the gap-cap window.
+    /// total lease). Skips offsets not yet due, below the commit point, in
+    /// flight, acked, waiting to be routed, or beyond the gap-cap window.
     pub fn lease(
         &mut self,
         candidates: impl IntoIterator<Item = Available>,
@@ -382,11 +396,19 @@ impl PartitionLeases {
         let deadline_ms = now_ms + self.config.max_total_lease_ms;
         let window_end = self.window_end();
         let mut grants = Vec::new();
-        for Available { offset, attempt } in candidates {
+        for Available {
+            offset,
+            attempt,
+            due_ms,
+        } in candidates
+        {
             if grants.len() >= max_n {
                 break;
             }
-            if offset < self.committed
+            // Not `break`: copies from several producers' clocks are only
+            // roughly in due order.
+            if due_ms.is_some_and(|due_ms| due_ms > now_ms)
+                || offset < self.committed
                 || offset >= window_end
                 || self.in_flight.contains_key(&offset)
                 || self.pending.contains_key(&offset)

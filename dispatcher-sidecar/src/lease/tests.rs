@@ -18,18 +18,14 @@ fn engine(config: LeaseConfig) -> PartitionLeases {
 }
 
 fn avail(offsets: std::ops::Range<i64>) -> Vec<Available> {
-    offsets
-        .map(|offset| Available {
-            offset,
-            attempt: Attempt::FIRST,
-        })
-        .collect()
+    offsets.map(Available::first).collect()
 }
 
 fn at(offset: i64, attempt: u16) -> Vec<Available> {
     vec![Available {
         offset,
         attempt: Attempt(attempt),
+        due_ms: None,
     }]
 }
 
@@ -97,6 +93,27 @@ fn lease_skips_what_is_in_flight_acked_or_below_the_commit_point() {
     let mut e = engine(LeaseConfig::default());
     let g = e.lease(avail(0..1), 1, ConsumerSlot(1), 10 * HOUR, 5);
     assert_eq!(g[0].expiry_ms, 5 + HOUR);
+}
+
+#[test]
+fn a_retry_tier_releases_a_copy_only_when_it_is_due() {
+    let mut e = engine(LeaseConfig::default());
+    let copy = |offset, due_ms| Available {
+        offset,
+        attempt: Attempt(2),
+        due_ms: Some(due_ms),
+    };
+    let offered = [copy(0, 10 * S), copy(1, 11 * S), copy(2, 9 * S)];
+    let leased = |e: &mut PartitionLeases, now| {
+        e.lease(offered, 10, ConsumerSlot(1), MIN, now)
+            .iter()
+            .map(|g| (g.receipt.offset, g.attempt))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(leased(&mut e, 9 * S - 1), vec![]);
+    assert_eq!(leased(&mut e, 9 * S), vec![(2, Attempt(2))]);
+    assert_eq!(leased(&mut e, 10 * S), vec![(0, Attempt(2))]);
+    assert_eq!(leased(&mut e, 11 * S), vec![(1, Attempt(2))]);
 }
 
 #[test]
