@@ -8,7 +8,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::{Attempt, MAX_ERROR_BYTES};
+use super::{cut_at_char, Attempt, MAX_ERROR_BYTES};
 
 pub const HEADER_PREFIX: &str = "dispatcher.";
 const TOPIC: &str = "dispatcher.origin-topic";
@@ -23,12 +23,16 @@ const ERRORS: &str = "dispatcher.errors";
 /// Envelopes carry at most this many failures (the newest): the history of a
 /// message redriven many times must not grow without bound.
 pub const MAX_HISTORY: usize = 32;
+const MAX_CONSUMER_BYTES: usize = 256;
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct FailureRecord {
     pub attempt: u16,
     pub at_ms: i64,
     pub error: String,
+    /// The consumer that held the lease, when one did.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consumer: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -57,15 +61,18 @@ pub enum EnvelopeError {
 
 impl RetryEnvelope {
     /// Appends a failure, keeping the newest `MAX_HISTORY`.
-    pub fn push_failure(&mut self, attempt: Attempt, at_ms: i64, error: &str) {
-        let mut end = error.len().min(MAX_ERROR_BYTES);
-        while !error.is_char_boundary(end) {
-            end -= 1;
-        }
+    pub fn push_failure(
+        &mut self,
+        attempt: Attempt,
+        at_ms: i64,
+        error: &str,
+        consumer: Option<&str>,
+    ) {
         self.errors.push(FailureRecord {
             attempt: attempt.0,
             at_ms,
-            error: error[..end].to_owned(),
+            error: cut_at_char(error, MAX_ERROR_BYTES).to_owned(),
+            consumer: consumer.map(|c| cut_at_char(c, MAX_CONSUMER_BYTES).to_owned()),
         });
         if self.errors.len() > MAX_HISTORY {
             self.errors.drain(..self.errors.len() - MAX_HISTORY);
@@ -166,8 +173,13 @@ mod tests {
             due_ms: Some(1_700_000_070_000),
             errors: Vec::new(),
         };
-        e.push_failure(Attempt(1), 1_700_000_000_500, "lease expired");
-        e.push_failure(Attempt(2), 1_700_000_010_900, "HTTP 503 \"busy\"\n");
+        e.push_failure(
+            Attempt(1),
+            1_700_000_000_500,
+            "lease expired",
+            Some("worker-7"),
+        );
+        e.push_failure(Attempt(2), 1_700_000_010_900, "HTTP 503 \"busy\"\n", None);
         e
     }
 
@@ -191,7 +203,7 @@ mod tests {
         let mut e = envelope();
         e.write_into(&mut headers);
         e.attempt = Attempt(4);
-        e.push_failure(Attempt(3), 1_700_000_080_000, "boom");
+        e.push_failure(Attempt(3), 1_700_000_080_000, "boom", Some("w"));
         e.write_into(&mut headers);
         assert_eq!(headers[0], ("trace".to_owned(), b"abc".to_vec()));
         assert_eq!(headers.len(), 1 + e.to_headers().len());
@@ -228,10 +240,19 @@ mod tests {
     fn the_history_keeps_the_newest_failures() {
         let mut e = envelope();
         for i in 0..100 {
-            e.push_failure(Attempt(i), i64::from(i), &"x".repeat(5000));
+            e.push_failure(
+                Attempt(i),
+                i64::from(i),
+                &format!("x{}", "é".repeat(5000)),
+                Some(&format!("x{}", "ü".repeat(500))),
+            );
         }
         assert_eq!(e.errors.len(), MAX_HISTORY);
         assert_eq!(e.errors.last().unwrap().attempt, 99);
         assert_eq!(e.errors[0].error.len(), MAX_ERROR_BYTES);
+        assert_eq!(
+            e.errors[0].consumer.as_ref().unwrap().len(),
+            MAX_CONSUMER_BYTES
+        );
     }
 }

@@ -112,6 +112,7 @@ pub fn encode_record(partition: QueuePartition, ring: u32, event: &LeaseEvent) -
             value.push(TAG_FAILED);
             value.extend_from_slice(&f.offset.to_be_bytes());
             value.extend_from_slice(&f.attempt.0.to_be_bytes());
+            value.extend_from_slice(&f.consumer.0.to_be_bytes());
             value.push(match f.cause {
                 FailureCause::Expired => 0,
                 FailureCause::Nacked => 1,
@@ -222,6 +223,7 @@ pub fn decode_record(
         TAG_FAILED => {
             let offset = v.i64()?;
             let attempt = Attempt(v.u16()?);
+            let consumer = ConsumerSlot(v.u32()?);
             let cause = match v.u8()? {
                 0 => FailureCause::Expired,
                 1 => FailureCause::Nacked,
@@ -244,6 +246,7 @@ pub fn decode_record(
             LeaseEvent::Failed(Failure {
                 offset,
                 attempt,
+                consumer,
                 cause,
                 route,
                 at_ms,
@@ -301,6 +304,7 @@ mod tests {
             LeaseEvent::Failed(Failure {
                 offset: 99,
                 attempt: Attempt(2),
+                consumer: ConsumerSlot(3),
                 cause: FailureCause::Nacked,
                 route: Route::RetryTier {
                     tier: 1,
@@ -312,6 +316,7 @@ mod tests {
             LeaseEvent::Failed(Failure {
                 offset: 100,
                 attempt: Attempt(5),
+                consumer: ConsumerSlot(0),
                 cause: FailureCause::Permanent,
                 route: Route::Dlq,
                 at_ms: 4_000,

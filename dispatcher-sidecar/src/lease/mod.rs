@@ -233,6 +233,8 @@ pub struct Failure {
     pub offset: i64,
     /// The attempt that failed.
     pub attempt: Attempt,
+    /// Who held the lease (for the history a DLQ message carries).
+    pub consumer: ConsumerSlot,
     pub cause: FailureCause,
     pub route: Route,
     pub at_ms: i64,
@@ -511,7 +513,7 @@ impl PartitionLeases {
         };
         Ok(self.fail(
             receipt.offset,
-            lease.attempt,
+            lease,
             cause,
             retry_after_ms.unwrap_or(0),
             error,
@@ -520,7 +522,8 @@ impl PartitionLeases {
     }
 
     /// Extends a lease to `now_ms + lease_ms`, never past its first grant
-    /// plus the maximum total lease, and never shorter than it is.
+    /// plus the maximum total lease, and never shorter than it is. As for
+    /// `ack`, a lease past its expiry that `expire` has not reaped is valid.
     pub fn extend(
         &mut self,
         receipt: &Receipt,
@@ -561,7 +564,7 @@ impl PartitionLeases {
             self.counters.expired += 1;
             failures.push(self.fail(
                 offset,
-                lease.attempt,
+                lease,
                 FailureCause::Expired,
                 0,
                 "lease expired",
@@ -587,14 +590,7 @@ impl PartitionLeases {
             "gap cap: {} offsets above a message still in flight",
             self.config.gap_cap
         );
-        Some(self.fail(
-            offset,
-            lease.attempt,
-            FailureCause::GapCap,
-            0,
-            &error,
-            now_ms,
-        ))
+        Some(self.fail(offset, lease, FailureCause::GapCap, 0, &error, now_ms))
     }
 
     /// The caller has written the copy of a failed message to its route: the
@@ -675,19 +671,20 @@ impl PartitionLeases {
     fn fail(
         &mut self,
         offset: i64,
-        attempt: Attempt,
+        lease: Lease,
         cause: FailureCause,
         retry_after_ms: i64,
         error: &str,
         now_ms: i64,
     ) -> Failure {
-        let route = self.route(attempt, cause, retry_after_ms, now_ms);
+        let route = self.route(lease.attempt, cause, retry_after_ms, now_ms);
         if route == Route::Dlq {
             self.counters.dead_lettered += 1;
         }
         let failure = Failure {
             offset,
-            attempt,
+            attempt: lease.attempt,
+            consumer: lease.consumer,
             cause,
             route,
             at_ms: now_ms,
@@ -814,14 +811,16 @@ fn serial_gt(a: u32, b: u32) -> bool {
 }
 
 fn truncate_error(error: &str) -> String {
-    if error.len() <= MAX_ERROR_BYTES {
-        return error.to_owned();
-    }
-    let mut end = MAX_ERROR_BYTES;
-    while !error.is_char_boundary(end) {
+    cut_at_char(error, MAX_ERROR_BYTES).to_owned()
+}
+
+/// The longest prefix of `s` of at most `max_bytes` that ends on a char.
+pub(crate) fn cut_at_char(s: &str, max_bytes: usize) -> &str {
+    let mut end = s.len().min(max_bytes);
+    while !s.is_char_boundary(end) {
         end -= 1;
     }
-    error[..end].to_owned()
+    &s[..end]
 }
 
 #[cfg(test)]
