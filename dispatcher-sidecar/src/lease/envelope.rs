@@ -249,10 +249,11 @@ mod tests {
         }
         assert_eq!(e.errors.len(), MAX_HISTORY);
         assert_eq!(e.errors.last().unwrap().attempt, 99);
-        assert_eq!(e.errors[0].error.len(), MAX_ERROR_BYTES);
+        // Cut at the char boundary below the limit ("x", then 2-byte chars).
+        assert_eq!(e.errors[0].error.len(), MAX_ERROR_BYTES - 1);
         assert_eq!(
             e.errors[0].consumer.as_ref().unwrap().len(),
-            MAX_CONSUMER_BYTES
+            MAX_CONSUMER_BYTES - 1
         );
     }
 }
