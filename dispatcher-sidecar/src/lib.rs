@@ -1,0 +1,98 @@
+//! The dispatcher sidecar (issue 7): turns a Kafka topic into a work queue.
+//!
+//! `config` reads `dispatcher.toml`; `kafka` is the client layer (topic
+//! setup, a consumer per queue, the producer). `run` starts what exists.
+
+pub mod config;
+pub mod kafka;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::Context as _;
+use rdkafka::admin::AdminClient;
+use rdkafka::client::DefaultClientContext;
+
+use config::{Config, SecretOrigin};
+use kafka::consumer::{Assignment, QueueConsumer};
+
+/// How long one admin or metadata request may take at start.
+const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a rebalance waits for the caller to release revoked partitions.
+const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Sets up every queue's topics, then consumes each queue in its group until
+/// SIGINT or SIGTERM. The lease engine and the APIs are not wired in yet:
+/// assignments are logged and no message is fetched or committed.
+pub async fn run(config: Config) -> anyhow::Result<()> {
+    if config.receipt_secret.origin == SecretOrigin::Generated {
+        tracing::warn!(
+            "no receipt_secret or receipt_secret_file configured: generated a random one; \
+             receipts will not survive a restart and other instances will reject them"
+        );
+    }
+    let admin: Arc<AdminClient<DefaultClientContext>> = Arc::new(
+        kafka::admin_config(&config)
+            .create()
+            .context("creating the admin client")?,
+    );
+    for queue in &config.queues {
+        let report = kafka::topics::ensure_topics(&admin, queue, SETUP_TIMEOUT).await?;
+        tracing::info!(
+            queue = %queue.name,
+            created = ?report.created,
+            existing = ?report.existing,
+            "topics ready"
+        );
+    }
+    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
+    let mut tasks = tokio::task::JoinSet::new();
+    for queue in &config.queues {
+        let (consumer, mut events) = QueueConsumer::start(
+            &kafka::consumer_config(&config, queue),
+            &queue.topic,
+            REVOKE_TIMEOUT,
+            SETUP_TIMEOUT,
+        )
+        .with_context(|| format!("queue {:?}: starting the consumer", queue.name))?;
+        let name = queue.name.clone();
+        let mut stop = stop_rx.clone();
+        tasks.spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = stop.changed() => break,
+                    event = events.recv() => match event {
+                        Some(Assignment::Assigned(partitions)) => {
+                            tracing::info!(queue = %name, ?partitions, "partitions assigned")
+                        }
+                        Some(Assignment::Revoked { partitions, .. }) => {
+                            tracing::info!(queue = %name, ?partitions, "partitions revoked")
+                        }
+                        None => break,
+                    },
+                }
+            }
+            consumer.close().await;
+        });
+    }
+    shutdown_signal().await;
+    tracing::info!("stopping: leaving the consumer groups");
+    let _ = stop_tx.send(true);
+    while tasks.join_next().await.is_some() {}
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("install the SIGTERM handler");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
