@@ -77,11 +77,10 @@ async fn wait_for(
     rx: &mut watch::Receiver<BTreeSet<i32>>,
     pred: impl FnMut(&BTreeSet<i32>) -> bool,
 ) -> BTreeSet<i32> {
-    tokio::time::timeout(TIMEOUT, rx.wait_for(pred))
+    let got = tokio::time::timeout(TIMEOUT, rx.wait_for(pred))
         .await
-        .unwrap_or_else(|_| panic!("{what}: not within {TIMEOUT:?}; have {:?}", *rx.borrow()))
-        .unwrap()
-        .clone()
+        .map(|r| r.unwrap().clone());
+    got.unwrap_or_else(|_| panic!("{what}: not within {TIMEOUT:?}; have {:?}", *rx.borrow()))
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
