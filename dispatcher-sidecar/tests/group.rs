@@ -187,3 +187,70 @@ async fn a_produced_message_is_fetched_from_its_partition_and_committed() {
     );
     consumer.close().await;
 }
+
+/// The point of the blocking revoke: the old owner commits its final offsets
+/// while it still owns the partitions, and the new owner starts from them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_revoked_owner_commits_before_releasing_and_the_new_owner_resumes_there() {
+    let broker = common::Broker::start(45040);
+    let config = broker.config("[[queue]]\nname = \"hand\"\ntopic = \"hand\"\n");
+    let queue = &config.queues[0];
+    create_topic(&config, "hand", 2).await;
+    let producer = Producer::new(&kafka::producer_config(&config), Duration::from_secs(5)).unwrap();
+    for p in 0..2 {
+        for i in 0..4u8 {
+            producer
+                .send(&Record {
+                    topic: "hand",
+                    partition: Some(p),
+                    payload: Some(&[i]),
+                    ..Record::default()
+                })
+                .await
+                .unwrap();
+        }
+    }
+
+    let (a, mut a_events) = QueueConsumer::start(
+        &kafka::consumer_config(&config, queue),
+        "hand",
+        Duration::from_secs(20),
+        TIMEOUT,
+    )
+    .unwrap();
+    let first = tokio::time::timeout(TIMEOUT, a_events.recv()).await.unwrap().unwrap();
+    assert!(matches!(&first, Assignment::Assigned(ps) if ps.len() == 2), "{first:?}");
+    // A processes the first two messages of each partition.
+    for p in 0..2 {
+        let got = a.fetch(p, 2, TIMEOUT).await.unwrap();
+        assert_eq!(got.iter().map(|m| m.offset()).collect::<Vec<_>>(), [0, 1]);
+    }
+
+    let (b, mut b_owned, _) = start(&config, queue);
+    let revoked = loop {
+        match tokio::time::timeout(TIMEOUT, a_events.recv()).await.unwrap().unwrap() {
+            Assignment::Revoked { partitions, release } => break (partitions, release),
+            Assignment::Assigned(ps) => panic!("A assigned {ps:?} before any revoke"),
+        }
+    };
+    let (partitions, release) = revoked;
+    assert_eq!(partitions.len(), 2, "eager rebalance revokes everything");
+    assert!(a.assigned().is_empty());
+    // The rebalance waits for us: B cannot own anything yet.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(b_owned.borrow().is_empty(), "B got partitions before A released");
+    let commits: Vec<(i32, i64)> = partitions.iter().map(|&p| (p, 2)).collect();
+    a.commit(&commits).await.expect("A still owns what it commits");
+    drop(release);
+
+    let b_set = wait_for("B gets a share", &mut b_owned, |o| !o.is_empty()).await;
+    let p = *b_set.iter().next().unwrap();
+    let got = b.fetch(p, 10, TIMEOUT).await.unwrap();
+    assert_eq!(
+        got.iter().map(|m| m.offset()).collect::<Vec<_>>(),
+        [2, 3],
+        "B resumes at A's commit"
+    );
+    b.close().await;
+    a.close().await;
+}
