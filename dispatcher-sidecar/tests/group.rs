@@ -218,8 +218,14 @@ async fn a_revoked_owner_commits_before_releasing_and_the_new_owner_resumes_ther
         TIMEOUT,
     )
     .unwrap();
-    let first = tokio::time::timeout(TIMEOUT, a_events.recv()).await.unwrap().unwrap();
-    assert!(matches!(&first, Assignment::Assigned(ps) if ps.len() == 2), "{first:?}");
+    let first = tokio::time::timeout(TIMEOUT, a_events.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        matches!(&first, Assignment::Assigned(ps) if ps.len() == 2),
+        "{first:?}"
+    );
     // A processes the first two messages of each partition.
     for p in 0..2 {
         let got = a.fetch(p, 2, TIMEOUT).await.unwrap();
@@ -228,8 +234,15 @@ async fn a_revoked_owner_commits_before_releasing_and_the_new_owner_resumes_ther
 
     let (b, mut b_owned, _) = start(&config, queue);
     let revoked = loop {
-        match tokio::time::timeout(TIMEOUT, a_events.recv()).await.unwrap().unwrap() {
-            Assignment::Revoked { partitions, release } => break (partitions, release),
+        match tokio::time::timeout(TIMEOUT, a_events.recv())
+            .await
+            .unwrap()
+            .unwrap()
+        {
+            Assignment::Revoked {
+                partitions,
+                release,
+            } => break (partitions, release),
             Assignment::Assigned(ps) => panic!("A assigned {ps:?} before any revoke"),
         }
     };
@@ -238,9 +251,14 @@ async fn a_revoked_owner_commits_before_releasing_and_the_new_owner_resumes_ther
     assert!(a.assigned().is_empty());
     // The rebalance waits for us: B cannot own anything yet.
     tokio::time::sleep(Duration::from_millis(500)).await;
-    assert!(b_owned.borrow().is_empty(), "B got partitions before A released");
+    assert!(
+        b_owned.borrow().is_empty(),
+        "B got partitions before A released"
+    );
     let commits: Vec<(i32, i64)> = partitions.iter().map(|&p| (p, 2)).collect();
-    a.commit(&commits).await.expect("A still owns what it commits");
+    a.commit(&commits)
+        .await
+        .expect("A still owns what it commits");
     drop(release);
 
     let b_set = wait_for("B gets a share", &mut b_owned, |o| !o.is_empty()).await;
