@@ -25,6 +25,7 @@ const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// SIGINT or SIGTERM. The lease engine and the APIs are not wired in yet:
 /// assignments are logged and no message is fetched or committed.
 pub async fn run(config: Config) -> anyhow::Result<()> {
+    let mut shutdown = Shutdown::register()?;
     if config.receipt_secret.origin == SecretOrigin::Generated {
         tracing::warn!(
             "no receipt_secret or receipt_secret_file configured: generated a random one; \
@@ -37,7 +38,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             .context("creating the admin client")?,
     );
     for queue in &config.queues {
-        let report = kafka::topics::ensure_topics(&admin, queue, SETUP_TIMEOUT).await?;
+        let report = tokio::select! {
+            report = kafka::topics::ensure_topics(&admin, queue, SETUP_TIMEOUT) => report?,
+            _ = shutdown.wait() => {
+                tracing::info!("stopping during topic setup");
+                return Ok(());
+            }
+        };
         tracing::info!(
             queue = %queue.name,
             created = ?report.created,
@@ -75,24 +82,44 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
             consumer.close().await;
         });
     }
-    shutdown_signal().await;
+    shutdown.wait().await;
     tracing::info!("stopping: leaving the consumer groups");
     let _ = stop_tx.send(true);
     while tasks.join_next().await.is_some() {}
     Ok(())
 }
 
-async fn shutdown_signal() {
-    let ctrl_c = tokio::signal::ctrl_c();
+/// SIGINT and SIGTERM, registered when made: a signal that arrives while the
+/// dispatcher is still setting up is not lost (and does not kill it the
+/// default way, uncleanly).
+struct Shutdown {
     #[cfg(unix)]
-    {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .expect("install the SIGTERM handler");
-        tokio::select! {
-            _ = ctrl_c => {}
-            _ = term.recv() => {}
+    int: tokio::signal::unix::Signal,
+    #[cfg(unix)]
+    term: tokio::signal::unix::Signal,
+}
+
+impl Shutdown {
+    fn register() -> anyhow::Result<Shutdown> {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Ok(Shutdown {
+                int: signal(SignalKind::interrupt()).context("installing the SIGINT handler")?,
+                term: signal(SignalKind::terminate()).context("installing the SIGTERM handler")?,
+            })
         }
+        #[cfg(not(unix))]
+        Ok(Shutdown {})
     }
-    #[cfg(not(unix))]
-    let _ = ctrl_c.await;
+
+    async fn wait(&mut self) {
+        #[cfg(unix)]
+        tokio::select! {
+            _ = self.int.recv() => {}
+            _ = self.term.recv() => {}
+        }
+        #[cfg(not(unix))]
+        let _ = tokio::signal::ctrl_c().await;
+    }
 }

@@ -233,20 +233,17 @@ async fn a_revoked_owner_commits_before_releasing_and_the_new_owner_resumes_ther
     }
 
     let (b, mut b_owned, _) = start(&config, queue);
-    let revoked = loop {
-        match tokio::time::timeout(TIMEOUT, a_events.recv())
-            .await
-            .unwrap()
-            .unwrap()
-        {
-            Assignment::Revoked {
-                partitions,
-                release,
-            } => break (partitions, release),
-            Assignment::Assigned(ps) => panic!("A assigned {ps:?} before any revoke"),
-        }
+    let next = tokio::time::timeout(TIMEOUT, a_events.recv())
+        .await
+        .unwrap()
+        .unwrap();
+    let Assignment::Revoked {
+        partitions,
+        release,
+    } = next
+    else {
+        panic!("A's next event after B joined is not a revoke: {next:?}");
     };
-    let (partitions, release) = revoked;
     assert_eq!(partitions.len(), 2, "eager rebalance revokes everything");
     assert!(a.assigned().is_empty());
     // The rebalance waits for us: B cannot own anything yet.

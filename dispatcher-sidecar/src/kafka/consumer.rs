@@ -45,7 +45,10 @@ pub enum Assignment {
 /// Held while the caller finishes with revoked partitions; drop it to let the
 /// rebalance go on.
 #[derive(Debug)]
-pub struct Release(#[allow(dead_code)] std_mpsc::SyncSender<()>);
+pub struct Release(
+    // Never sent on: the rebalance callback waits for this sender's drop.
+    #[allow(dead_code)] std_mpsc::SyncSender<()>,
+);
 
 #[derive(Debug, thiserror::Error)]
 pub enum FetchError {
@@ -297,15 +300,18 @@ impl QueueConsumer {
     /// Leaves the group and closes the consumer: commit what must be
     /// committed first (the final revoke event is sent but not waited for).
     pub async fn close(self) {
-        self.shared.closing.store(true, Ordering::SeqCst);
         tokio::task::spawn_blocking(move || drop(self))
             .await
             .expect("close task does not panic");
     }
 }
 
+/// Dropping blocks until the consumer has left the group; from async code
+/// use `close`, which does it off the runtime's threads.
 impl Drop for QueueConsumer {
     fn drop(&mut self) {
+        // Whoever drops the consumer cannot also release the final revoke.
+        self.shared.closing.store(true, Ordering::SeqCst);
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.poll_thread.take() {
             let _ = t.join();

@@ -143,12 +143,12 @@ pub enum TopicSetupError {
 /// Reads the primary topic's shape: partitions and replication factor from
 /// the cluster metadata, `retention.ms` and `min.insync.replicas` from
 /// DescribeConfigs.
-pub async fn describe_primary(
+async fn describe_primary(
     admin: &Arc<AdminClient<DefaultClientContext>>,
     queue: &QueueConfig,
+    existing: &HashMap<String, (i32, i32)>,
     timeout: Duration,
 ) -> Result<PrimaryTopic, TopicSetupError> {
-    let existing = topic_partitions(admin, queue, timeout).await?;
     let Some(&(partitions, replication_factor)) = existing.get(&queue.topic) else {
         return Err(TopicSetupError::PrimaryMissing {
             queue: queue.name.clone(),
@@ -196,9 +196,9 @@ pub async fn ensure_topics(
     queue: &QueueConfig,
     timeout: Duration,
 ) -> Result<SetupReport, TopicSetupError> {
-    let primary = describe_primary(admin, queue, timeout).await?;
-    let specs = plan(queue, &primary);
     let existing = topic_partitions(admin, queue, timeout).await?;
+    let primary = describe_primary(admin, queue, &existing, timeout).await?;
+    let specs = plan(queue, &primary);
     let mut report = SetupReport::default();
     let mut missing = Vec::new();
     for spec in &specs {
