@@ -55,12 +55,13 @@ pub async fn run(config: Config) -> anyhow::Result<()> {
     let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
     let mut tasks = tokio::task::JoinSet::new();
     for queue in &config.queues {
-        let (consumer, mut events) = QueueConsumer::start(
-            &kafka::consumer_config(&config, queue),
-            &queue.topic,
-            REVOKE_TIMEOUT,
-            SETUP_TIMEOUT,
-        )
+        let client_config = kafka::consumer_config(&config, queue);
+        let topic = queue.topic.clone();
+        let (consumer, mut events) = tokio::task::spawn_blocking(move || {
+            QueueConsumer::start(&client_config, &topic, REVOKE_TIMEOUT, SETUP_TIMEOUT)
+        })
+        .await
+        .expect("consumer start does not panic")
         .with_context(|| format!("queue {:?}: starting the consumer", queue.name))?;
         let name = queue.name.clone();
         let mut stop = stop_rx.clone();

@@ -269,3 +269,43 @@ async fn a_revoked_owner_commits_before_releasing_and_the_new_owner_resumes_ther
     b.close().await;
     a.close().await;
 }
+
+/// A partition added to the topic after the consumer started gets its own
+/// queue when it is assigned, and its messages are fetched from it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partition_added_later_is_assigned_and_fetched() {
+    use rdkafka::admin::NewPartitions;
+
+    let broker = common::Broker::start(45060);
+    let config = broker.config("[[queue]]\nname = \"grow\"\ntopic = \"grow\"\n");
+    let queue = &config.queues[0];
+    create_topic(&config, "grow", 1).await;
+    let (consumer, mut owned, _) = start(&config, queue);
+    wait_for("the first partition", &mut owned, |o| o.len() == 1).await;
+
+    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
+    let r = admin
+        .create_partitions(
+            &[NewPartitions::new("grow", 2)],
+            &AdminOptions::new().request_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    let producer = Producer::new(&kafka::producer_config(&config), Duration::from_secs(5)).unwrap();
+    producer
+        .send(&Record {
+            topic: "grow",
+            partition: Some(1),
+            payload: Some(b"late"),
+            ..Record::default()
+        })
+        .await
+        .unwrap();
+
+    wait_for("the new partition", &mut owned, |o| o.contains(&1)).await;
+    let got = consumer.fetch(1, 10, TIMEOUT).await.unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload(), Some(&b"late"[..]));
+    consumer.close().await;
+}

@@ -151,6 +151,7 @@ pub struct QueueConsumer {
 impl QueueConsumer {
     /// Subscribes to `topic` in the group `client_config` names and starts
     /// the poll thread. `client_config` comes from `kafka::consumer_config`.
+    /// Blocks for a metadata request (up to `metadata_timeout`).
     pub fn start(
         client_config: &ClientConfig,
         topic: &str,
@@ -167,7 +168,9 @@ impl QueueConsumer {
         let consumer: Arc<BaseConsumer<Context>> =
             Arc::new(client_config.create_with_context(context)?);
         // Give every partition its own queue before the first poll, so no
-        // message of theirs ever lands on the main queue.
+        // message of theirs ever lands on the main queue. The split outlives
+        // reassignments: librdkafka marks an application-set forward
+        // (RD_KAFKA_Q_F_FWD_APP) and a later fetch start does not replace it.
         let metadata = consumer.fetch_metadata(Some(topic), metadata_timeout)?;
         let count = metadata
             .topics()
