@@ -32,23 +32,38 @@ async fn create(
     assert!(r[0].is_ok(), "create {name}: {r:?}");
 }
 
+/// The topic's configs. Retried for a while: Apache Kafka may answer a
+/// DescribeConfigs sent right after CreateTopics with no entries yet.
 async fn describe(
     admin: &AdminClient<DefaultClientContext>,
     name: &str,
 ) -> HashMap<String, String> {
-    let r = admin
-        .describe_configs(
-            &[ResourceSpecifier::Topic(name)],
-            &AdminOptions::new().request_timeout(Some(TIMEOUT)),
-        )
-        .await
-        .unwrap();
-    let resource = r.into_iter().next().unwrap().unwrap();
-    resource
-        .entries
-        .into_iter()
-        .filter_map(|e| Some((e.name, e.value?)))
-        .collect()
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    loop {
+        let r = admin
+            .describe_configs(
+                &[ResourceSpecifier::Topic(name)],
+                &AdminOptions::new().request_timeout(Some(TIMEOUT)),
+            )
+            .await
+            .unwrap();
+        let configs: HashMap<String, String> = match r.into_iter().next().unwrap() {
+            Ok(resource) => resource
+                .entries
+                .into_iter()
+                .filter_map(|e| Some((e.name, e.value?)))
+                .collect(),
+            Err(_) => HashMap::new(),
+        };
+        if configs.contains_key("retention.ms") {
+            return configs;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no configs for {name} within {TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 fn partitions(admin: &AdminClient<DefaultClientContext>) -> HashMap<String, usize> {

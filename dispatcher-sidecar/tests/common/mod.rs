@@ -6,6 +6,12 @@
 //! `.ci/run` runs it, builds it there before any test runs). When it is
 //! missing (`cargo test -p dispatcher-sidecar` alone), the test builds it
 //! with `cargo build -p broker --bin broker` first.
+//!
+//! `DISPATCHER_TEST_BOOTSTRAP=host:port` runs the tests against a broker
+//! already running there instead (e.g. Apache Kafka from
+//! `compat-tests/kafka-reference/start.sh`), to check the dispatcher behaves
+//! the same in front of it. Use a fresh one: the tests create fixed topic
+//! names.
 
 #![allow(dead_code)]
 
@@ -58,13 +64,22 @@ pub fn broker_bin() -> PathBuf {
 /// A broker process on 127.0.0.1:`port` with a temporary data directory,
 /// killed on drop.
 pub struct Broker {
-    child: Child,
+    child: Option<Child>,
     pub addr: SocketAddr,
     _dir: tempfile::TempDir,
 }
 
 impl Broker {
     pub fn start(port: u16) -> Broker {
+        if let Ok(external) = std::env::var("DISPATCHER_TEST_BOOTSTRAP") {
+            return Broker {
+                child: None,
+                addr: external
+                    .parse()
+                    .expect("DISPATCHER_TEST_BOOTSTRAP is ip:port"),
+                _dir: tempfile::tempdir().unwrap(),
+            };
+        }
         let bin = broker_bin();
         let dir = tempfile::tempdir().unwrap();
         let child = Command::new(bin)
@@ -93,7 +108,7 @@ impl Broker {
             std::thread::sleep(Duration::from_millis(50));
         }
         Broker {
-            child,
+            child: Some(child),
             addr,
             _dir: dir,
         }
@@ -117,7 +132,9 @@ impl Broker {
 
 impl Drop for Broker {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
