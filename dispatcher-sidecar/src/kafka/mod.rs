@@ -55,3 +55,51 @@ pub fn producer_config(config: &Config) -> ClientConfig {
     c.set("acks", "all").set("enable.idempotence", "true");
     c
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        Config::parse(
+            &format!(
+                "bootstrap_servers = \"b:1\"\n{extra}\n[[queue]]\nname = \"q\"\ntopic = \"t\"\n"
+            ),
+            "t.toml",
+            std::path::Path::new("."),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn consumers_commit_only_by_hand_in_the_queue_group() {
+        let c = config("");
+        let cc = consumer_config(&c, &c.queues[0]);
+        assert_eq!(cc.get("bootstrap.servers"), Some("b:1"));
+        assert_eq!(cc.get("group.id"), Some("q-dispatcher"));
+        assert_eq!(cc.get("enable.auto.commit"), Some("false"));
+        assert_eq!(cc.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(cc.get("auto.offset.reset"), Some("earliest"));
+        assert_eq!(cc.get("allow.auto.create.topics"), Some("false"));
+    }
+
+    #[test]
+    fn the_producer_is_idempotent_with_acks_all() {
+        let p = producer_config(&config(""));
+        assert_eq!(p.get("acks"), Some("all"));
+        assert_eq!(p.get("enable.idempotence"), Some("true"));
+        assert_eq!(p.get("allow.auto.create.topics"), Some("false"));
+    }
+
+    #[test]
+    fn librdkafka_extras_reach_every_client() {
+        let c = config(
+            "[librdkafka]\n\"auto.offset.reset\" = \"latest\"\n\"socket.timeout.ms\" = 1000",
+        );
+        let cc = consumer_config(&c, &c.queues[0]);
+        assert_eq!(cc.get("auto.offset.reset"), Some("latest"));
+        assert_eq!(cc.get("socket.timeout.ms"), Some("1000"));
+        assert_eq!(admin_config(&c).get("socket.timeout.ms"), Some("1000"));
+        assert_eq!(producer_config(&c).get("socket.timeout.ms"), Some("1000"));
+    }
+}

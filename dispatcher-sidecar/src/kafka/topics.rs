@@ -160,27 +160,37 @@ async fn describe_primary(
         topic: queue.topic.clone(),
         error,
     };
+    // Apache Kafka may answer a DescribeConfigs for a topic created moments
+    // ago with an error or no entries; ask again until the timeout.
+    let deadline = tokio::time::Instant::now() + timeout;
     let opts = AdminOptions::new().request_timeout(Some(timeout));
-    let results = admin
-        .describe_configs(&[ResourceSpecifier::Topic(&queue.topic)], &opts)
-        .await
-        .map_err(|e| describe_err(e.to_string()))?;
-    let resource = results
-        .into_iter()
-        .next()
-        .ok_or_else(|| describe_err("DescribeConfigs answered nothing".to_string()))?
-        .map_err(|code| describe_err(format!("DescribeConfigs: {code}")))?;
-    let value = |key: &str| resource.get(key).and_then(|e| e.value.clone());
-    let retention_ms = match value("retention.ms") {
-        Some(v) => v
-            .parse::<i64>()
-            .map_err(|_| describe_err(format!("retention.ms {v:?} is not a number")))?,
-        None => {
-            return Err(describe_err(
-                "DescribeConfigs has no retention.ms".to_string(),
-            ))
+    let resource = loop {
+        let answer = admin
+            .describe_configs(&[ResourceSpecifier::Topic(&queue.topic)], &opts)
+            .await
+            .map_err(|e| e.to_string())
+            .and_then(|results| match results.into_iter().next() {
+                Some(Ok(resource)) if resource.get("retention.ms").is_some() => Ok(resource),
+                Some(Ok(_)) => Err("DescribeConfigs has no retention.ms".to_string()),
+                Some(Err(code)) => Err(format!("DescribeConfigs: {code}")),
+                None => Err("DescribeConfigs answered nothing".to_string()),
+            });
+        match answer {
+            Ok(resource) => break resource,
+            Err(e) if tokio::time::Instant::now() >= deadline => return Err(describe_err(e)),
+            Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
         }
     };
+    let value = |key: &str| resource.get(key).and_then(|e| e.value.clone());
+    let retention_ms = value("retention.ms")
+        .unwrap_or_default()
+        .parse::<i64>()
+        .map_err(|_| {
+            describe_err(format!(
+                "retention.ms {:?} is not a number",
+                value("retention.ms")
+            ))
+        })?;
     Ok(PrimaryTopic {
         name: queue.topic.clone(),
         partitions,
