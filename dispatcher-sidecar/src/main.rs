@@ -1,6 +1,97 @@
-//! The dispatcher sidecar (issue 7). Until it is built, the binary says so and
-//! exits non-zero, so nobody mistakes it for a working dispatcher.
-fn main() {
-    eprintln!("dispatcher: not built yet (see issue 7)");
-    std::process::exit(2);
+//! `dispatcher --config <file>`: reads the configuration, then runs the
+//! dispatcher (`dispatcher_sidecar::run`). A bad command line or
+//! configuration exits 2 with one line naming the problem.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+const USAGE: &str = "usage: dispatcher --config <file.toml>";
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let path = match config_path(std::env::args().skip(1)) {
+        Ok(Some(path)) => path,
+        Ok(None) => {
+            println!("{USAGE}");
+            return ExitCode::SUCCESS;
+        }
+        Err(why) => {
+            eprintln!("dispatcher: {why}\n{USAGE}");
+            return ExitCode::from(2);
+        }
+    };
+    let config = match dispatcher_sidecar::config::Config::load(&path) {
+        Ok(config) => config,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dispatcher: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(dispatcher_sidecar::run(config)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            tracing::error!("dispatcher stopped: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// The config file from `--config <file>` or `--config=<file>`; `None` for
+/// `--help`.
+fn config_path(args: impl Iterator<Item = String>) -> Result<Option<PathBuf>, String> {
+    let mut args = args.peekable();
+    let mut path = None;
+    while let Some(arg) = args.next() {
+        let value = match arg.as_str() {
+            "-h" | "--help" => return Ok(None),
+            "--config" => args
+                .next()
+                .ok_or_else(|| "--config needs a file".to_string())?,
+            other => match other.strip_prefix("--config=") {
+                Some(v) => v.to_string(),
+                None => return Err(format!("unexpected argument {other:?}")),
+            },
+        };
+        if path.replace(PathBuf::from(value)).is_some() {
+            return Err("--config given twice".to_string());
+        }
+    }
+    path.map(Some)
+        .ok_or_else(|| "--config <file> is required".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(a: &[&str]) -> Result<Option<PathBuf>, String> {
+        config_path(a.iter().map(|s| s.to_string()))
+    }
+
+    #[test]
+    fn the_config_flag_is_required_and_taken_in_both_forms() {
+        assert_eq!(args(&["--config", "d.toml"]), Ok(Some("d.toml".into())));
+        assert_eq!(args(&["--config=d.toml"]), Ok(Some("d.toml".into())));
+        assert_eq!(args(&["--help"]), Ok(None));
+        assert_eq!(args(&[]), Err("--config <file> is required".into()));
+        assert_eq!(args(&["--config"]), Err("--config needs a file".into()));
+        assert_eq!(args(&["x"]), Err("unexpected argument \"x\"".into()));
+        assert_eq!(
+            args(&["--config", "a", "--config", "b"]),
+            Err("--config given twice".into())
+        );
+    }
 }

@@ -1,0 +1,1107 @@
+//! The dispatcher's configuration file (TOML).
+//!
+//! The file is read into a `toml::Table` and walked by hand rather than
+//! deserialized with derived serde impls: derived errors do not name the queue
+//! or the key, and span over several lines. Here every error is ONE line that
+//! names the file, the queue and the key, e.g.
+//! `dispatcher.toml: queue "jobs": key "lease": invalid duration "6x"`.
+//!
+//! Every key except a queue's `name` and `topic` has a default (see
+//! `docs/dispatcher.md`). Durations are written `<integer><unit>` with the
+//! unit one of `ms`, `s`, `m`, `h`, `d` ("60s", "1m", "10m", "1h").
+
+use std::collections::{BTreeMap, HashMap};
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::{Serialize, Serializer};
+
+pub const DEFAULT_BOOTSTRAP_SERVERS: &str = "127.0.0.1:9092";
+pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:8080";
+pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:8081";
+pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
+pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(3600);
+pub const DEFAULT_RETRY_TIERS: [Duration; 4] = [
+    Duration::from_secs(10),
+    Duration::from_secs(60),
+    Duration::from_secs(600),
+    Duration::from_secs(3600),
+];
+pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
+pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(300);
+pub const DEFAULT_GAP_CAP: u64 = 100_000;
+/// The shortest receipt secret accepted (bytes): receipts are MACed with it.
+pub const MIN_SECRET_BYTES: usize = 16;
+/// Kafka's limit on topic name length.
+const MAX_TOPIC_NAME_CHARS: usize = 249;
+
+/// librdkafka properties the dispatcher sets itself; a `[librdkafka]` table
+/// may not override them, because the delivery guarantees depend on them.
+const RESERVED_CLIENT_PROPERTIES: [&str; 6] = [
+    "bootstrap.servers",
+    "group.id",
+    "enable.auto.commit",
+    "enable.auto.offset.store",
+    "enable.idempotence",
+    "acks",
+];
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    pub bootstrap_servers: String,
+    pub http_listen: SocketAddr,
+    pub grpc_listen: SocketAddr,
+    pub receipt_secret: ReceiptSecret,
+    /// Extra librdkafka properties given to every Kafka client (e.g.
+    /// `security.protocol`), minus the reserved ones.
+    pub librdkafka: BTreeMap<String, String>,
+    pub queues: Vec<QueueConfig>,
+}
+
+/// One work queue: a topic consumed as a consumer group.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct QueueConfig {
+    pub name: String,
+    pub topic: String,
+    pub group: String,
+    #[serde(serialize_with = "ser_duration")]
+    pub lease: Duration,
+    #[serde(serialize_with = "ser_duration")]
+    pub max_lease: Duration,
+    #[serde(serialize_with = "ser_durations")]
+    pub retry_tiers: Vec<Duration>,
+    pub max_attempts: u32,
+    pub dlq_topic: String,
+    pub ack_log_topic: String,
+    pub ordered: bool,
+    #[serde(serialize_with = "ser_duration")]
+    pub dedupe_window: Duration,
+    pub gap_cap: u64,
+}
+
+impl QueueConfig {
+    /// The topic of the retry tier with this delay: `<topic>.retry.<tier>`.
+    pub fn retry_topic(&self, tier: Duration) -> String {
+        format!("{}.retry.{}", self.topic, format_duration(tier))
+    }
+
+    /// Every retry tier's topic, in tier order.
+    pub fn retry_topics(&self) -> Vec<String> {
+        self.retry_tiers
+            .iter()
+            .map(|t| self.retry_topic(*t))
+            .collect()
+    }
+}
+
+/// The key receipts are signed with. `Debug` does not print it.
+#[derive(Clone, PartialEq, Eq)]
+pub struct ReceiptSecret {
+    pub key: Vec<u8>,
+    pub origin: SecretOrigin,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SecretOrigin {
+    File(PathBuf),
+    Inline,
+    /// None was configured: a random one was made at start. Receipts then do
+    /// not survive a restart and are not valid on another instance.
+    Generated,
+}
+
+impl fmt::Debug for ReceiptSecret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ReceiptSecret")
+            .field("key", &format_args!("<{} bytes>", self.key.len()))
+            .field("origin", &self.origin)
+            .finish()
+    }
+}
+
+/// A configuration error; `Display` is one line naming the file and key.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigError {
+    Read {
+        file: String,
+        error: String,
+    },
+    Syntax {
+        file: String,
+        line: Option<usize>,
+        message: String,
+    },
+    Key {
+        file: String,
+        queue: Option<QueueLabel>,
+        key: String,
+        problem: Problem,
+    },
+}
+
+/// Which `[[queue]]` an error is in: its name, or its position when the name
+/// itself is missing or wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum QueueLabel {
+    Name(String),
+    Index(usize),
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Problem {
+    Missing,
+    Unknown,
+    WrongType {
+        expected: &'static str,
+        found: &'static str,
+    },
+    InvalidDuration(String),
+    Invalid(String),
+}
+
+impl fmt::Display for QueueLabel {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            QueueLabel::Name(n) => write!(f, "queue {n:?}"),
+            QueueLabel::Index(i) => write!(f, "queue #{}", i + 1),
+        }
+    }
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Problem::Missing => write!(f, "missing (it has no default)"),
+            Problem::Unknown => write!(f, "unknown key"),
+            Problem::WrongType { expected, found } => {
+                write!(f, "expected {expected}, found {found}")
+            }
+            Problem::InvalidDuration(s) => write!(
+                f,
+                "invalid duration {s:?} (write <integer><unit>, unit ms, s, m, h or d)"
+            ),
+            Problem::Invalid(why) => write!(f, "{why}"),
+        }
+    }
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ConfigError::Read { file, error } => write!(f, "{file}: cannot read: {error}"),
+            ConfigError::Syntax {
+                file,
+                line: Some(line),
+                message,
+            } => write!(f, "{file}: line {line}: {message}"),
+            ConfigError::Syntax {
+                file,
+                line: None,
+                message,
+            } => write!(f, "{file}: {message}"),
+            ConfigError::Key {
+                file,
+                queue,
+                key,
+                problem,
+            } => {
+                write!(f, "{file}: ")?;
+                if let Some(q) = queue {
+                    write!(f, "{q}: ")?;
+                }
+                write!(f, "key {key:?}: {problem}")
+            }
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads and validates a configuration file. A relative
+    /// `receipt_secret_file` is taken relative to the file's directory.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError::Read {
+            file: file.clone(),
+            error: e.to_string(),
+        })?;
+        let dir = path.parent().unwrap_or(Path::new("."));
+        Config::parse(&text, &file, dir)
+    }
+
+    /// Parses and validates configuration text; `file` only labels errors.
+    /// The one I/O is reading `receipt_secret_file` (relative to `base_dir`).
+    pub fn parse(text: &str, file: &str, base_dir: &Path) -> Result<Config, ConfigError> {
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            let line = e
+                .span()
+                .map(|s| text[..s.start.min(text.len())].matches('\n').count() + 1);
+            ConfigError::Syntax {
+                file: file.to_string(),
+                line,
+                message: one_line(e.message()),
+            }
+        })?;
+        let mut top = Keys::new(file, None, table);
+        let bootstrap_servers = top
+            .string("bootstrap_servers")?
+            .unwrap_or_else(|| DEFAULT_BOOTSTRAP_SERVERS.to_string());
+        if bootstrap_servers.trim().is_empty() {
+            return Err(top.invalid("bootstrap_servers", "must not be empty"));
+        }
+        let http_listen = top.socket_addr("http_listen", DEFAULT_HTTP_LISTEN)?;
+        let grpc_listen = top.socket_addr("grpc_listen", DEFAULT_GRPC_LISTEN)?;
+        let receipt_secret = top.receipt_secret(base_dir)?;
+        let librdkafka = top.client_properties("librdkafka")?;
+        let queue_tables = top.array_of_tables("queue")?;
+        top.finish()?;
+        if queue_tables.is_empty() {
+            return Err(top.invalid("queue", "no [[queue]] is declared"));
+        }
+
+        let mut queues: Vec<QueueConfig> = Vec::new();
+        // Every topic a queue writes or reads, so two queues cannot share one.
+        let mut topics: HashMap<String, (String, &'static str)> = HashMap::new();
+        for (index, table) in queue_tables.into_iter().enumerate() {
+            let q = parse_queue(file, index, table)?;
+            let err = |key: &str, why: String| ConfigError::Key {
+                file: file.to_string(),
+                queue: Some(QueueLabel::Name(q.name.clone())),
+                key: key.to_string(),
+                problem: Problem::Invalid(why),
+            };
+            if queues.iter().any(|o| o.name == q.name) {
+                return Err(err("name", format!("duplicate queue name {:?}", q.name)));
+            }
+            let mut owned: Vec<(String, &'static str)> = vec![
+                (q.topic.clone(), "topic"),
+                (q.dlq_topic.clone(), "dlq_topic"),
+                (q.ack_log_topic.clone(), "ack_log_topic"),
+            ];
+            owned.extend(q.retry_topics().into_iter().map(|t| (t, "retry_tiers")));
+            for (topic, key) in owned {
+                if let Err(why) = check_topic_name(&topic) {
+                    return Err(err(key, why));
+                }
+                if let Some((other, other_key)) = topics.get(&topic) {
+                    let whose = if *other == q.name {
+                        format!("this queue's {other_key:?}")
+                    } else {
+                        format!("queue {other:?} ({other_key:?})")
+                    };
+                    return Err(err(
+                        key,
+                        format!("topic {topic:?} is already used by {whose}"),
+                    ));
+                }
+                topics.insert(topic, (q.name.clone(), key));
+            }
+            queues.push(q);
+        }
+        Ok(Config {
+            bootstrap_servers,
+            http_listen,
+            grpc_listen,
+            receipt_secret,
+            librdkafka,
+            queues,
+        })
+    }
+}
+
+fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConfig, ConfigError> {
+    let mut keys = Keys::new(file, Some(QueueLabel::Index(index)), table);
+    let name = keys.string("name")?.ok_or_else(|| keys.missing("name"))?;
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(keys.invalid(
+            "name",
+            &format!("{name:?} is not a queue name (letters, digits, '.', '_', '-')"),
+        ));
+    }
+    keys.queue = Some(QueueLabel::Name(name.clone()));
+    let topic = keys.string("topic")?.ok_or_else(|| keys.missing("topic"))?;
+    let group = keys
+        .string("group")?
+        .unwrap_or_else(|| format!("{name}-dispatcher"));
+    if group.is_empty() {
+        return Err(keys.invalid("group", "must not be empty"));
+    }
+    let lease = keys.duration("lease")?.unwrap_or(DEFAULT_LEASE);
+    let max_lease = keys.duration("max_lease")?.unwrap_or(DEFAULT_MAX_LEASE);
+    if lease.is_zero() {
+        return Err(keys.invalid("lease", "must be greater than 0"));
+    }
+    if lease > max_lease {
+        return Err(keys.invalid(
+            "lease",
+            &format!(
+                "{} is longer than max_lease {}",
+                format_duration(lease),
+                format_duration(max_lease)
+            ),
+        ));
+    }
+    let retry_tiers = keys
+        .durations("retry_tiers")?
+        .unwrap_or_else(|| DEFAULT_RETRY_TIERS.to_vec());
+    if retry_tiers.is_empty() {
+        return Err(keys.invalid("retry_tiers", "must name at least one tier"));
+    }
+    if retry_tiers.iter().any(|t| t.is_zero()) {
+        return Err(keys.invalid("retry_tiers", "a tier must be longer than 0"));
+    }
+    if let Some(w) = retry_tiers.windows(2).find(|w| w[0] >= w[1]) {
+        return Err(keys.invalid(
+            "retry_tiers",
+            &format!(
+                "tiers must increase, but {} follows {}",
+                format_duration(w[1]),
+                format_duration(w[0])
+            ),
+        ));
+    }
+    let max_attempts = keys
+        .integer("max_attempts")?
+        .unwrap_or(DEFAULT_MAX_ATTEMPTS as i64);
+    let max_attempts = match u32::try_from(max_attempts) {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            return Err(keys.invalid(
+                "max_attempts",
+                &format!("{max_attempts} is not an attempt count (at least 1)"),
+            ))
+        }
+    };
+    let dlq_topic = keys
+        .string("dlq_topic")?
+        .unwrap_or_else(|| format!("{topic}.dlq"));
+    let ack_log_topic = keys
+        .string("ack_log_topic")?
+        .unwrap_or_else(|| format!("{topic}.acklog"));
+    let ordered = keys.boolean("ordered")?.unwrap_or(false);
+    let dedupe_window = keys
+        .duration("dedupe_window")?
+        .unwrap_or(DEFAULT_DEDUPE_WINDOW);
+    let gap_cap = keys.integer("gap_cap")?.unwrap_or(DEFAULT_GAP_CAP as i64);
+    let gap_cap = match u64::try_from(gap_cap) {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            return Err(keys.invalid(
+                "gap_cap",
+                &format!("{gap_cap} is not an offset count (at least 1)"),
+            ))
+        }
+    };
+    keys.finish()?;
+    Ok(QueueConfig {
+        name,
+        topic,
+        group,
+        lease,
+        max_lease,
+        retry_tiers,
+        max_attempts,
+        dlq_topic,
+        ack_log_topic,
+        ordered,
+        dedupe_window,
+        gap_cap,
+    })
+}
+
+/// Takes keys out of one table, so whatever is left at `finish` is unknown.
+struct Keys<'a> {
+    file: &'a str,
+    queue: Option<QueueLabel>,
+    table: toml::Table,
+}
+
+impl<'a> Keys<'a> {
+    fn new(file: &'a str, queue: Option<QueueLabel>, table: toml::Table) -> Self {
+        Keys { file, queue, table }
+    }
+
+    fn error(&self, key: &str, problem: Problem) -> ConfigError {
+        ConfigError::Key {
+            file: self.file.to_string(),
+            queue: self.queue.clone(),
+            key: key.to_string(),
+            problem,
+        }
+    }
+
+    fn missing(&self, key: &str) -> ConfigError {
+        self.error(key, Problem::Missing)
+    }
+
+    fn invalid(&self, key: &str, why: &str) -> ConfigError {
+        self.error(key, Problem::Invalid(why.to_string()))
+    }
+
+    fn wrong_type(&self, key: &str, expected: &'static str, found: &toml::Value) -> ConfigError {
+        self.error(
+            key,
+            Problem::WrongType {
+                expected,
+                found: type_name(found),
+            },
+        )
+    }
+
+    fn string(&mut self, key: &str) -> Result<Option<String>, ConfigError> {
+        match self.table.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::String(s)) => Ok(Some(s)),
+            Some(other) => Err(self.wrong_type(key, "a string", &other)),
+        }
+    }
+
+    fn integer(&mut self, key: &str) -> Result<Option<i64>, ConfigError> {
+        match self.table.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::Integer(n)) => Ok(Some(n)),
+            Some(other) => Err(self.wrong_type(key, "an integer", &other)),
+        }
+    }
+
+    fn boolean(&mut self, key: &str) -> Result<Option<bool>, ConfigError> {
+        match self.table.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::Boolean(b)) => Ok(Some(b)),
+            Some(other) => Err(self.wrong_type(key, "true or false", &other)),
+        }
+    }
+
+    fn duration(&mut self, key: &str) -> Result<Option<Duration>, ConfigError> {
+        match self.string(key)? {
+            None => Ok(None),
+            Some(s) => parse_duration(&s)
+                .map(Some)
+                .ok_or_else(|| self.error(key, Problem::InvalidDuration(s))),
+        }
+    }
+
+    fn durations(&mut self, key: &str) -> Result<Option<Vec<Duration>>, ConfigError> {
+        match self.table.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::Array(items)) => items
+                .into_iter()
+                .map(|item| match item {
+                    toml::Value::String(s) => parse_duration(&s)
+                        .ok_or_else(|| self.error(key, Problem::InvalidDuration(s))),
+                    other => Err(self.wrong_type(key, "an array of duration strings", &other)),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+            Some(other) => Err(self.wrong_type(key, "an array of duration strings", &other)),
+        }
+    }
+
+    fn socket_addr(&mut self, key: &str, default: &str) -> Result<SocketAddr, ConfigError> {
+        let s = self.string(key)?.unwrap_or_else(|| default.to_string());
+        s.parse().map_err(|_| {
+            self.invalid(
+                key,
+                &format!("{s:?} is not an address (write ip:port, e.g. {default:?})"),
+            )
+        })
+    }
+
+    fn receipt_secret(&mut self, base_dir: &Path) -> Result<ReceiptSecret, ConfigError> {
+        let inline = self.string("receipt_secret")?;
+        let file = self.string("receipt_secret_file")?;
+        let (key_name, secret) = match (inline, file) {
+            (Some(_), Some(_)) => {
+                return Err(self.invalid(
+                    "receipt_secret",
+                    "give receipt_secret or receipt_secret_file, not both",
+                ))
+            }
+            (Some(s), None) => (
+                "receipt_secret",
+                ReceiptSecret {
+                    key: s.into_bytes(),
+                    origin: SecretOrigin::Inline,
+                },
+            ),
+            (None, Some(path)) => {
+                let path = base_dir.join(path);
+                let mut key = std::fs::read(&path).map_err(|e| {
+                    self.invalid(
+                        "receipt_secret_file",
+                        &format!("cannot read {}: {e}", path.display()),
+                    )
+                })?;
+                // A file written by `echo` ends in a newline that is not part of the key.
+                while key.last().is_some_and(|b| b.is_ascii_whitespace()) {
+                    key.pop();
+                }
+                (
+                    "receipt_secret_file",
+                    ReceiptSecret {
+                        key,
+                        origin: SecretOrigin::File(path),
+                    },
+                )
+            }
+            (None, None) => {
+                let mut key = vec![0u8; 32];
+                getrandom::fill(&mut key).map_err(|e| {
+                    self.invalid(
+                        "receipt_secret",
+                        &format!("none configured and no randomness to make one: {e}"),
+                    )
+                })?;
+                return Ok(ReceiptSecret {
+                    key,
+                    origin: SecretOrigin::Generated,
+                });
+            }
+        };
+        if secret.key.len() < MIN_SECRET_BYTES {
+            return Err(self.invalid(
+                key_name,
+                &format!(
+                    "the secret has {} bytes, at least {MIN_SECRET_BYTES} are needed",
+                    secret.key.len()
+                ),
+            ));
+        }
+        Ok(secret)
+    }
+
+    fn client_properties(&mut self, key: &str) -> Result<BTreeMap<String, String>, ConfigError> {
+        let table = match self.table.remove(key) {
+            None => return Ok(BTreeMap::new()),
+            Some(toml::Value::Table(t)) => t,
+            Some(other) => return Err(self.wrong_type(key, "a table", &other)),
+        };
+        let mut props = BTreeMap::new();
+        for (name, value) in table {
+            let qualified = format!("{key}.{name}");
+            if RESERVED_CLIENT_PROPERTIES.contains(&name.as_str()) {
+                return Err(self.invalid(
+                    &qualified,
+                    "the dispatcher sets this property itself and it cannot be overridden",
+                ));
+            }
+            let value = match value {
+                toml::Value::String(s) => s,
+                toml::Value::Integer(n) => n.to_string(),
+                toml::Value::Boolean(b) => b.to_string(),
+                other => {
+                    return Err(self.wrong_type(&qualified, "a string, integer or boolean", &other))
+                }
+            };
+            props.insert(name, value);
+        }
+        Ok(props)
+    }
+
+    fn array_of_tables(&mut self, key: &str) -> Result<Vec<toml::Table>, ConfigError> {
+        match self.table.remove(key) {
+            None => Ok(Vec::new()),
+            Some(toml::Value::Array(items)) => items
+                .into_iter()
+                .map(|item| match item {
+                    toml::Value::Table(t) => Ok(t),
+                    other => Err(self.wrong_type(key, "[[queue]] tables", &other)),
+                })
+                .collect(),
+            Some(other) => Err(self.wrong_type(key, "[[queue]] tables", &other)),
+        }
+    }
+
+    /// Rejects the first key (in file order is not kept; alphabetical) that
+    /// nothing took.
+    fn finish(&self) -> Result<(), ConfigError> {
+        match self.table.keys().next() {
+            Some(key) => Err(self.error(key, Problem::Unknown)),
+            None => Ok(()),
+        }
+    }
+}
+
+fn type_name(v: &toml::Value) -> &'static str {
+    match v {
+        toml::Value::String(_) => "a string",
+        toml::Value::Integer(_) => "an integer",
+        toml::Value::Float(_) => "a float",
+        toml::Value::Boolean(_) => "a boolean",
+        toml::Value::Datetime(_) => "a datetime",
+        toml::Value::Array(_) => "an array",
+        toml::Value::Table(_) => "a table",
+    }
+}
+
+fn one_line(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// Kafka's rule for topic names: 1-249 characters of `[a-zA-Z0-9._-]`, not
+/// `.` or `..`.
+fn check_topic_name(topic: &str) -> Result<(), String> {
+    if topic.is_empty() || topic == "." || topic == ".." {
+        return Err(format!("{topic:?} is not a topic name"));
+    }
+    if topic.len() > MAX_TOPIC_NAME_CHARS {
+        return Err(format!(
+            "topic {topic:?} is longer than {MAX_TOPIC_NAME_CHARS} characters"
+        ));
+    }
+    if let Some(c) = topic
+        .chars()
+        .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-')))
+    {
+        return Err(format!(
+            "topic {topic:?} has {c:?}; topic names use letters, digits, '.', '_' and '-'"
+        ));
+    }
+    Ok(())
+}
+
+/// Parses `<integer><unit>`, unit one of `ms`, `s`, `m`, `h`, `d`.
+pub fn parse_duration(s: &str) -> Option<Duration> {
+    let digits = s.find(|c: char| !c.is_ascii_digit())?;
+    if digits == 0 {
+        return None;
+    }
+    let n: u64 = s[..digits].parse().ok()?;
+    let unit_ms: u64 = match &s[digits..] {
+        "ms" => 1,
+        "s" => 1_000,
+        "m" => 60_000,
+        "h" => 3_600_000,
+        "d" => 86_400_000,
+        _ => return None,
+    };
+    n.checked_mul(unit_ms).map(Duration::from_millis)
+}
+
+/// The shortest exact `<integer><unit>` form: `60s` -> `1m`, `90s` -> `90s`.
+/// Retry tier topic names use it, so "60s" and "1m" name the same topic.
+pub fn format_duration(d: Duration) -> String {
+    let ms = d.as_millis();
+    if ms == 0 {
+        return "0s".to_string();
+    }
+    for (unit, size) in [
+        ("d", 86_400_000u128),
+        ("h", 3_600_000),
+        ("m", 60_000),
+        ("s", 1_000),
+    ] {
+        if ms.is_multiple_of(size) {
+            return format!("{}{unit}", ms / size);
+        }
+    }
+    format!("{ms}ms")
+}
+
+fn ser_duration<S: Serializer>(d: &Duration, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(&format_duration(*d))
+}
+
+fn ser_durations<S: Serializer>(ds: &[Duration], s: S) -> Result<S::Ok, S::Error> {
+    s.collect_seq(ds.iter().map(|d| format_duration(*d)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(text: &str) -> Result<Config, ConfigError> {
+        Config::parse(text, "dispatcher.toml", Path::new("."))
+    }
+
+    fn error(text: &str) -> String {
+        let e = parse(text).expect_err("config must be rejected");
+        let s = e.to_string();
+        assert!(!s.contains('\n'), "error is one line: {s:?}");
+        s
+    }
+
+    const MINIMAL: &str = "[[queue]]\nname = \"jobs\"\ntopic = \"jobs\"\n";
+
+    #[test]
+    fn durations_parse_and_format() {
+        assert_eq!(parse_duration("60s"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));
+        assert_eq!(parse_duration("10m"), Some(Duration::from_secs(600)));
+        assert_eq!(parse_duration("1h"), Some(Duration::from_secs(3600)));
+        assert_eq!(parse_duration("2d"), Some(Duration::from_secs(172_800)));
+        assert_eq!(parse_duration("250ms"), Some(Duration::from_millis(250)));
+        assert_eq!(parse_duration("0s"), Some(Duration::ZERO));
+        for bad in [
+            "", "s", "6x", "1.5h", "-1s", "1 h", "1h30m", "10", "1H", " 1s",
+        ] {
+            assert_eq!(parse_duration(bad), None, "{bad:?}");
+        }
+        assert_eq!(parse_duration("99999999999999999999s"), None);
+        assert_eq!(parse_duration("18446744073709551615h"), None);
+        assert_eq!(format_duration(Duration::from_secs(60)), "1m");
+        assert_eq!(format_duration(Duration::from_secs(90)), "90s");
+        assert_eq!(format_duration(Duration::from_secs(3600)), "1h");
+        assert_eq!(format_duration(Duration::from_secs(86_400)), "1d");
+        assert_eq!(format_duration(Duration::from_millis(1500)), "1500ms");
+        for s in ["10s", "1m", "10m", "1h", "250ms", "7d"] {
+            assert_eq!(format_duration(parse_duration(s).unwrap()), s);
+        }
+    }
+
+    #[test]
+    fn a_queue_with_only_name_and_topic_gets_every_default() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.bootstrap_servers, "127.0.0.1:9092");
+        assert_eq!(c.http_listen, "127.0.0.1:8080".parse().unwrap());
+        assert_eq!(c.grpc_listen, "127.0.0.1:8081".parse().unwrap());
+        assert_eq!(c.receipt_secret.origin, SecretOrigin::Generated);
+        assert_eq!(c.receipt_secret.key.len(), 32);
+        assert!(c.librdkafka.is_empty());
+        let q = &c.queues[0];
+        assert_eq!(
+            q,
+            &QueueConfig {
+                name: "jobs".into(),
+                topic: "jobs".into(),
+                group: "jobs-dispatcher".into(),
+                lease: Duration::from_secs(60),
+                max_lease: Duration::from_secs(3600),
+                retry_tiers: DEFAULT_RETRY_TIERS.to_vec(),
+                max_attempts: 5,
+                dlq_topic: "jobs.dlq".into(),
+                ack_log_topic: "jobs.acklog".into(),
+                ordered: false,
+                dedupe_window: Duration::from_secs(300),
+                gap_cap: 100_000,
+            }
+        );
+        assert_eq!(
+            q.retry_topics(),
+            [
+                "jobs.retry.10s",
+                "jobs.retry.1m",
+                "jobs.retry.10m",
+                "jobs.retry.1h"
+            ]
+        );
+    }
+
+    #[test]
+    fn the_documented_example_parses_as_written() {
+        let c = parse(
+            r#"
+bootstrap_servers = "10.0.0.1:9092,10.0.0.2:9092"
+http_listen = "0.0.0.0:8080"
+grpc_listen = "0.0.0.0:8081"
+receipt_secret = "0123456789abcdef0123"
+
+[librdkafka]
+"socket.keepalive.enable" = true
+"statistics.interval.ms" = 0
+
+[[queue]]
+name = "jobs"
+topic = "jobs"
+group = "jobs-dispatcher"
+lease = "60s"
+max_lease = "1h"
+retry_tiers = ["10s", "1m", "10m", "1h"]
+max_attempts = 5
+dlq_topic = "jobs.dlq"
+ordered = false
+dedupe_window = "5m"
+gap_cap = 100000
+ack_log_topic = "jobs.acklog"
+
+[[queue]]
+name = "emails"
+topic = "emails"
+lease = "30s"
+retry_tiers = ["5s", "30s"]
+ordered = true
+"#,
+        )
+        .unwrap();
+        assert_eq!(c.bootstrap_servers, "10.0.0.1:9092,10.0.0.2:9092");
+        assert_eq!(c.http_listen, "0.0.0.0:8080".parse().unwrap());
+        assert_eq!(c.receipt_secret.origin, SecretOrigin::Inline);
+        assert_eq!(c.receipt_secret.key, b"0123456789abcdef0123");
+        assert_eq!(c.librdkafka["socket.keepalive.enable"], "true");
+        assert_eq!(c.librdkafka["statistics.interval.ms"], "0");
+        assert_eq!(c.queues.len(), 2);
+        assert_eq!(c.queues[0], parse(MINIMAL).unwrap().queues[0]);
+        let e = &c.queues[1];
+        assert_eq!(e.group, "emails-dispatcher");
+        assert_eq!(e.lease, Duration::from_secs(30));
+        assert!(e.ordered);
+        assert_eq!(e.retry_topics(), ["emails.retry.5s", "emails.retry.30s"]);
+    }
+
+    #[test]
+    fn queue_config_serializes_durations_as_written() {
+        let q = &parse(MINIMAL).unwrap().queues[0];
+        let json = serde_json::to_value(q).unwrap();
+        assert_eq!(json["lease"], "1m");
+        assert_eq!(json["max_lease"], "1h");
+        assert_eq!(
+            json["retry_tiers"],
+            serde_json::json!(["10s", "1m", "10m", "1h"])
+        );
+        assert_eq!(json["dlq_topic"], "jobs.dlq");
+        assert_eq!(json["gap_cap"], 100000);
+    }
+
+    #[test]
+    fn an_invalid_duration_names_the_queue_and_key() {
+        assert_eq!(
+            error(&format!("{MINIMAL}lease = \"6x\"\n")),
+            "dispatcher.toml: queue \"jobs\": key \"lease\": invalid duration \"6x\" \
+             (write <integer><unit>, unit ms, s, m, h or d)"
+        );
+        assert!(
+            error(&format!("{MINIMAL}retry_tiers = [\"10s\", \"soon\"]\n")).starts_with(
+                "dispatcher.toml: queue \"jobs\": key \"retry_tiers\": invalid duration \"soon\""
+            )
+        );
+        assert!(error(&format!("{MINIMAL}dedupe_window = \"5\"\n"))
+            .contains("key \"dedupe_window\": invalid duration \"5\""));
+    }
+
+    #[test]
+    fn unknown_keys_are_rejected_by_name() {
+        assert_eq!(
+            error(&format!("{MINIMAL}leese = \"60s\"\n")),
+            "dispatcher.toml: queue \"jobs\": key \"leese\": unknown key"
+        );
+        assert_eq!(
+            error(&format!("http_listne = \"127.0.0.1:1\"\n{MINIMAL}")),
+            "dispatcher.toml: key \"http_listne\": unknown key"
+        );
+    }
+
+    #[test]
+    fn missing_name_or_topic_is_an_error_naming_it() {
+        assert_eq!(
+            error("[[queue]]\ntopic = \"jobs\"\n"),
+            "dispatcher.toml: queue #1: key \"name\": missing (it has no default)"
+        );
+        assert_eq!(
+            error(&format!("{MINIMAL}[[queue]]\nname = \"b\"\n")),
+            "dispatcher.toml: queue \"b\": key \"topic\": missing (it has no default)"
+        );
+        assert_eq!(
+            error("bootstrap_servers = \"x:1\"\n"),
+            "dispatcher.toml: key \"queue\": no [[queue]] is declared"
+        );
+    }
+
+    #[test]
+    fn wrong_types_are_named() {
+        assert_eq!(
+            error(&format!("{MINIMAL}max_attempts = \"5\"\n")),
+            "dispatcher.toml: queue \"jobs\": key \"max_attempts\": expected an integer, found a string"
+        );
+        assert_eq!(
+            error(&format!("{MINIMAL}ordered = 1\n")),
+            "dispatcher.toml: queue \"jobs\": key \"ordered\": expected true or false, found an integer"
+        );
+        assert_eq!(
+            error(&format!("{MINIMAL}retry_tiers = \"10s\"\n")),
+            "dispatcher.toml: queue \"jobs\": key \"retry_tiers\": expected an array of duration strings, found a string"
+        );
+        assert!(error("queue = 3\n").contains("key \"queue\": expected [[queue]] tables"));
+    }
+
+    #[test]
+    fn duplicate_queue_names_are_rejected() {
+        assert_eq!(
+            error(&format!(
+                "{MINIMAL}[[queue]]\nname = \"jobs\"\ntopic = \"other\"\n"
+            )),
+            "dispatcher.toml: queue \"jobs\": key \"name\": duplicate queue name \"jobs\""
+        );
+    }
+
+    #[test]
+    fn two_queues_cannot_share_a_topic() {
+        let e = error(&format!(
+            "{MINIMAL}[[queue]]\nname = \"b\"\ntopic = \"b\"\ndlq_topic = \"jobs.dlq\"\n"
+        ));
+        assert_eq!(
+            e,
+            "dispatcher.toml: queue \"b\": key \"dlq_topic\": topic \"jobs.dlq\" is already used by queue \"jobs\" (\"dlq_topic\")"
+        );
+        let e = error(&format!("{MINIMAL}dlq_topic = \"jobs\"\n"));
+        assert!(
+            e.contains(
+                "key \"dlq_topic\": topic \"jobs\" is already used by this queue's \"topic\""
+            ),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn max_attempts_must_be_at_least_one() {
+        assert!(error(&format!("{MINIMAL}max_attempts = 0\n"))
+            .contains("key \"max_attempts\": 0 is not an attempt count (at least 1)"));
+        assert!(error(&format!("{MINIMAL}max_attempts = -3\n")).contains("key \"max_attempts\""));
+        assert_eq!(
+            parse(&format!("{MINIMAL}max_attempts = 1\n"))
+                .unwrap()
+                .queues[0]
+                .max_attempts,
+            1
+        );
+    }
+
+    #[test]
+    fn retry_tiers_must_be_non_empty_and_increasing() {
+        assert!(error(&format!("{MINIMAL}retry_tiers = []\n"))
+            .contains("key \"retry_tiers\": must name at least one tier"));
+        assert!(
+            error(&format!("{MINIMAL}retry_tiers = [\"1m\", \"10s\"]\n"))
+                .contains("key \"retry_tiers\": tiers must increase, but 10s follows 1m")
+        );
+        // Equal durations written differently would name the same topic.
+        assert!(
+            error(&format!("{MINIMAL}retry_tiers = [\"60s\", \"1m\"]\n"))
+                .contains("tiers must increase, but 1m follows 1m")
+        );
+        assert!(error(&format!("{MINIMAL}retry_tiers = [\"0s\", \"1m\"]\n"))
+            .contains("a tier must be longer than 0"));
+        let q = &parse(&format!("{MINIMAL}retry_tiers = [\"90s\"]\n"))
+            .unwrap()
+            .queues[0];
+        assert_eq!(q.retry_topics(), ["jobs.retry.90s"]);
+    }
+
+    #[test]
+    fn lease_must_not_exceed_max_lease() {
+        assert_eq!(
+            error(&format!("{MINIMAL}lease = \"2h\"\n")),
+            "dispatcher.toml: queue \"jobs\": key \"lease\": 2h is longer than max_lease 1h"
+        );
+        assert!(error(&format!("{MINIMAL}lease = \"0s\"\n")).contains("must be greater than 0"));
+        let q = &parse(&format!("{MINIMAL}lease = \"1h\"\n")).unwrap().queues[0];
+        assert_eq!(q.lease, q.max_lease);
+    }
+
+    #[test]
+    fn gap_cap_must_be_positive() {
+        assert!(error(&format!("{MINIMAL}gap_cap = 0\n")).contains("key \"gap_cap\""));
+    }
+
+    #[test]
+    fn bad_topic_and_queue_names_are_rejected() {
+        assert!(error("[[queue]]\nname = \"jobs\"\ntopic = \"a b\"\n")
+            .contains("queue \"jobs\": key \"topic\": topic \"a b\" has ' '"));
+        assert!(error("[[queue]]\nname = \"a/b\"\ntopic = \"x\"\n")
+            .starts_with("dispatcher.toml: queue #1: key \"name\": \"a/b\" is not a queue name"));
+        // The longest derived name (a retry tier) must fit too.
+        let long = "t".repeat(240);
+        assert!(
+            error(&format!("[[queue]]\nname = \"q\"\ntopic = \"{long}\"\n"))
+                .contains("key \"retry_tiers\": topic")
+        );
+    }
+
+    #[test]
+    fn listen_addresses_are_checked() {
+        assert!(error(&format!("http_listen = \"localhost\"\n{MINIMAL}"))
+            .starts_with("dispatcher.toml: key \"http_listen\": \"localhost\" is not an address"));
+        assert!(error(&format!("grpc_listen = 8081\n{MINIMAL}"))
+            .contains("key \"grpc_listen\": expected a string, found an integer"));
+        assert!(error(&format!("bootstrap_servers = \"\"\n{MINIMAL}"))
+            .contains("key \"bootstrap_servers\": must not be empty"));
+    }
+
+    #[test]
+    fn syntax_errors_are_one_line_with_the_line_number() {
+        let e = error("bootstrap_servers = \"a\"\n[[queue]\nname = 1\n");
+        assert!(e.starts_with("dispatcher.toml: line 2: "), "{e}");
+    }
+
+    #[test]
+    fn reserved_client_properties_cannot_be_overridden() {
+        assert_eq!(
+            error(&format!("[librdkafka]\n\"enable.auto.commit\" = true\n{MINIMAL}")),
+            "dispatcher.toml: key \"librdkafka.enable.auto.commit\": the dispatcher sets this property itself and it cannot be overridden"
+        );
+        assert!(
+            error(&format!("[librdkafka]\n\"x\" = [1]\n{MINIMAL}")).contains(
+                "key \"librdkafka.x\": expected a string, integer or boolean, found an array"
+            )
+        );
+    }
+
+    #[test]
+    fn the_receipt_secret_comes_from_a_file_relative_to_the_config() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("secret"), "0123456789abcdefXYZ\n").unwrap();
+        std::fs::write(
+            dir.path().join("dispatcher.toml"),
+            format!("receipt_secret_file = \"secret\"\n{MINIMAL}"),
+        )
+        .unwrap();
+        let c = Config::load(&dir.path().join("dispatcher.toml")).unwrap();
+        assert_eq!(c.receipt_secret.key, b"0123456789abcdefXYZ");
+        assert_eq!(
+            c.receipt_secret.origin,
+            SecretOrigin::File(dir.path().join("secret"))
+        );
+        assert!(
+            !format!("{c:?}").contains("0123456789abcdef"),
+            "Debug hides the key"
+        );
+
+        let e = Config::parse(
+            &format!("receipt_secret_file = \"nope\"\n{MINIMAL}"),
+            "d.toml",
+            dir.path(),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.starts_with("d.toml: key \"receipt_secret_file\": cannot read "),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+    }
+
+    #[test]
+    fn a_short_or_doubled_receipt_secret_is_rejected() {
+        assert!(error(&format!("receipt_secret = \"short\"\n{MINIMAL}"))
+            .contains("key \"receipt_secret\": the secret has 5 bytes, at least 16 are needed"));
+        assert!(error(&format!(
+            "receipt_secret = \"0123456789abcdef\"\nreceipt_secret_file = \"x\"\n{MINIMAL}"
+        ))
+        .contains("not both"));
+    }
+
+    #[test]
+    fn generated_secrets_differ() {
+        let a = parse(MINIMAL).unwrap().receipt_secret;
+        let b = parse(MINIMAL).unwrap().receipt_secret;
+        assert_ne!(a.key, b.key);
+    }
+
+    #[test]
+    fn a_missing_file_is_one_line() {
+        let e = Config::load(Path::new("/nonexistent/dispatcher.toml"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.starts_with("/nonexistent/dispatcher.toml: cannot read: "),
+            "{e}"
+        );
+        assert!(!e.contains('\n'));
+    }
+}

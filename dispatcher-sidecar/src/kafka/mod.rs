@@ -1,0 +1,105 @@
+//! The dispatcher's Kafka client layer (librdkafka through `rdkafka`): topic
+//! setup, one consumer per queue, and one producer for retry, DLQ and
+//! ack-log writes. It speaks only the Kafka protocol, so it works the same
+//! in front of our broker and Apache Kafka.
+//!
+//! Invariant: nothing here decides delivery; it moves records and reports
+//! assignments. The lease engine decides.
+
+pub mod consumer;
+pub mod producer;
+pub mod topics;
+
+use rdkafka::config::ClientConfig;
+
+use crate::config::{Config, QueueConfig};
+
+/// Settings shared by every client: the bootstrap servers and the
+/// `[librdkafka]` extras (security settings and the like).
+fn base_config(config: &Config, client_id: &str) -> ClientConfig {
+    let mut c = ClientConfig::new();
+    c.set("bootstrap.servers", &config.bootstrap_servers)
+        .set("client.id", client_id);
+    for (k, v) in &config.librdkafka {
+        c.set(k, v);
+    }
+    // Set after the extras: the config rejects these keys there anyway.
+    // Asking for a missing topic must never create it with broker defaults.
+    c.set("allow.auto.create.topics", "false");
+    c
+}
+
+/// The admin client's settings (topic setup).
+pub fn admin_config(config: &Config) -> ClientConfig {
+    base_config(config, "dispatcher-admin")
+}
+
+/// The consumer settings of one queue: its group, manual commits only, and
+/// a new group starts at the earliest offset (a work queue does not skip
+/// messages that were there before it started).
+pub fn consumer_config(config: &Config, queue: &QueueConfig) -> ClientConfig {
+    let mut c = base_config(config, &format!("dispatcher-{}", queue.name));
+    c.set("group.id", &queue.group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false");
+    if !config.librdkafka.contains_key("auto.offset.reset") {
+        c.set("auto.offset.reset", "earliest");
+    }
+    c
+}
+
+/// The producer settings: acks from every in-sync replica and idempotence,
+/// so a retried write lands once and an ack means the copy is durable.
+pub fn producer_config(config: &Config) -> ClientConfig {
+    let mut c = base_config(config, "dispatcher-producer");
+    c.set("acks", "all").set("enable.idempotence", "true");
+    c
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn config(extra: &str) -> Config {
+        Config::parse(
+            &format!(
+                "bootstrap_servers = \"b:1\"\n{extra}\n[[queue]]\nname = \"q\"\ntopic = \"t\"\n"
+            ),
+            "t.toml",
+            std::path::Path::new("."),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn consumers_commit_only_by_hand_in_the_queue_group() {
+        let c = config("");
+        let cc = consumer_config(&c, &c.queues[0]);
+        assert_eq!(cc.get("bootstrap.servers"), Some("b:1"));
+        assert_eq!(cc.get("group.id"), Some("q-dispatcher"));
+        assert_eq!(cc.get("enable.auto.commit"), Some("false"));
+        assert_eq!(cc.get("enable.auto.offset.store"), Some("false"));
+        assert_eq!(cc.get("auto.offset.reset"), Some("earliest"));
+        assert_eq!(cc.get("allow.auto.create.topics"), Some("false"));
+    }
+
+    #[test]
+    fn the_producer_is_idempotent_with_acks_all() {
+        let p = producer_config(&config(""));
+        assert_eq!(p.get("acks"), Some("all"));
+        assert_eq!(p.get("enable.idempotence"), Some("true"));
+        assert_eq!(p.get("allow.auto.create.topics"), Some("false"));
+    }
+
+    #[test]
+    fn librdkafka_extras_reach_every_client() {
+        let c = config(
+            "[librdkafka]\n\"auto.offset.reset\" = \"latest\"\n\"socket.timeout.ms\" = 1000",
+        );
+        let cc = consumer_config(&c, &c.queues[0]);
+        assert_eq!(cc.get("auto.offset.reset"), Some("latest"));
+        assert_eq!(cc.get("socket.timeout.ms"), Some("1000"));
+        assert_eq!(admin_config(&c).get("socket.timeout.ms"), Some("1000"));
+        assert_eq!(producer_config(&c).get("socket.timeout.ms"), Some("1000"));
+    }
+}

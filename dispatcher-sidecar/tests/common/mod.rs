@@ -1,0 +1,140 @@
+//! Runs our broker binary for the dispatcher's integration tests.
+//!
+//! The binary belongs to another package, so `CARGO_BIN_EXE_broker` is not
+//! available here. It is found as `$BROKER_BIN`, else next to this test's
+//! own build (`<target>/<profile>/broker`: `cargo test --workspace`, as
+//! `.ci/run` runs it, builds it there before any test runs). When it is
+//! missing (`cargo test -p dispatcher-sidecar` alone), the test builds it
+//! with `cargo build -p broker --bin broker` first.
+//!
+//! `DISPATCHER_TEST_BOOTSTRAP=host:port` runs the tests against a broker
+//! already running there instead (e.g. Apache Kafka from
+//! `compat-tests/kafka-reference/start.sh`), to check the dispatcher behaves
+//! the same in front of it. Use a fresh one: the tests create fixed topic
+//! names.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use dispatcher_sidecar::config::Config;
+
+static BUILD: Mutex<()> = Mutex::new(());
+
+pub fn broker_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("BROKER_BIN") {
+        let bin = PathBuf::from(bin);
+        assert!(bin.is_file(), "BROKER_BIN={} is not a file", bin.display());
+        return bin;
+    }
+    // <target>/<profile>/deps/<this test> -> <target>/<profile>/broker
+    let exe = std::env::current_exe().expect("the test knows its path");
+    let profile_dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("the test runs from <target>/<profile>/deps");
+    let bin = profile_dir.join(format!("broker{}", std::env::consts::EXE_SUFFIX));
+    let _guard = BUILD.lock().unwrap_or_else(|e| e.into_inner());
+    if !bin.is_file() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+        let target_dir = profile_dir.parent().expect("<target>/<profile>");
+        let mut cmd = Command::new(&cargo);
+        cmd.args(["build", "-p", "broker", "--bin", "broker"])
+            .env("CARGO_TARGET_DIR", target_dir)
+            .current_dir(env!("CARGO_MANIFEST_DIR"));
+        if profile_dir.file_name().is_some_and(|n| n == "release") {
+            cmd.arg("--release");
+        }
+        eprintln!("building the broker binary: {cmd:?}");
+        let status = cmd.status().expect("run cargo to build the broker");
+        assert!(status.success(), "cargo build -p broker failed: {status}");
+    }
+    assert!(
+        bin.is_file(),
+        "broker binary missing at {} (build it with `cargo build -p broker --bin broker`, or set BROKER_BIN)",
+        bin.display()
+    );
+    bin
+}
+
+/// A broker process on 127.0.0.1:`port` with a temporary data directory,
+/// killed on drop.
+pub struct Broker {
+    child: Option<Child>,
+    pub addr: SocketAddr,
+    _dir: tempfile::TempDir,
+}
+
+impl Broker {
+    pub fn start(port: u16) -> Broker {
+        if let Ok(external) = std::env::var("DISPATCHER_TEST_BOOTSTRAP") {
+            return Broker {
+                child: None,
+                addr: external
+                    .parse()
+                    .expect("DISPATCHER_TEST_BOOTSTRAP is ip:port"),
+                _dir: tempfile::tempdir().unwrap(),
+            };
+        }
+        let bin = broker_bin();
+        let dir = tempfile::tempdir().unwrap();
+        let child = Command::new(bin)
+            .args([
+                "--override",
+                &format!("listeners=PLAINTEXT://127.0.0.1:{port}"),
+                "--override",
+                &format!("log.dirs={}", dir.path().display()),
+                "--override",
+                "metrics.listen.address=none",
+                "--override",
+                "group.initial.rebalance.delay.ms=0",
+            ])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("broker binary starts");
+        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "broker not listening on {addr} within 30 s"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Broker {
+            child: Some(child),
+            addr,
+            _dir: dir,
+        }
+    }
+
+    /// A dispatcher config for this broker, with `queues` (TOML `[[queue]]`
+    /// tables) and short group timers so rebalances take a second, not ten.
+    pub fn config(&self, queues: &str) -> Config {
+        let text = format!(
+            "bootstrap_servers = \"{}\"\n\
+             [librdkafka]\n\
+             \"heartbeat.interval.ms\" = 300\n\
+             \"session.timeout.ms\" = 6000\n\
+             \"topic.metadata.refresh.interval.ms\" = 1000\n\
+             {queues}",
+            self.addr
+        );
+        Config::parse(&text, "test.toml", std::path::Path::new(".")).unwrap()
+    }
+}
+
+impl Drop for Broker {
+    fn drop(&mut self) {
+        if let Some(child) = &mut self.child {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
