@@ -1,0 +1,185 @@
+//! The operations the dispatcher's APIs expose (issue 7), independent of the
+//! transport: the HTTP/JSON routes and the gRPC service both call a
+//! [`QueueService`], and the queue runtime implements it over the lease
+//! engine and the Kafka layer. Receipts are opaque strings here; only the
+//! implementation decodes them.
+
+use std::future::Future;
+use std::time::Duration;
+
+use crate::config::QueueConfig;
+
+/// At most this many messages in one produce request.
+pub const MAX_PRODUCE_MESSAGES: usize = 500;
+/// At most this many payload and header bytes in one produce request.
+pub const MAX_PRODUCE_BYTES: usize = 1 << 20;
+/// At most this many messages in one receive.
+pub const MAX_RECEIVE_MESSAGES: u32 = 100;
+/// The longest long-poll of a receive.
+pub const MAX_RECEIVE_WAIT: Duration = Duration::from_secs(20);
+
+/// One message to enqueue.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NewMessage {
+    /// Stable across the producer's retries; generated (UUID) when absent.
+    pub message_id: Option<String>,
+    pub key: Option<Vec<u8>>,
+    pub payload: Vec<u8>,
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// Not delivered before this delay has passed (through the retry tier
+    /// whose delay covers it).
+    pub delay: Option<Duration>,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProduceStatus {
+    Accepted,
+    /// The message id was accepted within the dedupe window; nothing new
+    /// was written, and the partition and offset are the first copy's.
+    Duplicate,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProduceResult {
+    pub message_id: String,
+    pub status: ProduceStatus,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ReceiveRequest {
+    /// 1..=MAX_RECEIVE_MESSAGES.
+    pub max_messages: u32,
+    /// Long-poll: wait up to this long for the first message.
+    pub wait: Duration,
+    /// The lease; the queue's default when absent. Capped by its maximum
+    /// total lease.
+    pub lease: Option<Duration>,
+}
+
+/// One leased message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Delivery {
+    pub message_id: String,
+    /// Opaque, tamper-evident: names (partition, offset, lease generation).
+    pub receipt: String,
+    pub key: Option<Vec<u8>>,
+    pub payload: Vec<u8>,
+    /// The producer's headers (the dispatcher's own `dispatcher.*` headers
+    /// are not shown).
+    pub headers: Vec<(String, Vec<u8>)>,
+    /// 1 for a first delivery.
+    pub attempt: u32,
+    /// When the message was first enqueued (ms since the epoch).
+    pub enqueued_at_ms: i64,
+    /// Where the original message is in the queue's topic.
+    pub partition: i32,
+    pub offset: i64,
+    /// When this lease runs out (ms since the epoch).
+    pub lease_expires_at_ms: i64,
+}
+
+/// What became of one receipt in an ack, nack or extend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ReceiptOutcome {
+    Ok,
+    /// A valid receipt of a lease that is over (expired, acked, or leased
+    /// again): counted, and nothing changed.
+    Stale,
+    /// Not a receipt of this queue (garbled or forged).
+    Invalid,
+    /// The receipt's partition is not owned by this instance now.
+    NotOwner,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct NackRequest {
+    pub receipt: String,
+    pub retry_after: Option<Duration>,
+    pub error: Option<String>,
+    /// Straight to the DLQ.
+    pub permanent: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ExtendResult {
+    pub outcome: ReceiptOutcome,
+    /// The lease's new end when `outcome` is Ok (capped by the maximum total
+    /// lease).
+    pub lease_expires_at_ms: Option<i64>,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PartitionStats {
+    pub partition: i32,
+    /// Messages between the commit point and the log end.
+    pub depth: i64,
+    pub in_flight: u64,
+    /// Age of the oldest message not acked (0 when none).
+    pub oldest_unacked_age_ms: i64,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    pub depth: i64,
+    pub in_flight: u64,
+    /// The maximum over partitions, never an average.
+    pub oldest_unacked_age_ms: i64,
+    pub retry_depth: i64,
+    pub dlq_depth: i64,
+    pub dlq_oldest_age_ms: i64,
+    /// The partitions this instance owns.
+    pub partitions: Vec<PartitionStats>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ServiceError {
+    #[error("no queue named {0:?}")]
+    UnknownQueue(String),
+    #[error("{0}")]
+    InvalidArgument(String),
+    /// Kafka refused or timed out; the client may retry.
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// What the HTTP and gRPC APIs call. One implementation serves every queue
+/// of this dispatcher instance.
+pub trait QueueService: Send + Sync + 'static {
+    fn queues(&self) -> Vec<QueueConfig>;
+
+    fn produce(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+    ) -> impl Future<Output = Result<Vec<ProduceResult>, ServiceError>> + Send;
+
+    fn receive(
+        &self,
+        queue: &str,
+        request: ReceiveRequest,
+    ) -> impl Future<Output = Result<Vec<Delivery>, ServiceError>> + Send;
+
+    /// One outcome per receipt, in order.
+    fn ack(
+        &self,
+        queue: &str,
+        receipts: Vec<String>,
+    ) -> impl Future<Output = Result<Vec<ReceiptOutcome>, ServiceError>> + Send;
+
+    fn nack(
+        &self,
+        queue: &str,
+        request: NackRequest,
+    ) -> impl Future<Output = Result<ReceiptOutcome, ServiceError>> + Send;
+
+    fn extend(
+        &self,
+        queue: &str,
+        receipt: String,
+        lease: Duration,
+    ) -> impl Future<Output = Result<ExtendResult, ServiceError>> + Send;
+
+    fn stats(&self, queue: &str) -> impl Future<Output = Result<QueueStats, ServiceError>> + Send;
+}
