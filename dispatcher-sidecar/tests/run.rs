@@ -41,7 +41,7 @@ async fn the_binary_sets_up_topics_and_stops_on_sigterm() {
     std::fs::write(
         &path,
         format!(
-            "bootstrap_servers = \"{}\"\nhttp_listen = \"127.0.0.1:45051\"\ngrpc_listen = \"127.0.0.1:45052\"\n\
+            "bootstrap_servers = \"{}\"\nhttp_listen = \"127.0.0.2:45051\"\ngrpc_listen = \"127.0.0.2:45052\"\n\
              receipt_secret = \"0123456789abcdef\"\n[[queue]]\nname = \"e2e\"\ntopic = \"e2e\"\n",
             broker.addr
         ),

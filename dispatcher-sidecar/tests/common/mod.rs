@@ -61,7 +61,8 @@ pub fn broker_bin() -> PathBuf {
     bin
 }
 
-/// A broker process on 127.0.0.1:`port` with a temporary data directory,
+/// A broker process on 127.0.0.2:`port` (off 127.0.0.1, where the fixed test ports inside the
+/// ephemeral range can be taken by outgoing connections) with a temporary data directory,
 /// killed on drop.
 pub struct Broker {
     child: Option<Child>,
@@ -85,7 +86,7 @@ impl Broker {
         let child = Command::new(bin)
             .args([
                 "--override",
-                &format!("listeners=PLAINTEXT://127.0.0.1:{port}"),
+                &format!("listeners=PLAINTEXT://127.0.0.2:{port}"),
                 "--override",
                 &format!("log.dirs={}", dir.path().display()),
                 "--override",
@@ -98,7 +99,7 @@ impl Broker {
             .stderr(Stdio::inherit())
             .spawn()
             .expect("broker binary starts");
-        let addr: SocketAddr = format!("127.0.0.1:{port}").parse().unwrap();
+        let addr: SocketAddr = format!("127.0.0.2:{port}").parse().unwrap();
         let deadline = Instant::now() + Duration::from_secs(30);
         while std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_err() {
             assert!(
