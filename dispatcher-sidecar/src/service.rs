@@ -17,6 +17,8 @@ pub const MAX_PRODUCE_BYTES: usize = 1 << 20;
 pub const MAX_RECEIVE_MESSAGES: u32 = 100;
 /// The longest long-poll of a receive.
 pub const MAX_RECEIVE_WAIT: Duration = Duration::from_secs(20);
+/// The longest consumer id a receive may name.
+pub const MAX_CONSUMER_ID_BYTES: usize = 128;
 
 /// One message to enqueue.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -47,7 +49,7 @@ pub struct ProduceResult {
     pub offset: i64,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ReceiveRequest {
     /// 1..=MAX_RECEIVE_MESSAGES.
     pub max_messages: u32,
@@ -56,6 +58,10 @@ pub struct ReceiveRequest {
     /// The lease; the queue's default when absent. Capped by its maximum
     /// total lease.
     pub lease: Option<Duration>,
+    /// The worker's own name for itself (at most [`MAX_CONSUMER_ID_BYTES`]),
+    /// kept with the lease and in the failure history of a retried or
+    /// dead-lettered message; anonymous when absent.
+    pub consumer: Option<String>,
 }
 
 /// One leased message.
