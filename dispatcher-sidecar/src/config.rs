@@ -53,6 +53,10 @@ pub struct Config {
     pub bootstrap_servers: String,
     pub http_listen: SocketAddr,
     pub grpc_listen: SocketAddr,
+    /// `host:port` other instances reach this one's HTTP API at, to forward
+    /// requests for the partitions it owns. `None`: the bound HTTP address
+    /// (fine on one host; set it when listening on 0.0.0.0 or behind NAT).
+    pub advertised_http: Option<String>,
     pub receipt_secret: ReceiptSecret,
     /// Extra librdkafka properties given to every Kafka client (e.g.
     /// `security.protocol`), minus the reserved ones.
@@ -110,6 +114,15 @@ pub enum SecretOrigin {
     /// None was configured: a random one was made at start. Receipts then do
     /// not survive a restart and are not valid on another instance.
     Generated,
+}
+
+impl ReceiptSecret {
+    /// The 32-byte MAC key receipts are signed with, derived from the
+    /// configured secret (of any length from [`MIN_SECRET_BYTES`]). Every
+    /// instance derives the same key from the same secret.
+    pub fn mac_key(&self) -> [u8; 32] {
+        blake3::derive_key("kafka-rs dispatcher receipt secret v1", &self.key)
+    }
 }
 
 impl fmt::Debug for ReceiptSecret {
@@ -254,6 +267,12 @@ impl Config {
         }
         let http_listen = top.socket_addr("http_listen", DEFAULT_HTTP_LISTEN)?;
         let grpc_listen = top.socket_addr("grpc_listen", DEFAULT_GRPC_LISTEN)?;
+        let advertised_http = top.string("advertised_http")?;
+        if let Some(a) = &advertised_http {
+            if let Err(why) = check_host_port(a) {
+                return Err(top.invalid("advertised_http", &why));
+            }
+        }
         let receipt_secret = top.receipt_secret(base_dir)?;
         let librdkafka = top.client_properties("librdkafka")?;
         let queue_tables = top.array_of_tables("queue")?;
@@ -305,6 +324,7 @@ impl Config {
             bootstrap_servers,
             http_listen,
             grpc_listen,
+            advertised_http,
             receipt_secret,
             librdkafka,
             queues,
@@ -643,6 +663,20 @@ fn type_name(v: &toml::Value) -> &'static str {
 
 fn one_line(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+/// `host:port` with a non-empty host of no whitespace, `@` or `/`, and a
+/// port number.
+fn check_host_port(s: &str) -> Result<(), String> {
+    let bad = || format!("{s:?} is not host:port (e.g. \"dispatcher-1.internal:8080\")");
+    let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
+    if host.is_empty()
+        || host.contains(|c: char| c.is_whitespace() || c == '@' || c == '/')
+        || port.parse::<u16>().is_err()
+    {
+        return Err(bad());
+    }
+    Ok(())
 }
 
 /// Kafka's rule for topic names: 1-249 characters of `[a-zA-Z0-9._-]`, not
@@ -1021,6 +1055,16 @@ ordered = true
             .contains("key \"grpc_listen\": expected a string, found an integer"));
         assert!(error(&format!("bootstrap_servers = \"\"\n{MINIMAL}"))
             .contains("key \"bootstrap_servers\": must not be empty"));
+        for bad in ["nohost", ":8080", "a b:1", "h:port", "h:70000", "x@y:1"] {
+            assert!(
+                error(&format!("advertised_http = \"{bad}\"\n{MINIMAL}"))
+                    .contains("key \"advertised_http\": "),
+                "{bad}"
+            );
+        }
+        let c = parse(&format!("advertised_http = \"d-1.internal:8080\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.advertised_http.as_deref(), Some("d-1.internal:8080"));
+        assert_eq!(parse(MINIMAL).unwrap().advertised_http, None);
     }
 
     #[test]

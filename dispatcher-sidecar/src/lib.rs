@@ -5,6 +5,7 @@
 //! lease engine. `run` starts what exists.
 
 pub mod config;
+pub mod forward;
 pub mod kafka;
 pub mod lease;
 pub mod service;

@@ -37,8 +37,17 @@ pub fn admin_config(config: &Config) -> ClientConfig {
 /// The consumer settings of one queue: its group, manual commits only, and
 /// a new group starts at the earliest offset (a work queue does not skip
 /// messages that were there before it started).
+///
+/// The client id ends in `@<advertised HTTP address>` when there is one:
+/// the group's member list (DescribeGroups) then tells every instance where
+/// the owner of a partition serves, which is how requests are forwarded
+/// (`crate::forward`).
 pub fn consumer_config(config: &Config, queue: &QueueConfig) -> ClientConfig {
-    let mut c = base_config(config, &format!("dispatcher-{}", queue.name));
+    let client_id = match &config.advertised_http {
+        Some(addr) => format!("dispatcher-{}@{addr}", queue.name),
+        None => format!("dispatcher-{}", queue.name),
+    };
+    let mut c = base_config(config, &client_id);
     c.set("group.id", &queue.group)
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false");
@@ -81,6 +90,11 @@ mod tests {
         assert_eq!(cc.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(cc.get("auto.offset.reset"), Some("earliest"));
         assert_eq!(cc.get("allow.auto.create.topics"), Some("false"));
+        assert_eq!(cc.get("client.id"), Some("dispatcher-q"));
+        let mut advertised = c.clone();
+        advertised.advertised_http = Some("h:1".into());
+        let cc = consumer_config(&advertised, &advertised.queues[0]);
+        assert_eq!(cc.get("client.id"), Some("dispatcher-q@h:1"));
     }
 
     #[test]

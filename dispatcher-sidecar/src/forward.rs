@@ -1,0 +1,484 @@
+//! Serving receipts of partitions another instance owns (issue 7): a client
+//! may send an ack, nack or extend to any instance, whichever served its
+//! receive.
+//!
+//! [`Forwarding`] wraps the local [`QueueService`]. The local service answers
+//! `NotOwner` for a receipt whose partition it does not own; for those the
+//! wrapper finds the owner in the queue's consumer group and sends the
+//! request to the owner's HTTP API, under `/internal`, where the owner's
+//! *local* service answers it (never forwarded again, so a stale view of the
+//! group cannot make requests bounce between instances).
+//!
+//! Finding the owner needs no registry of its own: every dispatcher consumer
+//! sets its Kafka `client.id` to `dispatcher-<queue>@<advertised HTTP address>`
+//! (`kafka::consumer_config`), and DescribeGroups returns each member's client
+//! id and assignment. The answer is cached for a second; a miss, or an owner
+//! that is this instance (the cache is older than a rebalance), refreshes it
+//! once. When no owner is found or it cannot be reached, the outcome stays
+//! `NotOwner`: the partition is moving, and the client retries, or its lease
+//! runs out and the message is delivered again.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::Context as _;
+use bytes::Bytes;
+use kafka_protocol::messages::ConsumerProtocolAssignment;
+use kafka_protocol::protocol::Decodable as _;
+use rdkafka::consumer::{BaseConsumer, Consumer as _};
+use serde::{Deserialize, Serialize};
+
+use crate::config::{Config, QueueConfig};
+use crate::lease::ReceiptCodec;
+use crate::service::{
+    Delivery, ExtendResult, NackRequest, NewMessage, ProduceResult, QueueService, QueueStats,
+    ReceiptOutcome, ReceiveRequest, ServiceError,
+};
+
+/// The path prefix of the routes that serve the local service only.
+pub const INTERNAL_PREFIX: &str = "/internal";
+/// How long a view of a group's owners is used before it is fetched again.
+const OWNERS_TTL: Duration = Duration::from_secs(1);
+/// A view younger than this is not refetched on a miss (bounds DescribeGroups
+/// traffic when a partition simply has no owner during a rebalance).
+const OWNERS_MIN_REFRESH: Duration = Duration::from_millis(200);
+const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// The owner's address from a dispatcher consumer's client id
+/// (`dispatcher-<queue>@<host:port>`); `None` for any other client.
+pub fn address_from_client_id(client_id: &str) -> Option<&str> {
+    let (prefix, addr) = client_id.rsplit_once('@')?;
+    (prefix.starts_with("dispatcher-") && !addr.is_empty()).then_some(addr)
+}
+
+/// The (topic, partition) pairs of a member assignment in Kafka's consumer
+/// protocol (the bytes DescribeGroups returns).
+pub fn parse_assignment(bytes: &[u8]) -> anyhow::Result<Vec<(String, i32)>> {
+    if bytes.is_empty() {
+        return Ok(Vec::new());
+    }
+    anyhow::ensure!(bytes.len() >= 2, "assignment of {} bytes", bytes.len());
+    let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+    // Versions 0-3 share one layout; a later one is read as the newest known.
+    let mut buf = Bytes::copy_from_slice(&bytes[2..]);
+    let assignment = ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3))
+        .context("decoding a consumer-protocol assignment")?;
+    Ok(assignment
+        .assigned_partitions
+        .into_iter()
+        .flat_map(|tp| {
+            let topic = tp.topic.0.to_string();
+            tp.partitions.into_iter().map(move |p| (topic.clone(), p))
+        })
+        .collect())
+}
+
+/// Who owns which partition, per consumer group, from DescribeGroups.
+pub struct Owners {
+    client: Arc<BaseConsumer>,
+    views: Mutex<HashMap<String, View>>,
+}
+
+#[derive(Clone)]
+struct View {
+    fetched: Instant,
+    owners: Arc<HashMap<(String, i32), String>>,
+}
+
+impl Owners {
+    pub fn new(config: &Config) -> anyhow::Result<Self> {
+        let client: BaseConsumer = crate::kafka::admin_config(config)
+            .set("client.id", "dispatcher-forwarder")
+            .create()
+            .context("creating the group-describe client")?;
+        Ok(Owners {
+            client: Arc::new(client),
+            views: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The advertised HTTP address of the member of `group` that owns
+    /// `topic`/`partition`, other than `not`.
+    pub async fn owner(
+        &self,
+        group: &str,
+        topic: &str,
+        partition: i32,
+        not: &str,
+    ) -> Option<String> {
+        let key = (topic.to_string(), partition);
+        let cached = self.views.lock().unwrap().get(group).cloned();
+        if let Some(view) = &cached {
+            let fresh = view.fetched.elapsed() < OWNERS_TTL;
+            match view.owners.get(&key) {
+                Some(addr) if fresh && addr != not => return Some(addr.clone()),
+                _ if view.fetched.elapsed() < OWNERS_MIN_REFRESH => return None,
+                _ => {}
+            }
+        }
+        let view = self.fetch(group).await?;
+        let found = view.owners.get(&key).filter(|a| *a != not).cloned();
+        self.views.lock().unwrap().insert(group.to_string(), view);
+        found
+    }
+
+    async fn fetch(&self, group: &str) -> Option<View> {
+        let client = self.client.clone();
+        let group_name = group.to_string();
+        let listed = tokio::task::spawn_blocking(move || {
+            let list = client.fetch_group_list(Some(&group_name), DESCRIBE_TIMEOUT)?;
+            let mut owners = HashMap::new();
+            for g in list.groups() {
+                for member in g.members() {
+                    let Some(addr) = address_from_client_id(member.client_id()) else {
+                        continue;
+                    };
+                    let Some(bytes) = member.assignment() else {
+                        continue;
+                    };
+                    match parse_assignment(bytes) {
+                        Ok(tps) => {
+                            for tp in tps {
+                                owners.insert(tp, addr.to_string());
+                            }
+                        }
+                        Err(e) => tracing::warn!(
+                            group = %g.name(),
+                            member = %member.id(),
+                            "unreadable assignment: {e:#}"
+                        ),
+                    }
+                }
+            }
+            Ok::<_, rdkafka::error::KafkaError>(owners)
+        })
+        .await
+        .expect("describing a group does not panic");
+        match listed {
+            Ok(owners) => Some(View {
+                fetched: Instant::now(),
+                owners: Arc::new(owners),
+            }),
+            Err(e) => {
+                tracing::warn!(%group, "describing the group to find a partition's owner: {e}");
+                None
+            }
+        }
+    }
+}
+
+/// What the wrapper needs to place a receipt of one queue.
+struct QueueRoute {
+    group: String,
+    /// By the topic index receipts carry: 0 the primary, n the n-th tier.
+    topics: Vec<String>,
+    codec: ReceiptCodec,
+}
+
+impl QueueRoute {
+    fn new(config: &Config, queue: &QueueConfig) -> Self {
+        let mut topics = vec![queue.topic.clone()];
+        topics.extend(queue.retry_topics());
+        QueueRoute {
+            group: queue.group.clone(),
+            topics,
+            codec: ReceiptCodec::new(&config.receipt_secret.mac_key(), &queue.name),
+        }
+    }
+
+    /// The topic and partition a valid receipt names.
+    fn place(&self, receipt: &str) -> Option<(&str, i32)> {
+        let r = self.codec.decode(receipt).ok()?;
+        let topic = self.topics.get(usize::from(r.partition.topic))?;
+        Some((topic, r.partition.partition))
+    }
+}
+
+/// A [`QueueService`] that serves what the local one cannot by asking the
+/// partition's owner.
+pub struct Forwarding<S> {
+    local: Arc<S>,
+    routes: HashMap<String, QueueRoute>,
+    owners: Owners,
+    http: reqwest::Client,
+    /// This instance's advertised address: never forwarded to.
+    me: String,
+}
+
+impl<S: QueueService> Forwarding<S> {
+    /// `me` is this instance's advertised HTTP address (`config.advertised_http`
+    /// once resolved).
+    pub fn new(local: Arc<S>, config: &Config, me: String) -> anyhow::Result<Self> {
+        let routes = config
+            .queues
+            .iter()
+            .map(|q| (q.name.clone(), QueueRoute::new(config, q)))
+            .collect();
+        let http = reqwest::Client::builder()
+            .timeout(FORWARD_TIMEOUT)
+            .no_proxy()
+            .build()
+            .context("creating the forwarding HTTP client")?;
+        Ok(Forwarding {
+            local,
+            routes,
+            owners: Owners::new(config)?,
+            http,
+            me,
+        })
+    }
+
+    /// The owner's address for a receipt the local service does not own.
+    async fn owner_of(&self, queue: &str, receipt: &str) -> Option<String> {
+        let route = self.routes.get(queue)?;
+        let (topic, partition) = route.place(receipt)?;
+        self.owners
+            .owner(&route.group, topic, partition, &self.me)
+            .await
+    }
+
+    async fn post<T: Serialize, R: for<'de> Deserialize<'de>>(
+        &self,
+        owner: &str,
+        queue: &str,
+        op: &str,
+        body: &T,
+    ) -> anyhow::Result<R> {
+        let url = format!("http://{owner}{INTERNAL_PREFIX}/queues/{queue}/{op}");
+        let response = self
+            .http
+            .post(&url)
+            .json(body)
+            .send()
+            .await
+            .with_context(|| format!("POST {url}"))?;
+        let status = response.status();
+        anyhow::ensure!(status.is_success(), "POST {url}: HTTP {status}");
+        response
+            .json::<R>()
+            .await
+            .with_context(|| format!("POST {url}: reading the answer"))
+    }
+}
+
+// The owner's JSON (the public HTTP API's shapes, see openapi.yaml).
+#[derive(Serialize)]
+struct AckBody<'a> {
+    receipts: &'a [String],
+}
+#[derive(Deserialize)]
+struct AckAnswer {
+    results: Vec<StatusAnswer>,
+}
+#[derive(Deserialize)]
+struct StatusAnswer {
+    status: String,
+}
+#[derive(Serialize)]
+struct NackBody<'a> {
+    receipt: &'a str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    retry_after_seconds: Option<f64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<&'a str>,
+    permanent: bool,
+}
+#[derive(Serialize)]
+struct ExtendBody<'a> {
+    receipt: &'a str,
+    lease_seconds: f64,
+}
+#[derive(Deserialize)]
+struct ExtendAnswer {
+    status: String,
+    #[serde(default)]
+    lease_expires_at_ms: Option<i64>,
+}
+
+fn outcome(status: &str) -> ReceiptOutcome {
+    match status {
+        "ok" => ReceiptOutcome::Ok,
+        "stale" => ReceiptOutcome::Stale,
+        "invalid" => ReceiptOutcome::Invalid,
+        _ => ReceiptOutcome::NotOwner,
+    }
+}
+
+impl<S: QueueService> QueueService for Forwarding<S> {
+    fn queues(&self) -> Vec<QueueConfig> {
+        self.local.queues()
+    }
+
+    async fn produce(
+        &self,
+        queue: &str,
+        messages: Vec<NewMessage>,
+    ) -> Result<Vec<ProduceResult>, ServiceError> {
+        self.local.produce(queue, messages).await
+    }
+
+    async fn receive(
+        &self,
+        queue: &str,
+        request: ReceiveRequest,
+    ) -> Result<Vec<Delivery>, ServiceError> {
+        self.local.receive(queue, request).await
+    }
+
+    async fn ack(
+        &self,
+        queue: &str,
+        receipts: Vec<String>,
+    ) -> Result<Vec<ReceiptOutcome>, ServiceError> {
+        let mut outcomes = self.local.ack(queue, receipts.clone()).await?;
+        let mut by_owner: HashMap<String, Vec<usize>> = HashMap::new();
+        for (i, o) in outcomes.iter().enumerate() {
+            if *o == ReceiptOutcome::NotOwner {
+                if let Some(owner) = self.owner_of(queue, &receipts[i]).await {
+                    by_owner.entry(owner).or_default().push(i);
+                }
+            }
+        }
+        for (owner, indexes) in by_owner {
+            let batch: Vec<String> = indexes.iter().map(|&i| receipts[i].clone()).collect();
+            let answer: anyhow::Result<AckAnswer> = self
+                .post(&owner, queue, "ack", &AckBody { receipts: &batch })
+                .await;
+            match answer {
+                Ok(a) if a.results.len() == indexes.len() => {
+                    for (i, r) in indexes.into_iter().zip(a.results) {
+                        outcomes[i] = outcome(&r.status);
+                    }
+                }
+                Ok(_) => tracing::warn!(%owner, "forwarded ack: answer of the wrong length"),
+                Err(e) => tracing::warn!(%owner, "forwarding an ack: {e:#}"),
+            }
+        }
+        Ok(outcomes)
+    }
+
+    async fn nack(&self, queue: &str, request: NackRequest) -> Result<ReceiptOutcome, ServiceError> {
+        let local = self.local.nack(queue, request.clone()).await?;
+        if local != ReceiptOutcome::NotOwner {
+            return Ok(local);
+        }
+        let Some(owner) = self.owner_of(queue, &request.receipt).await else {
+            return Ok(local);
+        };
+        let body = NackBody {
+            receipt: &request.receipt,
+            retry_after_seconds: request.retry_after.map(|d| d.as_secs_f64()),
+            error: request.error.as_deref(),
+            permanent: request.permanent,
+        };
+        match self
+            .post::<_, StatusAnswer>(&owner, queue, "nack", &body)
+            .await
+        {
+            Ok(a) => Ok(outcome(&a.status)),
+            Err(e) => {
+                tracing::warn!(%owner, "forwarding a nack: {e:#}");
+                Ok(local)
+            }
+        }
+    }
+
+    async fn extend(
+        &self,
+        queue: &str,
+        receipt: String,
+        lease: Duration,
+    ) -> Result<ExtendResult, ServiceError> {
+        let local = self.local.extend(queue, receipt.clone(), lease).await?;
+        if local.outcome != ReceiptOutcome::NotOwner {
+            return Ok(local);
+        }
+        let Some(owner) = self.owner_of(queue, &receipt).await else {
+            return Ok(local);
+        };
+        let body = ExtendBody {
+            receipt: &receipt,
+            lease_seconds: lease.as_secs_f64(),
+        };
+        match self
+            .post::<_, ExtendAnswer>(&owner, queue, "extend", &body)
+            .await
+        {
+            Ok(a) => Ok(ExtendResult {
+                outcome: outcome(&a.status),
+                lease_expires_at_ms: a.lease_expires_at_ms,
+            }),
+            Err(e) => {
+                tracing::warn!(%owner, "forwarding an extend: {e:#}");
+                Ok(local)
+            }
+        }
+    }
+
+    async fn stats(&self, queue: &str) -> Result<QueueStats, ServiceError> {
+        self.local.stats(queue).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kafka_protocol::messages::consumer_protocol_assignment::TopicPartition;
+    use kafka_protocol::messages::TopicName;
+    use kafka_protocol::protocol::{Encodable as _, StrBytes};
+
+    fn encoded(version: i16, assignment: &ConsumerProtocolAssignment) -> Vec<u8> {
+        let mut buf = bytes::BytesMut::new();
+        buf.extend_from_slice(&version.to_be_bytes());
+        assignment.encode(&mut buf, version).unwrap();
+        buf.to_vec()
+    }
+
+    #[test]
+    fn assignments_of_every_version_are_read() {
+        let a = ConsumerProtocolAssignment::default().with_assigned_partitions(vec![
+            TopicPartition::default()
+                .with_topic(TopicName(StrBytes::from_static_str("jobs")))
+                .with_partitions(vec![0, 2]),
+            TopicPartition::default()
+                .with_topic(TopicName(StrBytes::from_static_str("jobs.retry.10s")))
+                .with_partitions(vec![1]),
+        ]);
+        for version in 0..=3 {
+            assert_eq!(
+                parse_assignment(&encoded(version, &a)).unwrap(),
+                vec![
+                    ("jobs".to_string(), 0),
+                    ("jobs".to_string(), 2),
+                    ("jobs.retry.10s".to_string(), 1)
+                ],
+                "version {version}"
+            );
+        }
+        assert_eq!(parse_assignment(&[]).unwrap(), vec![]);
+        assert!(parse_assignment(&[0, 0, 0, 0, 0, 9]).is_err());
+        assert!(parse_assignment(&[0]).is_err());
+    }
+
+    #[test]
+    fn only_dispatcher_client_ids_name_an_owner() {
+        assert_eq!(
+            address_from_client_id("dispatcher-jobs@10.0.0.7:8080"),
+            Some("10.0.0.7:8080")
+        );
+        assert_eq!(address_from_client_id("dispatcher-jobs"), None);
+        assert_eq!(address_from_client_id("rdkafka@h:1"), None);
+        assert_eq!(address_from_client_id("dispatcher-jobs@"), None);
+    }
+
+    #[test]
+    fn statuses_map_back_to_outcomes() {
+        assert_eq!(outcome("ok"), ReceiptOutcome::Ok);
+        assert_eq!(outcome("stale"), ReceiptOutcome::Stale);
+        assert_eq!(outcome("invalid"), ReceiptOutcome::Invalid);
+        assert_eq!(outcome("not_owner"), ReceiptOutcome::NotOwner);
+        assert_eq!(outcome("something new"), ReceiptOutcome::NotOwner);
+    }
+}
