@@ -1020,6 +1020,166 @@ fn openapi_references_resolve() {
     }
 }
 
+/// Follows `$ref`s to the node they name.
+fn resolve<'a>(
+    doc: &'a serde_yaml::Value,
+    mut node: &'a serde_yaml::Value,
+) -> &'a serde_yaml::Value {
+    while let Some(reference) = node["$ref"].as_str() {
+        let path = reference.strip_prefix("#/").expect("a local reference");
+        node = path.split('/').fold(doc, |n, part| &n[part]);
+    }
+    node
+}
+
+/// Checks `value` against the OpenAPI schema: types, required fields,
+/// enums, nullability, and (stricter than OpenAPI's default) no field the
+/// schema does not list, so an undocumented field fails.
+fn check_schema(doc: &serde_yaml::Value, schema: &serde_yaml::Value, value: &Value, at: &str) {
+    let schema = resolve(doc, schema);
+    if value.is_null() {
+        assert_eq!(
+            schema["nullable"].as_bool(),
+            Some(true),
+            "{at}: null, not nullable"
+        );
+        return;
+    }
+    if let Some(options) = schema["enum"].as_sequence() {
+        assert!(
+            options.iter().any(|o| o.as_str() == value.as_str()),
+            "{at}: {value} is not one of {options:?}"
+        );
+    }
+    match schema["type"].as_str() {
+        Some("object") => {
+            let object = value
+                .as_object()
+                .unwrap_or_else(|| panic!("{at}: not an object"));
+            for required in schema["required"].as_sequence().into_iter().flatten() {
+                let name = required.as_str().unwrap();
+                assert!(object.contains_key(name), "{at}: {name} is missing");
+            }
+            for (name, field) in object {
+                let property = &schema["properties"][name.as_str()];
+                assert!(!property.is_null(), "{at}.{name}: not in the schema");
+                check_schema(doc, property, field, &format!("{at}.{name}"));
+            }
+        }
+        Some("array") => {
+            let items = value
+                .as_array()
+                .unwrap_or_else(|| panic!("{at}: not an array"));
+            for (i, item) in items.iter().enumerate() {
+                check_schema(doc, &schema["items"], item, &format!("{at}[{i}]"));
+            }
+        }
+        Some("string") => assert!(value.is_string(), "{at}: not a string"),
+        Some("integer") => assert!(value.is_i64() || value.is_u64(), "{at}: not an integer"),
+        Some("boolean") => assert!(value.is_boolean(), "{at}: not a boolean"),
+        other => panic!("{at}: schema type {other:?} is not handled here"),
+    }
+}
+
+/// The JSON schema of a route's request body, or of its answer with
+/// `status`.
+fn documented_schema<'a>(
+    doc: &'a serde_yaml::Value,
+    method: &str,
+    path: &str,
+    status: Option<StatusCode>,
+) -> &'a serde_yaml::Value {
+    let operation = &doc["paths"][path][method.to_lowercase().as_str()];
+    let part = match status {
+        None => resolve(doc, &operation["requestBody"]),
+        Some(status) => resolve(doc, &operation["responses"][status.as_str()]),
+    };
+    let schema = &part["content"]["application/json"]["schema"];
+    assert!(
+        !schema.is_null(),
+        "{method} {path} {status:?} has no JSON schema"
+    );
+    schema
+}
+
+/// Requests (valid and not) and their answers match the schemas
+/// `openapi.yaml` gives them.
+#[tokio::test]
+async fn requests_and_answers_match_the_documented_schemas() {
+    let doc = openapi();
+    let h = start().await;
+    h.fake.set_deliveries(vec![
+        delivery("ok-1", Some(b"k"), b"text", b"v"),
+        delivery("ok-2", None, &[0xff], b"v"),
+    ]);
+    let cases: Vec<(&str, &str, &str, Value)> = vec![
+        ("GET", "/healthz", "/healthz", Value::Null),
+        ("GET", "/queues", "/queues", Value::Null),
+        ("GET", "/queues/{q}", "/queues/jobs", Value::Null),
+        ("GET", "/queues/{q}", "/queues/nope", Value::Null),
+        ("GET", "/queues/{q}", "/queues/down", Value::Null),
+        ("GET", "/metrics", "/metrics", Value::Null),
+        (
+            "POST",
+            "/queues/{q}/messages",
+            "/queues/jobs/messages",
+            json!({"messages": [
+                {"message_id": "m", "key": "k", "payload": "p", "delay_seconds": 1,
+                 "headers": [{"name": "n", "value": "dg=="}], "encoding": "base64"},
+                {"message_id": "dup-1", "payload": "p"},
+            ]}),
+        ),
+        (
+            "POST",
+            "/queues/{q}/messages",
+            "/queues/jobs/messages",
+            json!({"messages": []}),
+        ),
+        (
+            "POST",
+            "/queues/{q}/receive",
+            "/queues/jobs/receive",
+            json!({"max_messages": 2, "wait_seconds": 0, "lease_seconds": 5,
+                   "consumer_id": "w", "encoding": "auto"}),
+        ),
+        (
+            "POST",
+            "/queues/{q}/ack",
+            "/queues/jobs/ack",
+            json!({"receipts": ["ok-1", "stale-2", "invalid-3", "notowner-4"]}),
+        ),
+        (
+            "POST",
+            "/queues/{q}/nack",
+            "/queues/jobs/nack",
+            json!({"receipt": "ok-1", "retry_after_seconds": 10, "error": "e", "permanent": false}),
+        ),
+        (
+            "POST",
+            "/queues/{q}/extend",
+            "/queues/jobs/extend",
+            json!({"receipt": "ok-1", "lease_seconds": 30}),
+        ),
+        (
+            "POST",
+            "/queues/{q}/extend",
+            "/queues/jobs/extend",
+            json!({"receipt": "stale-1", "lease_seconds": 30}),
+        ),
+    ];
+    for (method, template, path, body) in cases {
+        let at = format!("{method} {path}");
+        if method == "POST" {
+            let schema = documented_schema(&doc, method, template, None);
+            check_schema(&doc, schema, &body, &format!("{at} request"));
+        }
+        let (status, answer) = send(&h, method, path, &body).await;
+        let schema = documented_schema(&doc, method, template, Some(status));
+        check_schema(&doc, schema, &answer, &format!("{at} {status}"));
+    }
+    h.shutdown().await;
+}
+
 /// Each documented route reaches a handler: the answer is not the
 /// router's "no route" or "method not allowed".
 #[tokio::test]

@@ -38,6 +38,10 @@ pub use edge::{DEFAULT_RECEIVE_MESSAGES, MAX_ACK_RECEIPTS, MAX_NACK_ERROR_BYTES}
 pub use grpc::{grpc_service, GrpcApi};
 pub use http::{http_router, HttpRoute, HTTP_BODY_LIMIT_BYTES, HTTP_ROUTES};
 
+/// At most this many gRPC calls in progress on one connection (an HTTP/2
+/// setting the client honours): each may be a receive holding a long poll.
+pub const GRPC_MAX_STREAMS_PER_CONNECTION: u32 = 256;
+
 /// Both API servers, bound and running.
 #[derive(Debug)]
 pub struct Servers {
@@ -97,9 +101,10 @@ pub async fn serve_bound<S: QueueService>(
     let http_server = axum::serve(http_listener, http_router(service.clone(), metrics))
         .with_graceful_shutdown(stopped(stopping.clone()));
     let grpc_server = tonic::transport::Server::builder()
+        .max_concurrent_streams(GRPC_MAX_STREAMS_PER_CONNECTION)
         .add_service(grpc_service(service))
         .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(grpc_listener),
+            tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             stopped(stopping),
         );
     let running = tokio::spawn(async move {
