@@ -280,7 +280,7 @@ struct StatusAnswer {
 struct NackBody<'a> {
     receipt: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
-    retry_after_seconds: Option<f64>,
+    retry_after_seconds: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
     error: Option<&'a str>,
     permanent: bool,
@@ -288,13 +288,18 @@ struct NackBody<'a> {
 #[derive(Serialize)]
 struct ExtendBody<'a> {
     receipt: &'a str,
-    lease_seconds: f64,
+    lease_seconds: u64,
 }
 #[derive(Deserialize)]
 struct ExtendAnswer {
     status: String,
     #[serde(default)]
-    lease_expires_at_ms: Option<i64>,
+    lease_expires_at: Option<String>,
+}
+
+/// The API takes whole seconds; a fraction rounds up (never a shorter wait).
+fn ceil_secs(d: Duration) -> u64 {
+    d.as_secs() + u64::from(d.subsec_nanos() > 0)
 }
 
 fn outcome(status: &str) -> ReceiptOutcome {
@@ -369,7 +374,7 @@ impl<S: QueueService> QueueService for Forwarding<S> {
         };
         let body = NackBody {
             receipt: &request.receipt,
-            retry_after_seconds: request.retry_after.map(|d| d.as_secs_f64()),
+            retry_after_seconds: request.retry_after.map(ceil_secs),
             error: request.error.as_deref(),
             permanent: request.permanent,
         };
@@ -400,7 +405,7 @@ impl<S: QueueService> QueueService for Forwarding<S> {
         };
         let body = ExtendBody {
             receipt: &receipt,
-            lease_seconds: lease.as_secs_f64(),
+            lease_seconds: ceil_secs(lease).max(1),
         };
         match self
             .post::<_, ExtendAnswer>(&owner, queue, "extend", &body)
@@ -408,7 +413,10 @@ impl<S: QueueService> QueueService for Forwarding<S> {
         {
             Ok(a) => Ok(ExtendResult {
                 outcome: outcome(&a.status),
-                lease_expires_at_ms: a.lease_expires_at_ms,
+                lease_expires_at_ms: a
+                    .lease_expires_at
+                    .as_deref()
+                    .and_then(crate::api::json::parse_rfc3339_ms),
             }),
             Err(e) => {
                 tracing::warn!(%owner, "forwarding an extend: {e:#}");

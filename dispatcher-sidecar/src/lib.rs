@@ -4,6 +4,7 @@
 //! setup, a consumer per queue, the producer); `lease` is the per-partition
 //! lease engine. `run` starts what exists.
 
+pub mod api;
 pub mod config;
 pub mod forward;
 pub mod kafka;

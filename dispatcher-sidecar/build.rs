@@ -1,0 +1,13 @@
+//! Generates the gRPC service and messages from `proto/dispatcher.proto`.
+//! protoc comes from `protoc-bin-vendored`, so a build needs no system
+//! protoc; a `PROTOC` already set in the environment wins.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    if std::env::var_os("PROTOC").is_none() {
+        std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
+    }
+    println!("cargo:rerun-if-changed=proto/dispatcher.proto");
+    println!("cargo:rerun-if-env-changed=PROTOC");
+    tonic_prost_build::configure().compile_protos(&["proto/dispatcher.proto"], &["proto"])?;
+    Ok(())
+}

@@ -1,0 +1,402 @@
+//! The HTTP/JSON API (axum), described route by route in `openapi.yaml`.
+//!
+//! The router is built from [`HTTP_ROUTES`], the same table a test compares
+//! with the OpenAPI document, so a route cannot be added to one and not the
+//! other. Every error, including a body that is not JSON, an unknown route
+//! and a body over the limit, is JSON: `{"error": {"code", "message"}}`.
+
+use std::sync::Arc;
+
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{on, MethodFilter, MethodRouter};
+use axum::Router;
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+
+use super::edge;
+use super::json::{
+    receipt_status, AckBody, AckResponse, AckResultOut, DeliveryOut, ErrorBody, ErrorDetail,
+    ExtendBody, ExtendResponse, MessageIn, NackBody, ProduceBody, ProduceResponse, QueueOut,
+    QueuesResponse, ReceiveBody, ReceiveResponse, StatsResponse, StatusResponse,
+};
+use crate::service::{QueueService, ServiceError};
+
+/// The largest request body accepted (413 above it): a full 1 MiB produce
+/// batch written in base64 (4/3 of its size) plus the JSON around 500
+/// messages.
+pub const HTTP_BODY_LIMIT_BYTES: usize = 3 << 20;
+
+/// One route of the HTTP API.
+#[derive(Clone, Copy, Debug)]
+pub struct HttpRoute {
+    /// `GET` or `POST`.
+    pub method: &'static str,
+    /// In axum's (and OpenAPI's) template syntax: `/queues/{q}`.
+    pub path: &'static str,
+    endpoint: Endpoint,
+}
+
+#[derive(Clone, Copy, Debug)]
+enum Endpoint {
+    Health,
+    Metrics,
+    ListQueues,
+    Stats,
+    Produce,
+    Receive,
+    Ack,
+    Nack,
+    Extend,
+}
+
+const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> HttpRoute {
+    HttpRoute {
+        method,
+        path,
+        endpoint,
+    }
+}
+
+/// Every route the router serves.
+pub const HTTP_ROUTES: &[HttpRoute] = &[
+    route("GET", "/healthz", Endpoint::Health),
+    route("GET", "/metrics", Endpoint::Metrics),
+    route("GET", "/queues", Endpoint::ListQueues),
+    route("GET", "/queues/{q}", Endpoint::Stats),
+    route("POST", "/queues/{q}/messages", Endpoint::Produce),
+    route("POST", "/queues/{q}/receive", Endpoint::Receive),
+    route("POST", "/queues/{q}/ack", Endpoint::Ack),
+    route("POST", "/queues/{q}/nack", Endpoint::Nack),
+    route("POST", "/queues/{q}/extend", Endpoint::Extend),
+];
+
+/// What every handler sees.
+struct ApiState<S> {
+    service: Arc<S>,
+    metrics: Option<PrometheusHandle>,
+}
+
+type AppState<S> = State<Arc<ApiState<S>>>;
+
+/// The HTTP API over `service`; `metrics` is rendered at `GET /metrics`
+/// (404 when `None`).
+pub fn http_router<S: QueueService>(service: Arc<S>, metrics: Option<PrometheusHandle>) -> Router {
+    let mut router = Router::new();
+    for route in HTTP_ROUTES {
+        router = router.route(route.path, method_router::<S>(route));
+    }
+    router
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
+        .layer(DefaultBodyLimit::max(HTTP_BODY_LIMIT_BYTES))
+        .with_state(Arc::new(ApiState { service, metrics }))
+}
+
+fn method_router<S: QueueService>(route: &HttpRoute) -> MethodRouter<Arc<ApiState<S>>> {
+    let filter = match route.method {
+        "GET" => MethodFilter::GET,
+        "POST" => MethodFilter::POST,
+        other => panic!("HTTP_ROUTES names method {other}, which the router does not map"),
+    };
+    match route.endpoint {
+        Endpoint::Health => on(filter, healthz),
+        Endpoint::Metrics => on(filter, metrics::<S>),
+        Endpoint::ListQueues => on(filter, list_queues::<S>),
+        Endpoint::Stats => on(filter, stats::<S>),
+        Endpoint::Produce => on(filter, produce::<S>),
+        Endpoint::Receive => on(filter, receive::<S>),
+        Endpoint::Ack => on(filter, ack::<S>),
+        Endpoint::Nack => on(filter, nack::<S>),
+        Endpoint::Extend => on(filter, extend::<S>),
+    }
+}
+
+async fn healthz() -> Response {
+    json(StatusCode::OK, &StatusResponse { status: "ok" })
+}
+
+async fn metrics<S: QueueService>(State(state): AppState<S>) -> Result<Response, ApiError> {
+    let handle = state
+        .metrics
+        .as_ref()
+        .ok_or_else(|| ApiError::not_found("metrics are not enabled on this dispatcher"))?;
+    Ok((
+        [(header::CONTENT_TYPE, "text/plain; version=0.0.4")],
+        handle.render(),
+    )
+        .into_response())
+}
+
+async fn list_queues<S: QueueService>(State(state): AppState<S>) -> Response {
+    let queues = state.service.queues().into_iter().map(QueueOut::from);
+    json(
+        StatusCode::OK,
+        &QueuesResponse {
+            queues: queues.collect(),
+        },
+    )
+}
+
+async fn stats<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+) -> Result<Response, ApiError> {
+    let stats = state.service.stats(&queue).await?;
+    Ok(json(StatusCode::OK, &StatsResponse::new(queue, stats)))
+}
+
+async fn produce<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    JsonBody(body): JsonBody<ProduceBody>,
+) -> Result<Response, ApiError> {
+    let messages = body
+        .messages
+        .into_iter()
+        .enumerate()
+        .map(|(i, m)| MessageIn::into_new_message(m, i))
+        .collect::<Result<Vec<_>, _>>()?;
+    edge::check_produce(&messages)?;
+    let results = state.service.produce(&queue, messages).await?;
+    let results = results.into_iter().map(Into::into).collect();
+    Ok(json(StatusCode::OK, &ProduceResponse { results }))
+}
+
+async fn receive<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    body: OptionalJsonBody<ReceiveBody>,
+) -> Result<Response, ApiError> {
+    let body = body.0.unwrap_or_default();
+    let request = edge::receive_request(edge::ReceiveParams {
+        max_messages: body.max_messages,
+        wait_seconds: body.wait_seconds,
+        lease_seconds: body.lease_seconds,
+        consumer_id: body.consumer_id,
+    })?;
+    let deliveries = state.service.receive(&queue, request).await?;
+    let messages = deliveries
+        .into_iter()
+        .map(|d| DeliveryOut::new(d, body.encoding))
+        .collect();
+    Ok(json(StatusCode::OK, &ReceiveResponse { messages }))
+}
+
+async fn ack<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    JsonBody(body): JsonBody<AckBody>,
+) -> Result<Response, ApiError> {
+    edge::check_receipts(&body.receipts)?;
+    let outcomes = state.service.ack(&queue, body.receipts.clone()).await?;
+    if outcomes.len() != body.receipts.len() {
+        return Err(ApiError::internal(format!(
+            "the service answered {} receipts with {} outcomes",
+            body.receipts.len(),
+            outcomes.len()
+        )));
+    }
+    let results = body
+        .receipts
+        .into_iter()
+        .zip(outcomes)
+        .map(|(receipt, outcome)| AckResultOut {
+            receipt,
+            status: receipt_status(outcome),
+        })
+        .collect();
+    Ok(json(StatusCode::OK, &AckResponse { results }))
+}
+
+async fn nack<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    JsonBody(body): JsonBody<NackBody>,
+) -> Result<Response, ApiError> {
+    let request = edge::nack_request(
+        body.receipt,
+        body.retry_after_seconds,
+        body.error,
+        body.permanent,
+    );
+    let outcome = state.service.nack(&queue, request).await?;
+    let status = receipt_status(outcome);
+    Ok(json(StatusCode::OK, &StatusResponse { status }))
+}
+
+async fn extend<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    JsonBody(body): JsonBody<ExtendBody>,
+) -> Result<Response, ApiError> {
+    let lease = edge::lease_duration("lease_seconds", body.lease_seconds)?;
+    let result = state.service.extend(&queue, body.receipt, lease).await?;
+    Ok(json(StatusCode::OK, &ExtendResponse::from(result)))
+}
+
+async fn no_route() -> ApiError {
+    ApiError::new(StatusCode::NOT_FOUND, "no_route", "no such route".into())
+}
+
+async fn method_not_allowed() -> ApiError {
+    ApiError::new(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method_not_allowed",
+        "this route does not take that method".into(),
+    )
+}
+
+fn json<T: Serialize>(status: StatusCode, body: &T) -> Response {
+    match serde_json::to_vec(body) {
+        Ok(bytes) => (status, [(header::CONTENT_TYPE, "application/json")], bytes).into_response(),
+        Err(e) => ApiError::internal(format!("encoding the response: {e}")).into_response(),
+    }
+}
+
+/// A failed request, answered as `{"error": {"code", "message"}}`.
+#[derive(Debug)]
+pub(crate) struct ApiError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+}
+
+impl ApiError {
+    fn new(status: StatusCode, code: &'static str, message: String) -> Self {
+        ApiError {
+            status,
+            code,
+            message,
+        }
+    }
+
+    fn not_found(message: &str) -> Self {
+        ApiError::new(StatusCode::NOT_FOUND, "not_found", message.into())
+    }
+
+    fn invalid(message: String) -> Self {
+        ApiError::new(StatusCode::BAD_REQUEST, "invalid_argument", message)
+    }
+
+    fn too_large() -> Self {
+        ApiError::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "payload_too_large",
+            format!("the request body is over {HTTP_BODY_LIMIT_BYTES} bytes"),
+        )
+    }
+
+    fn internal(message: String) -> Self {
+        tracing::error!(%message, "HTTP API internal error");
+        ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+impl From<ServiceError> for ApiError {
+    fn from(e: ServiceError) -> Self {
+        let message = e.to_string();
+        match e {
+            ServiceError::UnknownQueue(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "unknown_queue", message)
+            }
+            ServiceError::InvalidArgument(_) => ApiError::invalid(message),
+            ServiceError::Unavailable(_) => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+            }
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = ErrorBody {
+            error: ErrorDetail {
+                code: self.code,
+                message: &self.message,
+            },
+        };
+        let bytes = serde_json::to_vec(&body).expect("an error body always serializes");
+        (
+            self.status,
+            [(header::CONTENT_TYPE, "application/json")],
+            bytes,
+        )
+            .into_response()
+    }
+}
+
+/// The `{q}` of a queue route.
+struct QueueName(String);
+
+impl<St: Send + Sync> FromRequestParts<St> for QueueName {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, ApiError> {
+        let Path(name) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("queue name in the path: {e}")))?;
+        Ok(QueueName(name))
+    }
+}
+
+/// A JSON body, whatever its content type says (a `curl -d` without
+/// `-H 'content-type: application/json'` works), read up to
+/// [`HTTP_BODY_LIMIT_BYTES`] (413 above).
+struct JsonBody<T>(T);
+
+impl<T: DeserializeOwned, St: Send + Sync> FromRequest<St> for JsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &St) -> Result<Self, ApiError> {
+        let bytes = read_body(request, state).await?;
+        parse(&bytes).map(JsonBody)
+    }
+}
+
+/// Like [`JsonBody`], but an empty body means "all defaults".
+struct OptionalJsonBody<T>(Option<T>);
+
+impl<T: DeserializeOwned, St: Send + Sync> FromRequest<St> for OptionalJsonBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(request: Request, state: &St) -> Result<Self, ApiError> {
+        let bytes = read_body(request, state).await?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptionalJsonBody(None));
+        }
+        parse(&bytes).map(|body| OptionalJsonBody(Some(body)))
+    }
+}
+
+/// Reads the body up to the limit. A declared `content-length` over it is
+/// refused before anything is read; a chunked body when it passes it.
+async fn read_body<St: Send + Sync>(request: Request, state: &St) -> Result<Bytes, ApiError> {
+    let declared = request
+        .headers()
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    if declared.is_some_and(|len| len > HTTP_BODY_LIMIT_BYTES as u64) {
+        return Err(ApiError::too_large());
+    }
+    Bytes::from_request(request, state).await.map_err(|e| {
+        if e.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::too_large()
+        } else {
+            ApiError::invalid(format!("reading the request body: {}", e.body_text()))
+        }
+    })
+}
+
+fn parse<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, ApiError> {
+    serde_json::from_slice(bytes).map_err(|e| {
+        ApiError::invalid(format!(
+            "the request body is not valid JSON for this route: {e}"
+        ))
+    })
+}

@@ -1,0 +1,139 @@
+//! The dispatcher's pull API (issue 7): HTTP/JSON (axum, described by
+//! `openapi.yaml`) and gRPC (tonic, `proto/dispatcher.proto`), both thin
+//! translations onto a [`QueueService`].
+//!
+//! Entry points:
+//! - [`serve`] binds both listeners and serves until the shutdown future
+//!   resolves; [`serve_bound`] does the same but returns at once with the
+//!   bound addresses ([`Servers`]), so a caller can listen on port 0 and
+//!   learn the ports.
+//! - [`http_router`] and [`grpc_service`] build the two services without
+//!   binding anything, for tests and for a layer that wraps them.
+//!
+//! Invariant: this module decides nothing about queues. It checks requests
+//! against the limits in [`crate::service`] (so an over-limit request never
+//! reaches the service), translates, and maps [`ServiceError`]s to status
+//! codes; leases, receipts and Kafka are the service's business.
+//!
+//! [`ServiceError`]: crate::service::ServiceError
+
+mod edge;
+pub mod grpc;
+pub mod http;
+pub(crate) mod json;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use anyhow::Context as _;
+use metrics_exporter_prometheus::PrometheusHandle;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use crate::service::QueueService;
+
+pub use edge::{DEFAULT_RECEIVE_MESSAGES, MAX_ACK_RECEIPTS, MAX_NACK_ERROR_BYTES};
+pub use grpc::{grpc_service, GrpcApi};
+pub use http::{http_router, HttpRoute, HTTP_BODY_LIMIT_BYTES, HTTP_ROUTES};
+
+/// At most this many gRPC calls in progress on one connection (an HTTP/2
+/// setting the client honours): each may be a receive holding a long poll.
+pub const GRPC_MAX_STREAMS_PER_CONNECTION: u32 = 256;
+
+/// Both API servers, bound and running.
+#[derive(Debug)]
+pub struct Servers {
+    /// Where the HTTP/JSON API listens (the real port when 0 was asked for).
+    pub http: SocketAddr,
+    /// Where the gRPC API listens.
+    pub grpc: SocketAddr,
+    running: JoinHandle<anyhow::Result<()>>,
+}
+
+impl Servers {
+    /// Waits until both servers have stopped: after the shutdown future
+    /// resolved and the requests in progress were answered (a long-poll
+    /// receive may hold this up to its wait, at most 20 s), or after one of
+    /// them failed.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.running.await.context("the API server task panicked")?
+    }
+}
+
+/// Serves the HTTP API on `http` and the gRPC API on `grpc` until
+/// `shutdown` resolves, then stops accepting and finishes the requests in
+/// progress. `metrics` is rendered at `GET /metrics` (404 when `None`).
+pub async fn serve<S: QueueService>(
+    service: Arc<S>,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    metrics: Option<PrometheusHandle>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    serve_bound(service, http, grpc, metrics, shutdown)
+        .await?
+        .wait()
+        .await
+}
+
+/// Like [`serve`], but returns once both listeners are bound, with their
+/// addresses; [`Servers::wait`] then waits for the end. A bind error is
+/// returned here, before anything is served.
+pub async fn serve_bound<S: QueueService>(
+    service: Arc<S>,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    metrics: Option<PrometheusHandle>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Servers> {
+    let http_listener = TcpListener::bind(http)
+        .await
+        .with_context(|| format!("binding the HTTP API on {http}"))?;
+    let grpc_listener = TcpListener::bind(grpc)
+        .await
+        .with_context(|| format!("binding the gRPC API on {grpc}"))?;
+    let http = http_listener.local_addr()?;
+    let grpc = grpc_listener.local_addr()?;
+    let stopping = shutdown_signal(shutdown);
+
+    let http_server = axum::serve(http_listener, http_router(service.clone(), metrics))
+        .with_graceful_shutdown(stopped(stopping.clone()));
+    let grpc_server = tonic::transport::Server::builder()
+        .max_concurrent_streams(GRPC_MAX_STREAMS_PER_CONNECTION)
+        .add_service(grpc_service(service))
+        .serve_with_incoming_shutdown(
+            tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+            stopped(stopping),
+        );
+    let running = tokio::spawn(async move {
+        tokio::try_join!(
+            async { http_server.await.context("the HTTP API server failed") },
+            async { grpc_server.await.context("the gRPC API server failed") },
+        )?;
+        Ok(())
+    });
+    tracing::info!(%http, %grpc, "serving the HTTP and gRPC APIs");
+    Ok(Servers {
+        http,
+        grpc,
+        running,
+    })
+}
+
+/// Turns the caller's shutdown future into a signal both servers can wait
+/// on: the sender is dropped when `shutdown` resolves.
+fn shutdown_signal(shutdown: impl Future<Output = ()> + Send + 'static) -> watch::Receiver<()> {
+    let (tx, rx) = watch::channel(());
+    tokio::spawn(async move {
+        shutdown.await;
+        drop(tx);
+    });
+    rx
+}
+
+/// Resolves once the shutdown signal has fired.
+async fn stopped(mut signal: watch::Receiver<()>) {
+    while signal.changed().await.is_ok() {}
+}
