@@ -1062,7 +1062,10 @@ ordered = true
                 "{bad}"
             );
         }
-        let c = parse(&format!("advertised_http = \"d-1.internal:8080\"\n{MINIMAL}")).unwrap();
+        let c = parse(&format!(
+            "advertised_http = \"d-1.internal:8080\"\n{MINIMAL}"
+        ))
+        .unwrap();
         assert_eq!(c.advertised_http.as_deref(), Some("d-1.internal:8080"));
         assert_eq!(parse(MINIMAL).unwrap().advertised_http, None);
     }

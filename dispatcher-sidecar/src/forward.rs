@@ -364,7 +364,11 @@ impl<S: QueueService> QueueService for Forwarding<S> {
         Ok(outcomes)
     }
 
-    async fn nack(&self, queue: &str, request: NackRequest) -> Result<ReceiptOutcome, ServiceError> {
+    async fn nack(
+        &self,
+        queue: &str,
+        request: NackRequest,
+    ) -> Result<ReceiptOutcome, ServiceError> {
         let local = self.local.nack(queue, request.clone()).await?;
         if local != ReceiptOutcome::NotOwner {
             return Ok(local);

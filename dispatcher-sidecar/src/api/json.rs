@@ -397,7 +397,12 @@ pub(crate) fn rfc3339_ms(ms: i64) -> String {
 /// forwarded request's owner answers); `None` for anything else.
 pub(crate) fn parse_rfc3339_ms(text: &str) -> Option<i64> {
     let b = text.as_bytes();
-    if b.len() != 24 || &b[4..5] != b"-" || &b[7..8] != b"-" || &b[10..11] != b"T" || &b[23..] != b"Z" {
+    if b.len() != 24
+        || &b[4..5] != b"-"
+        || &b[7..8] != b"-"
+        || &b[10..11] != b"T"
+        || &b[23..] != b"Z"
+    {
         return None;
     }
     let num = |r: std::ops::Range<usize>| text.get(r)?.parse::<i64>().ok();
