@@ -79,6 +79,10 @@ pub struct QueueConfig {
     pub max_attempts: u32,
     pub dlq_topic: String,
     pub ack_log_topic: String,
+    /// Compacted topic of the message ids accepted by produce, read at start
+    /// (and followed) so the dedupe window survives restarts and spans
+    /// instances.
+    pub dedupe_topic: String,
     pub ordered: bool,
     #[serde(serialize_with = "ser_duration")]
     pub dedupe_window: Duration,
@@ -299,6 +303,7 @@ impl Config {
                 (q.topic.clone(), "topic"),
                 (q.dlq_topic.clone(), "dlq_topic"),
                 (q.ack_log_topic.clone(), "ack_log_topic"),
+                (q.dedupe_topic.clone(), "dedupe_topic"),
             ];
             owned.extend(q.retry_topics().into_iter().map(|t| (t, "retry_tiers")));
             for (topic, key) in owned {
@@ -405,6 +410,9 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
     let ack_log_topic = keys
         .string("ack_log_topic")?
         .unwrap_or_else(|| format!("{topic}.acklog"));
+    let dedupe_topic = keys
+        .string("dedupe_topic")?
+        .unwrap_or_else(|| format!("{topic}.dedupe"));
     let ordered = keys.boolean("ordered")?.unwrap_or(false);
     let dedupe_window = keys
         .duration("dedupe_window")?
@@ -430,6 +438,7 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
         max_attempts,
         dlq_topic,
         ack_log_topic,
+        dedupe_topic,
         ordered,
         dedupe_window,
         gap_cap,
@@ -812,6 +821,7 @@ mod tests {
                 max_attempts: 5,
                 dlq_topic: "jobs.dlq".into(),
                 ack_log_topic: "jobs.acklog".into(),
+                dedupe_topic: "jobs.dedupe".into(),
                 ordered: false,
                 dedupe_window: Duration::from_secs(300),
                 gap_cap: 100_000,

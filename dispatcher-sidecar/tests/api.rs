@@ -360,6 +360,7 @@ async fn list_queues_shows_each_queue_with_its_settings() {
             "max_attempts": 5,
             "dlq_topic": "jobs-topic.dlq",
             "ack_log_topic": jobs_config().ack_log_topic,
+            "dedupe_topic": jobs_config().dedupe_topic,
             "ordered": false,
             "dedupe_window": "5m",
             "gap_cap": 100000,

@@ -101,6 +101,7 @@ async fn setup_creates_tiers_dlq_and_ack_log_once_with_the_right_configs() {
         created,
         [
             "jobs.acklog",
+            "jobs.dedupe",
             "jobs.dlq",
             "jobs.retry.10m",
             "jobs.retry.10s",
@@ -121,19 +122,22 @@ async fn setup_creates_tiers_dlq_and_ack_log_once_with_the_right_configs() {
     );
     let acklog = describe(&admin, "jobs.acklog").await;
     assert_eq!(acklog["cleanup.policy"], "compact");
+    let dedupe = describe(&admin, "jobs.dedupe").await;
+    assert_eq!(dedupe["cleanup.policy"], "compact,delete");
+    assert_eq!(dedupe["retention.ms"], "300000");
     let tier = describe(&admin, "jobs.retry.10m").await;
     assert_eq!(tier["retention.ms"], (3_600_000 + 600_000).to_string());
 
     // Idempotent: the second run finds everything and creates nothing.
     let again = topics::ensure_topics(&admin, jobs, TIMEOUT).await.unwrap();
     assert!(again.created.is_empty(), "{again:?}");
-    assert_eq!(again.existing.len(), 6);
+    assert_eq!(again.existing.len(), 7);
 
     // An infinite primary retention gives an infinite DLQ retention.
     let forever = topics::ensure_topics(&admin, &config.queues[1], TIMEOUT)
         .await
         .unwrap();
-    assert_eq!(forever.created.len(), 3, "{forever:?}");
+    assert_eq!(forever.created.len(), 4, "{forever:?}");
     assert_eq!(describe(&admin, "forever.dlq").await["retention.ms"], "-1");
     assert_eq!(
         describe(&admin, "forever.retry.30s").await["retention.ms"],

@@ -200,6 +200,7 @@ fn queue(q: QueueConfig) -> proto::Queue {
         max_attempts: q.max_attempts,
         dlq_topic: q.dlq_topic,
         ack_log_topic: q.ack_log_topic,
+        dedupe_topic: q.dedupe_topic,
         ordered: q.ordered,
         gap_cap: q.gap_cap,
     }

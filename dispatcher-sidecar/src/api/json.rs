@@ -291,6 +291,7 @@ pub(crate) struct QueueOut {
     max_attempts: u32,
     dlq_topic: String,
     ack_log_topic: String,
+    dedupe_topic: String,
     ordered: bool,
     dedupe_window: String,
     gap_cap: u64,
@@ -310,6 +311,7 @@ impl From<QueueConfig> for QueueOut {
             max_attempts: q.max_attempts,
             dlq_topic: q.dlq_topic,
             ack_log_topic: q.ack_log_topic,
+            dedupe_topic: q.dedupe_topic,
             ordered: q.ordered,
             gap_cap: q.gap_cap,
         }

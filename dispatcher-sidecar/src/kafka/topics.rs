@@ -21,6 +21,7 @@ pub enum TopicRole {
     RetryTier(Duration),
     Dlq,
     AckLog,
+    Dedupe,
 }
 
 /// The primary topic as the cluster describes it.
@@ -54,7 +55,9 @@ pub struct TopicSpec {
 /// issue's rule, so a dead letter outlives its source), infinite when the
 /// primary's is; a retry tier keeps them as long as the primary plus its
 /// delay, so a retry is not deleted before it is due. The ack log is
-/// compacted: only the latest state of each key matters.
+/// compacted: only the latest state of each key matters. The dedupe topic is
+/// compacted and deleted after the dedupe window (its segments roll at the
+/// window, so an id older than two windows is gone from disk too).
 pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
     let retention = |extra_ms: i64, factor: i64| -> String {
         if primary.retention_ms < 0 {
@@ -100,6 +103,19 @@ pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
         queue.ack_log_topic.clone(),
         TopicRole::AckLog,
         BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]),
+    ));
+    let window_ms = i64::try_from(queue.dedupe_window.as_millis())
+        .unwrap_or(i64::MAX)
+        .max(1)
+        .to_string();
+    specs.push(spec(
+        queue.dedupe_topic.clone(),
+        TopicRole::Dedupe,
+        BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact,delete".to_string()),
+            ("retention.ms".to_string(), window_ms.clone()),
+            ("segment.ms".to_string(), window_ms),
+        ]),
     ));
     specs
 }
@@ -353,7 +369,8 @@ mod tests {
                 "jobs.retry.10m",
                 "jobs.retry.1h",
                 "jobs.dlq",
-                "jobs.acklog"
+                "jobs.acklog",
+                "jobs.dedupe"
             ]
         );
         assert!(specs
@@ -411,6 +428,16 @@ mod tests {
             BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())])
         );
         assert_eq!(by_name(&specs, "dead").role, TopicRole::Dlq);
+    }
+
+    #[test]
+    fn the_dedupe_topic_forgets_after_the_window() {
+        let specs = plan(&queue("dedupe_window = \"2m\"\n"), &primary(1));
+        let d = by_name(&specs, "jobs.dedupe");
+        assert_eq!(d.role, TopicRole::Dedupe);
+        assert_eq!(d.configs["cleanup.policy"], "compact,delete");
+        assert_eq!(d.configs["retention.ms"], "120000");
+        assert_eq!(d.configs["segment.ms"], "120000");
     }
 
     #[test]
