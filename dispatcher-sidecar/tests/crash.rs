@@ -118,7 +118,9 @@ async fn worker(
         let base = &bases[current];
         let received = http
             .post(format!("{base}/queues/crash/receive"))
-            .json(&json!({ "max_messages": BATCH, "wait_seconds": 1, "consumer_id": "crash-worker" }))
+            .json(
+                &json!({ "max_messages": BATCH, "wait_seconds": 1, "consumer_id": "crash-worker" }),
+            )
             .send()
             .await;
         let body: Value = match received {
@@ -184,7 +186,11 @@ async fn killing_one_of_two_dispatchers_loses_nothing() {
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
     let created = admin
         .create_topics(
-            &[NewTopic::new("crash", PARTITIONS, TopicReplication::Fixed(1))],
+            &[NewTopic::new(
+                "crash",
+                PARTITIONS,
+                TopicReplication::Fixed(1),
+            )],
             &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
         )
         .await
@@ -200,7 +206,10 @@ async fn killing_one_of_two_dispatchers_loses_nothing() {
     for i in 0..total {
         let payload = format!("message {i}");
         let key = i.to_string();
-        pending.push(producer.send_result(FutureRecord::to("crash").key(&key).payload(&payload)));
+        let sent = producer
+            .send_result(FutureRecord::to("crash").key(&key).payload(&payload))
+            .map_err(|(e, _)| e);
+        pending.push(sent);
         if pending.len() == 10_000 {
             for p in pending.drain(..) {
                 p.unwrap().await.unwrap().unwrap();

@@ -7,6 +7,7 @@
 //! assignments. The lease engine decides.
 
 pub mod consumer;
+pub mod dedupe_log;
 pub mod producer;
 pub mod topics;
 
