@@ -7,6 +7,7 @@
 pub mod config;
 pub mod kafka;
 pub mod lease;
+pub mod queue;
 pub mod service;
 
 use std::sync::Arc;
