@@ -73,12 +73,9 @@ impl Buffered {
         timestamp_ms: i64,
         is_tier: bool,
     ) -> Buffered {
-        let envelope = match RetryEnvelope::from_headers(&headers) {
-            Ok(e) => e,
-            // A record with only some of our headers (our produce writes the
-            // message id alone) or damaged ones: served as a first attempt.
-            Err(_) => None,
-        };
+        // A record with only some of our headers (our produce writes the
+        // message id alone) or damaged ones is served as a first attempt.
+        let envelope = RetryEnvelope::from_headers(&headers).unwrap_or_default();
         let message_id = envelope
             .as_ref()
             .map(|e| e.message_id.clone())

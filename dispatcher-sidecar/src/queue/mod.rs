@@ -46,6 +46,9 @@ const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
 const TICK: Duration = Duration::from_millis(200);
 /// Every this many ticks: commits, retention accounting and gauges (~1 s).
 const SLOW_TICKS: u32 = 5;
+/// How long `start` waits for the group to assign partitions to every
+/// consumer.
+const SETTLE_TIMEOUT: Duration = Duration::from_secs(15);
 /// librdkafka's own prefetch per consumer (kB), unless configured: the
 /// dispatcher buffers `partition::PREFETCH_MAX` records per partition
 /// itself, so the backlog stays in Kafka.
@@ -63,8 +66,8 @@ pub struct Dispatcher {
 impl Dispatcher {
     /// Sets up every queue's topics, starts its consumers (the primary and
     /// one per retry tier, all in the queue's group) and the periodic tasks.
-    /// Returns once they run; partitions are served as the group assigns
-    /// them (a receive waits for that).
+    /// Returns once every consumer serves an assignment, or after
+    /// `SETTLE_TIMEOUT` (a receive waits for partitions anyway).
     pub async fn start(config: &Config) -> anyhow::Result<Arc<Dispatcher>> {
         let admin: Arc<AdminClient<DefaultClientContext>> = Arc::new(
             crate::kafka::admin_config(config)
@@ -129,6 +132,7 @@ impl Dispatcher {
             tasks.push(tokio::spawn(ticks(Arc::clone(&runtime), stop.subscribe())));
             queues.insert(queue.name.clone(), runtime);
         }
+        wait_for_assignments(&queues).await;
         Ok(Arc::new(Dispatcher {
             queues,
             configs: config.queues.clone(),
@@ -174,6 +178,24 @@ impl Dispatcher {
         self.queues
             .get(name)
             .ok_or_else(|| ServiceError::UnknownQueue(name.to_owned()))
+    }
+}
+
+/// Waits (bounded) until every consumer serves an assignment. Consumers of
+/// one group joining one after another rebalance the group each time, and
+/// each rebalance moves leases (their messages come back); a caller that
+/// starts working after this sees a settled group. Another instance already
+/// holding every partition of a topic makes this wait the whole bound.
+async fn wait_for_assignments(queues: &HashMap<String, Arc<QueueRuntime>>) {
+    let deadline = tokio::time::Instant::now() + SETTLE_TIMEOUT;
+    while !queues.values().all(|q| q.every_topic_served()) {
+        if tokio::time::Instant::now() >= deadline {
+            tracing::info!(
+                "not every topic has partitions here after {SETTLE_TIMEOUT:?}; serving what is assigned"
+            );
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 
@@ -230,7 +252,7 @@ async fn ticks(runtime: Arc<QueueRuntime>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = interval.tick() => {
                 n = n.wrapping_add(1);
-                runtime.tick(n % SLOW_TICKS == 0).await;
+                runtime.tick(n.is_multiple_of(SLOW_TICKS)).await;
             }
         }
     }

@@ -106,6 +106,9 @@ impl Pending {
     }
 }
 
+/// The receipts of one request that name one partition, with their index.
+type ReceiptsOf = (Arc<Partition>, Vec<(usize, Receipt)>);
+
 /// Blocking readers outside the group (see `reader`).
 struct Readers {
     ack_log: Mutex<BaseConsumer>,
@@ -145,6 +148,16 @@ pub(crate) struct QueueRuntime {
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Metric labels of each topic's partitions.
     partition_labels: Vec<String>,
+}
+
+impl QueueRuntime {
+    /// Every topic of the queue has partitions served here (after its
+    /// rebuild). Once true for all topics after start, the group has settled
+    /// on a generation with all of this instance's consumers in it.
+    pub(crate) fn every_topic_served(&self) -> bool {
+        let parts = self.partitions.read().unwrap();
+        (0..self.topics.len()).all(|t| parts.keys().any(|qp| usize::from(qp.topic) == t))
+    }
 }
 
 pub(crate) struct RuntimeParts {
@@ -341,9 +354,9 @@ impl QueueRuntime {
                 .unwrap_or(0);
             let events = by_partition.remove(&p).unwrap_or_default();
             let event_count = events.len();
-            let rebuilt =
-                PartitionLeases::rebuild(qp, self.lease_config.clone(), base, events.clone())?;
-            let acked = acked_above_commit(&events, rebuilt.leases.committed_offset());
+            let mut acked = acked_above_commit(&events, base);
+            let rebuilt = PartitionLeases::rebuild(qp, self.lease_config.clone(), base, events)?;
+            let acked = acked.split_off(&rebuilt.leases.committed_offset());
             tracing::info!(queue = %self.config.name, partition = %qp, group_committed = base,
                 committed = rebuilt.leases.committed_offset(), released = rebuilt.expired.len(),
                 pending_routes = rebuilt.pending_routes.len(), event_count,
@@ -389,6 +402,13 @@ impl QueueRuntime {
                 }
             }
         }
+        // Writes of requests still running land before the next owner reads
+        // the ack log.
+        let producer = self.producer.clone();
+        let _ = tokio::task::spawn_blocking(move || {
+            rdkafka::producer::Producer::flush(&producer, Duration::from_secs(5))
+        })
+        .await;
         self.commit(&gone, true).await;
         for part in &gone {
             metrics::gauge!("dispatcher_in_flight", "queue" => self.name(), "partition" => self.label(part.qp)).set(0.0);
@@ -697,8 +717,7 @@ impl QueueRuntime {
             )));
         }
         let mut outcomes = vec![ReceiptOutcome::Invalid; receipts.len()];
-        let mut by_partition: BTreeMap<QueuePartition, (Arc<Partition>, Vec<(usize, Receipt)>)> =
-            BTreeMap::new();
+        let mut by_partition: BTreeMap<QueuePartition, ReceiptsOf> = BTreeMap::new();
         for (i, text) in receipts.iter().enumerate() {
             match self.resolve(text) {
                 Ok((r, part)) => by_partition
@@ -710,6 +729,7 @@ impl QueueRuntime {
             }
         }
         let mut pending = Pending::default();
+        let mut wake = false;
         for (part, list) in by_partition.values() {
             let mut state = part.state.lock().unwrap();
             for (i, r) in list {
@@ -723,6 +743,12 @@ impl QueueRuntime {
             }
             pending.merge(self.write_events(&mut state));
             part.space.notify_one();
+            wake |= state.ready_len() > 0;
+        }
+        if wake {
+            // The commit point may have moved: records held back by the gap
+            // cap can be leased now.
+            self.ready.notify_waiters();
         }
         pending
             .wait()
@@ -865,7 +891,7 @@ impl QueueRuntime {
                     offset = failure.offset, "writing the failure copy: {e}"),
             }
         }
-        let pending = {
+        let (pending, wake) = {
             let mut state = part.state.lock().unwrap();
             for (failure, _) in &jobs {
                 if ok.contains(&failure.offset) {
@@ -874,9 +900,12 @@ impl QueueRuntime {
                     state.route_failed(failure.offset);
                 }
             }
-            self.write_events(&mut state)
+            (self.write_events(&mut state), state.ready_len() > 0)
         };
         part.space.notify_one();
+        if wake {
+            self.ready.notify_waiters();
+        }
         if dead_lettered > 0 {
             metrics::counter!("dispatcher_dead_lettered_total", "queue" => self.name())
                 .increment(dead_lettered);
