@@ -77,10 +77,14 @@ impl Dispatcher {
         for queue in &config.queues {
             crate::kafka::topics::ensure_topics(&admin, queue, KAFKA_TIMEOUT).await?;
         }
-        let producer: FutureProducer = crate::kafka::producer_config(config)
-            .set("linger.ms", "1")
-            .create()
-            .context("creating the producer")?;
+        let mut producer_config = crate::kafka::producer_config(config);
+        if !config.librdkafka.contains_key("linger.ms") {
+            // Ack-log writes are awaited before answering: batch briefly.
+            producer_config.set("linger.ms", "1");
+        }
+        let producer: FutureProducer = producer_config.create().context("creating the producer")?;
+        // The codec wants 32 key bytes; the configured secret is any length
+        // of at least 16.
         let secret: [u8; 32] = *blake3::hash(&config.receipt_secret.key).as_bytes();
         let (stop, _) = watch::channel(false);
         let mut queues = HashMap::new();

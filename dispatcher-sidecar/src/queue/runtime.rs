@@ -46,8 +46,10 @@ pub const MAX_ACK_RECEIPTS: usize = 1000;
 const MAX_CONSUMER_NAMES: usize = 10_000;
 /// Message ids kept for produce dedupe per queue.
 const MAX_DEDUPE_ENTRIES: usize = 1_000_000;
-/// Stats (watermarks, the oldest DLQ record) are asked at most this often.
+/// The DLQ's depth and oldest record are asked at most this often.
 const STATS_TTL: Duration = Duration::from_secs(1);
+/// How long one watermark or DLQ read for stats may take.
+const STATS_TIMEOUT: Duration = Duration::from_secs(5);
 
 pub(crate) fn now_ms() -> i64 {
     std::time::SystemTime::now()
@@ -109,6 +111,9 @@ impl Pending {
 /// The receipts of one request that name one partition, with their index.
 type ReceiptsOf = (Arc<Partition>, Vec<(usize, Receipt)>);
 
+/// The DLQ's depth and the timestamp of its oldest record.
+type DlqFigures = (i64, Option<i64>);
+
 /// Blocking readers outside the group (see `reader`).
 struct Readers {
     ack_log: Mutex<BaseConsumer>,
@@ -144,7 +149,8 @@ pub(crate) struct QueueRuntime {
     names: Mutex<ConsumerNames>,
     dedupe: Mutex<Dedupe>,
     readers: Arc<Readers>,
-    stats_cache: tokio::sync::Mutex<Option<(Instant, Measure)>>,
+    /// The DLQ's figures and when they were asked.
+    dlq_cache: tokio::sync::Mutex<Option<(Instant, DlqFigures)>>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Metric labels of each topic's partitions.
     partition_labels: Vec<String>,
@@ -215,7 +221,7 @@ impl QueueRuntime {
             rr: AtomicUsize::new(0),
             names: Mutex::new(ConsumerNames::new(MAX_CONSUMER_NAMES)),
             readers,
-            stats_cache: tokio::sync::Mutex::new(None),
+            dlq_cache: tokio::sync::Mutex::new(None),
             tasks: Mutex::new(Vec::new()),
             partition_labels,
         })
@@ -1144,52 +1150,74 @@ impl QueueRuntime {
 
     // ---- stats -------------------------------------------------------------
 
+    /// The owned partitions' watermarks (asked each time: a depth must not
+    /// lag a produce), and the DLQ's depth and oldest record (cached for
+    /// `STATS_TTL`: it costs a fetch).
     async fn measure(&self) -> Result<Measure, ServiceError> {
-        let mut cache = self.stats_cache.lock().await;
-        if let Some((at, m)) = cache.as_ref() {
-            if at.elapsed() < STATS_TTL {
-                return Ok(m.clone());
-            }
-        }
         let owned: Vec<(QueuePartition, String)> = self
             .owned()
             .iter()
             .map(|p| (p.qp, self.topics[usize::from(p.qp.topic)].clone()))
             .collect();
         let readers = Arc::clone(&self.readers);
-        let dlq_topic = self.config.dlq_topic.clone();
-        let dlq_partitions = self.dlq_partitions;
-        let measure = tokio::task::spawn_blocking(move || -> anyhow::Result<Measure> {
-            let timeout = Duration::from_secs(5);
-            let mut m = Measure::default();
-            let mut starts = Vec::new();
-            {
-                let meta = readers.meta.lock().unwrap();
-                for (qp, topic) in owned {
-                    m.watermarks
-                        .insert(qp, meta.fetch_watermarks(&topic, qp.partition, timeout)?);
-                }
-                for p in 0..dlq_partitions {
-                    let (low, high) = meta.fetch_watermarks(&dlq_topic, p, timeout)?;
-                    if high > low {
-                        m.dlq_depth += high - low;
-                        starts.push((p, low));
-                    }
-                }
+        let watermarks = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let meta = readers.meta.lock().unwrap();
+            let mut watermarks = HashMap::new();
+            for (qp, topic) in owned {
+                watermarks.insert(
+                    qp,
+                    meta.fetch_watermarks(&topic, qp.partition, STATS_TIMEOUT)?,
+                );
             }
-            m.dlq_oldest_ms = reader::oldest_timestamp_ms(
-                &readers.dlq.lock().unwrap(),
-                &dlq_topic,
-                &starts,
-                timeout,
-            )?;
-            Ok(m)
+            Ok(watermarks)
         })
         .await
         .map_err(unavailable)?
         .map_err(|e| unavailable(format!("{e:#}")))?;
-        *cache = Some((Instant::now(), measure.clone()));
-        Ok(measure)
+        let (dlq_depth, dlq_oldest_ms) = self.dlq().await?;
+        Ok(Measure {
+            watermarks,
+            dlq_depth,
+            dlq_oldest_ms,
+        })
+    }
+
+    async fn dlq(&self) -> Result<DlqFigures, ServiceError> {
+        let mut cache = self.dlq_cache.lock().await;
+        if let Some((at, dlq)) = *cache {
+            if at.elapsed() < STATS_TTL {
+                return Ok(dlq);
+            }
+        }
+        let readers = Arc::clone(&self.readers);
+        let dlq_topic = self.config.dlq_topic.clone();
+        let dlq_partitions = self.dlq_partitions;
+        let dlq = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+            let mut depth = 0;
+            let mut starts = Vec::new();
+            {
+                let meta = readers.meta.lock().unwrap();
+                for p in 0..dlq_partitions {
+                    let (low, high) = meta.fetch_watermarks(&dlq_topic, p, STATS_TIMEOUT)?;
+                    if high > low {
+                        depth += high - low;
+                        starts.push((p, low));
+                    }
+                }
+            }
+            let oldest = reader::oldest_timestamp_ms(
+                &readers.dlq.lock().unwrap(),
+                &dlq_topic,
+                &starts,
+                STATS_TIMEOUT,
+            )?;
+            Ok((depth, oldest))
+        })
+        .await
+        .map_err(unavailable)?
+        .map_err(|e| unavailable(format!("{e:#}")))?;
+        *cache = Some((Instant::now(), dlq));
+        Ok(dlq)
     }
 
     pub(crate) async fn stats(&self) -> Result<QueueStats, ServiceError> {
