@@ -9,6 +9,7 @@ pub mod config;
 pub mod forward;
 pub mod kafka;
 pub mod lease;
+pub mod queue;
 pub mod service;
 
 use std::sync::Arc;

@@ -1,0 +1,632 @@
+//! The queue runtime against our broker: leases and their expiry, stale
+//! receipts, nacks with a retry delay, the DLQ with its history, group
+//! commits, delayed produce, rebuild by a new owner, the gap cap, produce
+//! dedupe, records from plain Kafka clients, and receipts of partitions not
+//! owned. Each test has its own broker and topics.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::Broker;
+use dispatcher_sidecar::config::Config;
+use dispatcher_sidecar::kafka;
+use dispatcher_sidecar::lease::RetryEnvelope;
+use dispatcher_sidecar::queue::Dispatcher;
+use dispatcher_sidecar::service::{
+    Delivery, NackRequest, NewMessage, ProduceStatus, QueueService, ReceiptOutcome, ReceiveRequest,
+};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::{Offset, TopicPartitionList};
+
+const TIMEOUT: Duration = Duration::from_secs(30);
+const Q: &str = "jobs";
+
+/// A broker on `port` and a config with one queue `jobs` on a new topic
+/// `topic` (`partitions`), with short leases and tiers plus `extra` keys.
+async fn setup(port: u16, topic: &str, partitions: i32, extra: &str) -> (Broker, Config) {
+    let broker = Broker::start(port);
+    let config = broker.config(&format!(
+        "[[queue]]\nname = \"{Q}\"\ntopic = \"{topic}\"\nlease = \"2s\"\n\
+         retry_tiers = [\"1s\", \"2s\"]\n{extra}\n"
+    ));
+    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
+    let r = admin
+        .create_topics(
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new().request_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
+    (broker, config)
+}
+
+fn message(payload: &str) -> NewMessage {
+    NewMessage {
+        message_id: None,
+        key: None,
+        payload: payload.as_bytes().to_vec(),
+        headers: vec![],
+        delay: None,
+    }
+}
+
+async fn produce(d: &Dispatcher, payloads: &[&str]) {
+    let results = d
+        .produce(Q, payloads.iter().map(|p| message(p)).collect())
+        .await
+        .unwrap();
+    assert!(results.iter().all(|r| r.status == ProduceStatus::Accepted));
+}
+
+fn request(max: u32, wait: Duration) -> ReceiveRequest {
+    ReceiveRequest {
+        max_messages: max,
+        wait,
+        lease: None,
+        consumer: Some("worker-1".into()),
+    }
+}
+
+/// Receives until `n` messages came (or the timeout).
+async fn receive_n(d: &Dispatcher, n: usize) -> Vec<Delivery> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut got = Vec::new();
+    while got.len() < n {
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {n} messages within {TIMEOUT:?}",
+            got.len()
+        );
+        let want = u32::try_from(n - got.len()).unwrap();
+        got.extend(
+            d.receive(Q, request(want, Duration::from_secs(5)))
+                .await
+                .unwrap(),
+        );
+    }
+    got
+}
+
+async fn receive_one(d: &Dispatcher) -> Delivery {
+    receive_n(d, 1).await.remove(0)
+}
+
+async fn nack(
+    d: &Dispatcher,
+    receipt: &str,
+    permanent: bool,
+    retry_after: Option<Duration>,
+) -> ReceiptOutcome {
+    d.nack(
+        Q,
+        NackRequest {
+            receipt: receipt.to_owned(),
+            retry_after,
+            error: Some("handler failed".into()),
+            permanent,
+        },
+    )
+    .await
+    .unwrap()
+}
+
+/// Every record of `topic` (one partition is enough for these tests: all
+/// of them read every partition).
+fn read_all(
+    config: &Config,
+    topic: &str,
+    partitions: i32,
+    want: usize,
+) -> Vec<rdkafka::message::OwnedMessage> {
+    let consumer: BaseConsumer = kafka::admin_config(config)
+        .set("group.id", "test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    let mut got = Vec::new();
+    while got.len() < want && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            got.push(m.detach());
+        }
+    }
+    got
+}
+
+fn envelope_of(m: &rdkafka::message::OwnedMessage) -> RetryEnvelope {
+    let headers: Vec<(String, Vec<u8>)> = m
+        .headers()
+        .unwrap()
+        .iter()
+        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+        .collect();
+    RetryEnvelope::from_headers(&headers).unwrap().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unacked_message_comes_back_as_attempt_2_and_its_old_receipt_is_stale() {
+    let (_broker, config) = setup(45100, "expiry", 2, "").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    produce(&d, &["hello"]).await;
+    let first = receive_one(&d).await;
+    assert_eq!(
+        (first.attempt, first.payload.as_slice()),
+        (1, &b"hello"[..])
+    );
+    let leased_at = Instant::now();
+    let second = receive_one(&d).await;
+    assert!(
+        leased_at.elapsed() >= Duration::from_millis(1900),
+        "redelivered before the lease ran out"
+    );
+    assert_eq!(second.attempt, 2);
+    assert_eq!(second.message_id, first.message_id);
+    assert_eq!(
+        (second.partition, second.offset),
+        (first.partition, first.offset)
+    );
+    assert_eq!(second.enqueued_at_ms, first.enqueued_at_ms);
+    assert_eq!(
+        d.ack(Q, vec![first.receipt.clone(), second.receipt.clone()])
+            .await
+            .unwrap(),
+        vec![ReceiptOutcome::Stale, ReceiptOutcome::Ok]
+    );
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_garbled_and_forged_receipts_are_rejected() {
+    let (_broker, config) = setup(45102, "receipts", 1, "lease = \"30s\"").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    produce(&d, &["a"]).await;
+    let m = receive_one(&d).await;
+    let extended = d
+        .extend(Q, m.receipt.clone(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(extended.outcome, ReceiptOutcome::Ok);
+    assert!(extended.lease_expires_at_ms.unwrap() >= m.lease_expires_at_ms - 20_000);
+    let mut forged = m.receipt.clone().into_bytes();
+    forged[10] = if forged[10] == b'A' { b'B' } else { b'A' };
+    let forged = String::from_utf8(forged).unwrap();
+    assert_eq!(
+        d.ack(
+            Q,
+            vec![
+                m.receipt.clone(),
+                m.receipt.clone(),
+                "garbage".into(),
+                forged
+            ]
+        )
+        .await
+        .unwrap(),
+        vec![
+            ReceiptOutcome::Ok,
+            ReceiptOutcome::Stale,
+            ReceiptOutcome::Invalid,
+            ReceiptOutcome::Invalid
+        ]
+    );
+    assert_eq!(
+        nack(&d, &m.receipt, false, None).await,
+        ReceiptOutcome::Stale
+    );
+    let late = d
+        .extend(Q, m.receipt.clone(), Duration::from_secs(10))
+        .await
+        .unwrap();
+    assert_eq!(
+        (late.outcome, late.lease_expires_at_ms),
+        (ReceiptOutcome::Stale, None)
+    );
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_nack_with_retry_after_10s_is_not_redelivered_before_10s() {
+    let (_broker, config) = setup(
+        45104,
+        "retry-after",
+        1,
+        "lease = \"30s\"\nretry_tiers = [\"1s\", \"10s\"]",
+    )
+    .await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    produce(&d, &["slow"]).await;
+    let m = receive_one(&d).await;
+    let nacked_at = Instant::now();
+    assert_eq!(
+        nack(&d, &m.receipt, false, Some(Duration::from_secs(10))).await,
+        ReceiptOutcome::Ok
+    );
+    let early = d
+        .receive(Q, request(1, Duration::from_millis(9_500)))
+        .await
+        .unwrap();
+    assert!(
+        early.is_empty(),
+        "redelivered {:?} after the nack",
+        nacked_at.elapsed()
+    );
+    let again = receive_one(&d).await;
+    assert!(nacked_at.elapsed() >= Duration::from_secs(10));
+    assert_eq!(
+        (again.attempt, again.message_id.as_str()),
+        (2, m.message_id.as_str())
+    );
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_failures_put_the_message_in_the_dlq_with_five_history_entries() {
+    let (_broker, config) = setup(45106, "poison", 1, "lease = \"30s\"\nmax_attempts = 5").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    produce(&d, &["poison"]).await;
+    let mut ids = Vec::new();
+    for attempt in 1..=5 {
+        let m = receive_one(&d).await;
+        assert_eq!(m.attempt, attempt);
+        ids.push(m.message_id.clone());
+        assert_eq!(nack(&d, &m.receipt, false, None).await, ReceiptOutcome::Ok);
+    }
+    assert!(ids.iter().all(|id| *id == ids[0]));
+    let nothing = d
+        .receive(Q, request(1, Duration::from_secs(3)))
+        .await
+        .unwrap();
+    assert!(
+        nothing.is_empty(),
+        "a dead-lettered message was delivered again"
+    );
+    let dlq = read_all(&config, "poison.dlq", 1, 1);
+    assert_eq!(dlq.len(), 1);
+    assert_eq!(dlq[0].payload(), Some(&b"poison"[..]));
+    let env = envelope_of(&dlq[0]);
+    assert_eq!(env.errors.len(), 5);
+    assert_eq!(env.attempt.0, 5);
+    assert_eq!(env.message_id, ids[0]);
+    assert_eq!(
+        (
+            env.origin_topic.as_str(),
+            env.origin_partition,
+            env.origin_offset
+        ),
+        ("poison", 0, 0)
+    );
+    assert_eq!(
+        env.errors.iter().map(|e| e.attempt).collect::<Vec<_>>(),
+        vec![1, 2, 3, 4, 5]
+    );
+    assert!(env
+        .errors
+        .iter()
+        .all(|e| e.consumer.as_deref() == Some("worker-1") && e.error == "handler failed"));
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_permanent_nack_goes_to_the_dlq_at_once() {
+    let (_broker, config) = setup(45108, "permanent", 1, "lease = \"30s\"").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    d.produce(
+        Q,
+        vec![NewMessage {
+            key: Some(b"k".to_vec()),
+            headers: vec![("trace".into(), b"t1".to_vec())],
+            ..message("bad")
+        }],
+    )
+    .await
+    .unwrap();
+    let m = receive_one(&d).await;
+    assert_eq!(m.headers, vec![("trace".to_owned(), b"t1".to_vec())]);
+    assert_eq!(nack(&d, &m.receipt, true, None).await, ReceiptOutcome::Ok);
+    let dlq = read_all(&config, "permanent.dlq", 1, 1);
+    assert_eq!(
+        dlq.len(),
+        1,
+        "the DLQ copy is written before the nack answers"
+    );
+    assert_eq!(dlq[0].key(), Some(&b"k"[..]));
+    let env = envelope_of(&dlq[0]);
+    assert_eq!((env.attempt.0, env.errors.len()), (1, 1));
+    assert!(dlq[0].headers().unwrap().iter().any(|h| h.key == "trace"));
+    let nothing = d
+        .receive(Q, request(1, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert!(nothing.is_empty());
+    // The DLQ figures are cached for a second.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let stats = d.stats(Q).await.unwrap();
+        if stats.dlq_depth == 1 {
+            assert!(stats.dlq_oldest_age_ms >= 0);
+            break;
+        }
+        assert!(Instant::now() < deadline, "DLQ depth {}", stats.dlq_depth);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_group_commit_advances_past_acked_messages() {
+    let (_broker, config) = setup(45110, "commits", 2, "lease = \"30s\"").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    produce(&d, &["1", "2", "3", "4", "5", "6"]).await;
+    let got = receive_n(&d, 6).await;
+    let stats = d.stats(Q).await.unwrap();
+    assert_eq!((stats.depth, stats.in_flight), (6, 6));
+    assert!(stats.oldest_unacked_age_ms >= 0);
+    let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
+    assert!(d
+        .ack(Q, receipts)
+        .await
+        .unwrap()
+        .iter()
+        .all(|o| *o == ReceiptOutcome::Ok));
+    let mut ends = [0i64; 2];
+    for m in &got {
+        ends[m.partition as usize] = ends[m.partition as usize].max(m.offset + 1);
+    }
+    let group: BaseConsumer = kafka::admin_config(&config)
+        .set("group.id", "jobs-dispatcher")
+        .create()
+        .unwrap();
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition("commits", 0);
+        tpl.add_partition("commits", 1);
+        let committed: Vec<Offset> = group
+            .committed_offsets(tpl, TIMEOUT)
+            .unwrap()
+            .elements()
+            .iter()
+            .map(|e| e.offset())
+            .collect();
+        let want: Vec<Offset> = ends
+            .iter()
+            .map(|&e| {
+                if e == 0 {
+                    Offset::Invalid
+                } else {
+                    Offset::Offset(e)
+                }
+            })
+            .collect();
+        if committed
+            .iter()
+            .zip(&want)
+            .all(|(c, w)| c == w || (*w == Offset::Invalid && *c == Offset::Offset(0)))
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "group commit {committed:?}, want {want:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let stats = d.stats(Q).await.unwrap();
+    assert_eq!(
+        (stats.depth, stats.in_flight, stats.oldest_unacked_age_ms),
+        (0, 0, 0)
+    );
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_delayed_message_is_not_delivered_before_its_delay() {
+    let (_broker, config) = setup(45112, "delayed", 1, "").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    let at = Instant::now();
+    let r = d
+        .produce(
+            Q,
+            vec![NewMessage {
+                message_id: Some("later".into()),
+                delay: Some(Duration::from_millis(1_500)),
+                ..message("later")
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r[0].status, ProduceStatus::Accepted);
+    let m = receive_one(&d).await;
+    assert!(
+        at.elapsed() >= Duration::from_millis(1_450),
+        "delivered after {:?}",
+        at.elapsed()
+    );
+    assert_eq!(
+        (m.message_id.as_str(), m.attempt, m.payload.as_slice()),
+        ("later", 1, &b"later"[..])
+    );
+    assert!(m.headers.is_empty());
+    assert_eq!(
+        d.ack(Q, vec![m.receipt]).await.unwrap(),
+        vec![ReceiptOutcome::Ok]
+    );
+    let too_long = d
+        .produce(
+            Q,
+            vec![NewMessage {
+                delay: Some(Duration::from_secs(3)),
+                ..message("x")
+            }],
+        )
+        .await;
+    assert!(
+        too_long.is_err(),
+        "a delay past the longest tier is refused"
+    );
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_owner_rebuilds_acked_as_done_and_in_flight_as_leasable() {
+    let (_broker, config) = setup(45114, "rebuild", 1, "lease = \"60s\"").await;
+    let first = Dispatcher::start(&config).await.unwrap();
+    produce(&first, &["0", "1", "2", "3"]).await;
+    let got = receive_n(&first, 4).await;
+    let by_offset = |o: i64| got.iter().find(|m| m.offset == o).unwrap().clone();
+    let acks = vec![by_offset(0).receipt, by_offset(2).receipt];
+    assert_eq!(
+        first.ack(Q, acks).await.unwrap(),
+        vec![ReceiptOutcome::Ok; 2]
+    );
+    first.shutdown().await;
+    // The stopped instance owns nothing: it cannot answer for the receipt.
+    assert_eq!(
+        first.ack(Q, vec![by_offset(1).receipt]).await.unwrap(),
+        vec![ReceiptOutcome::NotOwner]
+    );
+    drop(first);
+
+    let second = Dispatcher::start(&config).await.unwrap();
+    let again = receive_n(&second, 2).await;
+    let mut offsets: Vec<i64> = again.iter().map(|m| m.offset).collect();
+    offsets.sort();
+    assert_eq!(
+        offsets,
+        vec![1, 3],
+        "acked messages are done, in-flight ones come back"
+    );
+    assert!(
+        again.iter().all(|m| m.attempt == 1),
+        "a crash does not count an attempt"
+    );
+    assert_eq!(
+        second.ack(Q, vec![by_offset(1).receipt]).await.unwrap(),
+        vec![ReceiptOutcome::Stale],
+        "the previous owner's receipt names an older lease"
+    );
+    let receipts: Vec<String> = again.iter().map(|m| m.receipt.clone()).collect();
+    assert_eq!(
+        second.ack(Q, receipts).await.unwrap(),
+        vec![ReceiptOutcome::Ok; 2]
+    );
+    let nothing = second
+        .receive(Q, request(1, Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert!(nothing.is_empty());
+    second.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gap_cap_forces_the_stuck_message_to_retry() {
+    let (_broker, config) = setup(45116, "gapcap", 1, "lease = \"60s\"\ngap_cap = 3").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    produce(&d, &["stuck", "1", "2", "3", "4"]).await;
+    let stuck = receive_one(&d).await;
+    assert_eq!(stuck.offset, 0);
+    let next = receive_n(&d, 2).await;
+    assert_eq!(
+        next.iter().map(|m| m.offset).collect::<Vec<_>>(),
+        vec![1, 2]
+    );
+    let receipts = next.iter().map(|m| m.receipt.clone()).collect();
+    assert_eq!(
+        d.ack(Q, receipts).await.unwrap(),
+        vec![ReceiptOutcome::Ok; 2]
+    );
+    // Offsets 3 and 4 are past the window until the stuck message moves;
+    // the gap cap then sends it to the retry tier as attempt 2.
+    let rest = receive_n(&d, 3).await;
+    let retried = rest
+        .iter()
+        .find(|m| m.offset == 0)
+        .expect("the stuck message is retried");
+    assert_eq!(retried.attempt, 2);
+    let mut offsets: Vec<i64> = rest.iter().map(|m| m.offset).collect();
+    offsets.sort();
+    assert_eq!(offsets, vec![0, 3, 4]);
+    assert_eq!(
+        d.ack(Q, vec![stuck.receipt]).await.unwrap(),
+        vec![ReceiptOutcome::Stale]
+    );
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_duplicate_message_id_answers_the_first_copy() {
+    let (_broker, config) = setup(45118, "dedupe", 2, "").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    let with_id = |payload: &str| NewMessage {
+        message_id: Some("order-17".into()),
+        ..message(payload)
+    };
+    let first = d.produce(Q, vec![with_id("a")]).await.unwrap().remove(0);
+    let second = d
+        .produce(Q, vec![with_id("b"), message("c")])
+        .await
+        .unwrap();
+    assert_eq!(first.status, ProduceStatus::Accepted);
+    assert_eq!(second[0].status, ProduceStatus::Duplicate);
+    assert_eq!(
+        (second[0].partition, second[0].offset),
+        (first.partition, first.offset)
+    );
+    assert_eq!(second[1].status, ProduceStatus::Accepted);
+    assert_ne!(second[1].message_id, "order-17");
+    let got = receive_n(&d, 2).await;
+    let mut payloads: Vec<&[u8]> = got.iter().map(|m| m.payload.as_slice()).collect();
+    payloads.sort();
+    assert_eq!(payloads, vec![&b"a"[..], &b"c"[..]]);
+    let nothing = d
+        .receive(Q, request(1, Duration::from_secs(1)))
+        .await
+        .unwrap();
+    assert!(nothing.is_empty(), "the duplicate was written");
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_from_a_plain_kafka_producer_is_served() {
+    let (_broker, config) = setup(45120, "plain", 1, "").await;
+    let d: Arc<Dispatcher> = Dispatcher::start(&config).await.unwrap();
+    let producer: FutureProducer = kafka::admin_config(&config).create().unwrap();
+    producer
+        .send(
+            FutureRecord::to("plain")
+                .key("k")
+                .payload("from kafka")
+                .headers(OwnedHeaders::new().insert(Header {
+                    key: "h",
+                    value: Some("v"),
+                })),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+    let m = receive_one(&d).await;
+    assert_eq!(m.payload, b"from kafka");
+    assert_eq!(m.key.as_deref(), Some(&b"k"[..]));
+    assert_eq!(m.headers, vec![("h".to_owned(), b"v".to_vec())]);
+    assert_eq!((m.attempt, m.message_id.as_str()), (1, "plain-0-0"));
+    assert!(m.enqueued_at_ms > 0);
+    assert_eq!(
+        d.ack(Q, vec![m.receipt]).await.unwrap(),
+        vec![ReceiptOutcome::Ok]
+    );
+    d.shutdown().await;
+}
