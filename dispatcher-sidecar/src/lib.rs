@@ -1,8 +1,11 @@
 //! The dispatcher sidecar (issue 7): turns a Kafka topic into a work queue.
 //!
 //! `config` reads `dispatcher.toml`; `kafka` is the client layer (topic
-//! setup, a consumer per queue, the producer); `lease` is the per-partition
-//! lease engine. `run` starts what exists.
+//! setup, a consumer per topic, the producer, the dedupe topic); `lease` is
+//! the per-partition lease engine; `queue` drives the engines from Kafka and
+//! implements the [`service::QueueService`] the `api` serves over HTTP and
+//! gRPC; `forward` sends what this instance does not own to the owner.
+//! [`run`] puts them together.
 
 pub mod api;
 pub mod config;
@@ -13,91 +16,92 @@ pub mod queue;
 pub mod service;
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use anyhow::Context as _;
-use rdkafka::admin::AdminClient;
-use rdkafka::client::DefaultClientContext;
 
 use config::{Config, SecretOrigin};
-use kafka::consumer::{Assignment, QueueConsumer};
 
-/// How long one admin or metadata request may take at start.
-const SETUP_TIMEOUT: Duration = Duration::from_secs(30);
-/// How long a rebalance waits for the caller to release revoked partitions.
-const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-/// Sets up every queue's topics, then consumes each queue in its group until
-/// SIGINT or SIGTERM. The lease engine and the APIs are not wired in yet:
-/// assignments are logged and no message is fetched or committed.
-pub async fn run(config: Config) -> anyhow::Result<()> {
+/// Starts the queues (topic setup, group membership, rebuild of owned
+/// partitions) and serves the APIs until SIGINT or SIGTERM; then stops
+/// serving, commits the final offsets and leaves the groups, so the other
+/// instances take the partitions over at once rather than after a session
+/// timeout.
+pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let mut shutdown = Shutdown::register()?;
-    tracing::warn!(
-        "this build does not deliver messages yet: it sets up each queue's topics and joins its \
-         group, but serves no HTTP or gRPC API and leases nothing (issue 7)"
-    );
     if config.receipt_secret.origin == SecretOrigin::Generated {
         tracing::warn!(
             "no receipt_secret or receipt_secret_file configured: generated a random one; \
              receipts will not survive a restart and other instances will reject them"
         );
     }
-    let admin: Arc<AdminClient<DefaultClientContext>> = Arc::new(
-        kafka::admin_config(&config)
-            .create()
-            .context("creating the admin client")?,
+    let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
+        .install_recorder()
+        .context("installing the metrics recorder")?;
+    let advertised = advertised_http(&config);
+    config.advertised_http = advertised.clone();
+
+    let dispatcher = tokio::select! {
+        started = queue::Dispatcher::start(&config) => started?,
+        _ = shutdown.wait() => {
+            tracing::info!("stopping during start");
+            return Ok(());
+        }
+    };
+    let forwarding = Arc::new(forward::Forwarding::new(
+        dispatcher.clone(),
+        &config,
+        advertised.unwrap_or_default(),
+    )?);
+    // The public API forwards; `/internal` answers from this instance only
+    // (what a forwarding peer calls, so a request is forwarded at most once).
+    let router = api::http_router(forwarding.clone(), Some(metrics)).nest(
+        forward::INTERNAL_PREFIX,
+        api::http_router(dispatcher.clone(), None),
     );
-    for queue in &config.queues {
-        let report = tokio::select! {
-            report = kafka::topics::ensure_topics(&admin, queue, SETUP_TIMEOUT) => report?,
-            _ = shutdown.wait() => {
-                tracing::info!("stopping during topic setup");
-                return Ok(());
-            }
-        };
-        tracing::info!(
-            queue = %queue.name,
-            created = ?report.created,
-            existing = ?report.existing,
-            "topics ready"
-        );
-    }
-    let (stop_tx, stop_rx) = tokio::sync::watch::channel(false);
-    let mut tasks = tokio::task::JoinSet::new();
-    for queue in &config.queues {
-        let client_config = kafka::consumer_config(&config, queue);
-        let topic = queue.topic.clone();
-        let (consumer, mut events) = tokio::task::spawn_blocking(move || {
-            QueueConsumer::start(&client_config, &topic, REVOKE_TIMEOUT, SETUP_TIMEOUT)
-        })
-        .await
-        .expect("consumer start does not panic")
-        .with_context(|| format!("queue {:?}: starting the consumer", queue.name))?;
-        let name = queue.name.clone();
-        let mut stop = stop_rx.clone();
-        tasks.spawn(async move {
-            loop {
-                tokio::select! {
-                    _ = stop.changed() => break,
-                    event = events.recv() => match event {
-                        Some(Assignment::Assigned(partitions)) => {
-                            tracing::info!(queue = %name, ?partitions, "partitions assigned")
-                        }
-                        Some(Assignment::Revoked { partitions, .. }) => {
-                            tracing::info!(queue = %name, ?partitions, "partitions revoked")
-                        }
-                        None => break,
-                    },
-                }
-            }
-            consumer.close().await;
-        });
-    }
+    let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+    let servers = api::serve_bound_parts(
+        router,
+        api::grpc_service(forwarding),
+        config.http_listen,
+        config.grpc_listen,
+        async {
+            let _ = stop_rx.await;
+        },
+    )
+    .await;
+    let servers = match servers {
+        Ok(s) => s,
+        Err(e) => {
+            dispatcher.shutdown().await;
+            return Err(e);
+        }
+    };
+    tracing::info!(http = %servers.http, grpc = %servers.grpc, "dispatcher ready");
     shutdown.wait().await;
-    tracing::info!("stopping: leaving the consumer groups");
-    let _ = stop_tx.send(true);
-    while tasks.join_next().await.is_some() {}
-    Ok(())
+    tracing::info!("stopping: finishing requests, committing offsets, leaving the groups");
+    let _ = stop_tx.send(());
+    let served = servers.wait().await;
+    dispatcher.shutdown().await;
+    served
+}
+
+/// The address peers forward to: `advertised_http`, else `http_listen` when
+/// it names one host and port. Otherwise `None`: this instance is not
+/// forwarded to (its partitions' receipts must come to it directly).
+fn advertised_http(config: &Config) -> Option<String> {
+    if let Some(a) = &config.advertised_http {
+        return Some(a.clone());
+    }
+    let listen = config.http_listen;
+    if listen.ip().is_unspecified() || listen.port() == 0 {
+        tracing::warn!(
+            %listen,
+            "http_listen names no single address: set advertised_http so other instances can \
+             forward acks for this instance's partitions to it"
+        );
+        return None;
+    }
+    Some(listen.to_string())
 }
 
 /// SIGINT and SIGTERM, registered when made: a signal that arrives while the

@@ -27,6 +27,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context as _;
+use axum::serve::ListenerExt as _;
 use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -88,6 +89,26 @@ pub async fn serve_bound<S: QueueService>(
     metrics: Option<PrometheusHandle>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Servers> {
+    serve_bound_parts(
+        http_router(service.clone(), metrics),
+        grpc_service(service),
+        http,
+        grpc,
+        shutdown,
+    )
+    .await
+}
+
+/// Like [`serve_bound`], with the HTTP router and the gRPC service already
+/// built: a caller can add routes (the dispatcher nests the local,
+/// non-forwarding API under `/internal`).
+pub async fn serve_bound_parts<S: QueueService>(
+    router: axum::Router,
+    grpc_api: grpc::proto::dispatcher_server::DispatcherServer<GrpcApi<S>>,
+    http: SocketAddr,
+    grpc: SocketAddr,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<Servers> {
     let http_listener = TcpListener::bind(http)
         .await
         .with_context(|| format!("binding the HTTP API on {http}"))?;
@@ -98,11 +119,18 @@ pub async fn serve_bound<S: QueueService>(
     let grpc = grpc_listener.local_addr()?;
     let stopping = shutdown_signal(shutdown);
 
-    let http_server = axum::serve(http_listener, http_router(service.clone(), metrics))
-        .with_graceful_shutdown(stopped(stopping.clone()));
+    // No Nagle delay on small answers (a receive or an ack is one small
+    // write each way).
+    let http_listener = http_listener.tap_io(|tcp| {
+        if let Err(e) = tcp.set_nodelay(true) {
+            tracing::debug!("TCP_NODELAY on an HTTP connection: {e}");
+        }
+    });
+    let http_server =
+        axum::serve(http_listener, router).with_graceful_shutdown(stopped(stopping.clone()));
     let grpc_server = tonic::transport::Server::builder()
         .max_concurrent_streams(GRPC_MAX_STREAMS_PER_CONNECTION)
-        .add_service(grpc_service(service))
+        .add_service(grpc_api)
         .serve_with_incoming_shutdown(
             tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
             stopped(stopping),

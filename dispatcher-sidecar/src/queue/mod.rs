@@ -83,9 +83,8 @@ impl Dispatcher {
             producer_config.set("linger.ms", "1");
         }
         let producer: FutureProducer = producer_config.create().context("creating the producer")?;
-        // The codec wants 32 key bytes; the configured secret is any length
-        // of at least 16.
-        let secret: [u8; 32] = *blake3::hash(&config.receipt_secret.key).as_bytes();
+        // The same key `forward` verifies receipts with.
+        let secret: [u8; 32] = config.receipt_secret.mac_key();
         let (stop, _) = watch::channel(false);
         let mut queues = HashMap::new();
         let mut tasks = Vec::new();
