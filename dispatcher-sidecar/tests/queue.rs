@@ -28,12 +28,18 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 const Q: &str = "jobs";
 
 /// A broker on `port` and a config with one queue `jobs` on a new topic
-/// `topic` (`partitions`), with short leases and tiers plus `extra` keys.
+/// `topic` (`partitions`), with `extra` keys, and a 2 s lease and 1 s and
+/// 2 s tiers unless `extra` names others.
 async fn setup(port: u16, topic: &str, partitions: i32, extra: &str) -> (Broker, Config) {
     let broker = Broker::start(port);
+    let mut keys = extra.to_owned();
+    for (key, default) in [("lease", "\"2s\""), ("retry_tiers", "[\"1s\", \"2s\"]")] {
+        if !extra.lines().any(|l| l.starts_with(&format!("{key} ="))) {
+            keys.push_str(&format!("\n{key} = {default}"));
+        }
+    }
     let config = broker.config(&format!(
-        "[[queue]]\nname = \"{Q}\"\ntopic = \"{topic}\"\nlease = \"2s\"\n\
-         retry_tiers = [\"1s\", \"2s\"]\n{extra}\n"
+        "[[queue]]\nname = \"{Q}\"\ntopic = \"{topic}\"\n{keys}\n"
     ));
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
     let r = admin
