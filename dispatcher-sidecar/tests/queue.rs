@@ -636,3 +636,47 @@ async fn a_record_from_a_plain_kafka_producer_is_served() {
     );
     d.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_answers_not_owner_for_a_partition_another_instance_owns() {
+    let (_broker, config) = setup(45122, "shared", 2, "lease = \"30s\"").await;
+    let one = Dispatcher::start(&config).await.unwrap();
+    let two = Dispatcher::start(&config).await.unwrap();
+    let primary = |d: &Dispatcher| -> Vec<i32> {
+        d.owned_partitions(Q)
+            .into_iter()
+            .filter(|qp| qp.topic == 0)
+            .map(|qp| qp.partition)
+            .collect()
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    while primary(&one).len() != 1 || primary(&two).len() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the instances own {:?} and {:?}",
+            primary(&one),
+            primary(&two)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let names: Vec<String> = (0..20).map(|i| i.to_string()).collect();
+    produce(&one, &names.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    let m = receive_one(&one).await;
+    assert_eq!(vec![m.partition], primary(&one));
+    assert_eq!(
+        two.ack(Q, vec![m.receipt.clone()]).await.unwrap(),
+        vec![ReceiptOutcome::NotOwner]
+    );
+    assert_eq!(
+        nack(&two, &m.receipt, false, None).await,
+        ReceiptOutcome::NotOwner
+    );
+    assert_eq!(
+        one.ack(Q, vec![m.receipt]).await.unwrap(),
+        vec![ReceiptOutcome::Ok]
+    );
+    let from_two = receive_one(&two).await;
+    assert_eq!(vec![from_two.partition], primary(&two));
+    one.shutdown().await;
+    two.shutdown().await;
+}
