@@ -31,6 +31,11 @@ const Q: &str = "jobs";
 /// `topic` (`partitions`), with `extra` keys, and a 2 s lease and 1 s and
 /// 2 s tiers unless `extra` names others.
 async fn setup(port: u16, topic: &str, partitions: i32, extra: &str) -> (Broker, Config) {
+    // RUST_LOG=dispatcher_sidecar=info shows the runtime's log under the test.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let broker = Broker::start(port);
     let mut keys = extra.to_owned();
     for (key, default) in [("lease", "\"2s\""), ("retry_tiers", "[\"1s\", \"2s\"]")] {
@@ -659,8 +664,15 @@ async fn an_instance_answers_not_owner_for_a_partition_another_instance_owns() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let names: Vec<String> = (0..20).map(|i| i.to_string()).collect();
-    produce(&one, &names.iter().map(String::as_str).collect::<Vec<_>>()).await;
+    // Keyed: null keys stick to one partition for a batch (librdkafka's
+    // sticky partitioner); twenty keys land on both.
+    let keyed = (0..20)
+        .map(|i| NewMessage {
+            key: Some(format!("key-{i}").into_bytes()),
+            ..message("m")
+        })
+        .collect();
+    one.produce(Q, keyed).await.unwrap();
     let m = receive_one(&one).await;
     assert_eq!(vec![m.partition], primary(&one));
     assert_eq!(

@@ -237,8 +237,12 @@ async fn assignments(
             _ = stop.changed() => return,
             event = events.recv() => match event {
                 None => return,
-                Some(Assignment::Assigned(partitions)) => runtime.assign(t, partitions).await,
+                Some(Assignment::Assigned(partitions)) => {
+                    tracing::info!(queue = %runtime.config.name, topic = t, ?partitions, "assigned");
+                    runtime.assign(t, partitions).await
+                }
                 Some(Assignment::Revoked { partitions, release }) => {
+                    tracing::info!(queue = %runtime.config.name, topic = t, ?partitions, "revoked");
                     runtime.revoke(t, &partitions).await;
                     drop(release);
                 }

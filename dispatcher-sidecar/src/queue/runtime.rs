@@ -75,6 +75,8 @@ pub(crate) struct Partition {
     closed: AtomicBool,
     /// The offset last committed to the group.
     last_commit: AtomicI64,
+    /// Moves fetched records into `state`; stopped by `close`.
+    fetch_task: Mutex<Option<JoinHandle<()>>>,
 }
 
 /// Ack-log records handed to librdkafka, whose delivery reports are awaited
@@ -151,7 +153,6 @@ pub(crate) struct QueueRuntime {
     readers: Arc<Readers>,
     /// The DLQ's figures and when they were asked.
     dlq_cache: tokio::sync::Mutex<Option<(Instant, DlqFigures)>>,
-    tasks: Mutex<Vec<JoinHandle<()>>>,
     /// Metric labels of each topic's partitions.
     partition_labels: Vec<String>,
 }
@@ -222,7 +223,6 @@ impl QueueRuntime {
             names: Mutex::new(ConsumerNames::new(MAX_CONSUMER_NAMES)),
             readers,
             dlq_cache: tokio::sync::Mutex::new(None),
-            tasks: Mutex::new(Vec::new()),
             partition_labels,
         })
     }
@@ -256,12 +256,6 @@ impl QueueRuntime {
 
     fn partition(&self, qp: QueuePartition) -> Option<Arc<Partition>> {
         self.partitions.read().unwrap().get(&qp).cloned()
-    }
-
-    fn spawn(&self, task: JoinHandle<()>) {
-        let mut tasks = self.tasks.lock().unwrap();
-        tasks.retain(|t| !t.is_finished());
-        tasks.push(task);
     }
 
     /// Hands the partition's drained engine events to the producer, in order.
@@ -374,6 +368,7 @@ impl QueueRuntime {
                 state: Mutex::new(state),
                 space: Notify::new(),
                 closed: AtomicBool::new(false),
+                fetch_task: Mutex::new(None),
             });
             let old = self
                 .partitions
@@ -381,13 +376,13 @@ impl QueueRuntime {
                 .unwrap()
                 .insert(qp, Arc::clone(&partition));
             if let Some(old) = old {
-                old.close();
+                old.close().await;
             }
             let this = Arc::clone(self);
             let consumer = Arc::clone(&consumer);
-            self.spawn(tokio::spawn(async move {
-                this.fetch_loop(partition, consumer).await;
-            }));
+            let part = Arc::clone(&partition);
+            let task = tokio::spawn(async move { this.fetch_loop(part, consumer).await });
+            *partition.fetch_task.lock().unwrap() = Some(task);
         }
         self.ready.notify_waiters();
         Ok(())
@@ -403,10 +398,14 @@ impl QueueRuntime {
                     topic: t,
                     partition: p,
                 }) {
-                    part.close();
                     gone.push(part);
                 }
             }
+        }
+        // Before the release: a fetch task still running when the group
+        // hands the partition back would take records of the new assignment.
+        for part in &gone {
+            part.close().await;
         }
         // Writes of requests still running land before the next owner reads
         // the ack log.
@@ -463,16 +462,9 @@ impl QueueRuntime {
             .map(|(_, p)| p)
             .collect();
         for p in &parts {
-            p.close();
+            p.close().await;
         }
         self.commit(&parts, true).await;
-        let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.tasks.lock().unwrap());
-        for t in &tasks {
-            t.abort();
-        }
-        for t in tasks {
-            let _ = t.await;
-        }
     }
 
     pub(crate) fn take_consumers(&self) -> Vec<Arc<QueueConsumer>> {
@@ -514,6 +506,8 @@ impl QueueRuntime {
             if batch.is_empty() {
                 continue;
             }
+            tracing::debug!(queue = %self.config.name, partition = %part.qp, n = batch.len(),
+                first = rdkafka::Message::offset(&batch[0]), "fetched");
             let parsed: Vec<(i64, Buffered)> = batch
                 .iter()
                 .map(|m| {
@@ -1084,7 +1078,8 @@ impl QueueRuntime {
                     value: Some(v),
                 });
             }
-            // No key: librdkafka's default partitioner spreads the messages.
+            // By key with librdkafka's default partitioner; without a key its
+            // sticky partitioner spreads batches over the partitions.
             let mut record = FutureRecord::to(topic)
                 .payload(&m.payload[..])
                 .headers(owned);
@@ -1267,8 +1262,13 @@ impl QueueRuntime {
 }
 
 impl Partition {
-    fn close(&self) {
+    /// Stops the fetch task and waits until it is gone.
+    async fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);
-        self.space.notify_one();
+        let task = self.fetch_task.lock().unwrap().take();
+        if let Some(task) = task {
+            task.abort();
+            let _ = task.await;
+        }
     }
 }
