@@ -44,8 +44,12 @@ use runtime::{QueueRuntime, RuntimeParts, KAFKA_TIMEOUT};
 const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lease expiry, the gap cap and failure routing run this often.
 const TICK: Duration = Duration::from_millis(200);
-/// Every this many ticks: commits, retention accounting and gauges (~1 s).
+/// Every this many ticks: commits and the repair of unserved partitions
+/// (~1 s).
 const SLOW_TICKS: u32 = 5;
+/// Every this many slow ticks: watermarks for retention accounting and the
+/// gauges (~5 s; a watermark read per owned partition is a round trip).
+const MEASURE_SLOW_TICKS: u32 = 5;
 /// How long `start` waits for the group to assign partitions to every
 /// consumer.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -260,7 +264,8 @@ async fn ticks(runtime: Arc<QueueRuntime>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = interval.tick() => {
                 n = n.wrapping_add(1);
-                runtime.tick(n.is_multiple_of(SLOW_TICKS)).await;
+                let slow = n.is_multiple_of(SLOW_TICKS);
+                runtime.tick(slow, n.is_multiple_of(SLOW_TICKS * MEASURE_SLOW_TICKS)).await;
             }
         }
     }

@@ -6,7 +6,7 @@
 //! their order); never across a Kafka round trip. Requests then await the
 //! delivery reports of their own records.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
@@ -155,6 +155,10 @@ pub(crate) struct QueueRuntime {
     dlq_cache: tokio::sync::Mutex<Option<(Instant, DlqFigures)>>,
     /// Metric labels of each topic's partitions.
     partition_labels: Vec<String>,
+    /// Serializes assignment changes: the group's events and `repair`.
+    assigning: tokio::sync::Mutex<()>,
+    /// Assigned partitions not served at the previous `repair`.
+    unserved: Mutex<BTreeSet<QueuePartition>>,
 }
 
 impl QueueRuntime {
@@ -224,6 +228,8 @@ impl QueueRuntime {
             readers,
             dlq_cache: tokio::sync::Mutex::new(None),
             partition_labels,
+            assigning: tokio::sync::Mutex::new(()),
+            unserved: Mutex::new(BTreeSet::new()),
         })
     }
 
@@ -284,7 +290,8 @@ impl QueueRuntime {
     /// Restores the newly assigned partitions of topic `t` from the ack log
     /// and the group's commits, then starts fetching them.
     pub(crate) async fn assign(self: &Arc<Self>, t: u16, partitions: Vec<i32>) {
-        for attempt in 1..=3 {
+        let _serial = self.assigning.lock().await;
+        for attempt in 1..=2 {
             match self.try_assign(t, &partitions).await {
                 Ok(()) => return,
                 Err(e) => {
@@ -295,7 +302,44 @@ impl QueueRuntime {
             }
         }
         tracing::error!(queue = %self.config.name, ?partitions,
-            "assigned partitions not served: their state could not be rebuilt");
+            "assigned partitions not served yet: the periodic repair tries again");
+    }
+
+    /// Rebuilds partitions the group assigned that are still not served
+    /// (their rebuild failed) on two passes in a row (one pass may just
+    /// precede the assignment event).
+    async fn repair(self: &Arc<Self>) {
+        let Ok(_serial) = self.assigning.try_lock() else {
+            return;
+        };
+        let served: Vec<QueuePartition> = self.owned().iter().map(|p| p.qp).collect();
+        let mut missing = BTreeSet::new();
+        for t in 0..self.topics.len() {
+            let t = u16::try_from(t).expect("validated at start");
+            let Some(consumer) = self.consumer(t) else {
+                continue;
+            };
+            for partition in consumer.assigned() {
+                let qp = QueuePartition {
+                    topic: t,
+                    partition,
+                };
+                if !served.contains(&qp) {
+                    missing.insert(qp);
+                }
+            }
+        }
+        let previous = std::mem::replace(&mut *self.unserved.lock().unwrap(), missing.clone());
+        let mut again: BTreeMap<u16, Vec<i32>> = BTreeMap::new();
+        for qp in missing.intersection(&previous) {
+            again.entry(qp.topic).or_default().push(qp.partition);
+        }
+        for (t, partitions) in again {
+            tracing::info!(queue = %self.config.name, topic = t, ?partitions, "repairing unserved partitions");
+            if let Err(e) = self.try_assign(t, &partitions).await {
+                tracing::warn!(queue = %self.config.name, topic = t, ?partitions, "repair failed: {e:#}");
+            }
+        }
     }
 
     async fn try_assign(self: &Arc<Self>, t: u16, partitions: &[i32]) -> anyhow::Result<()> {
@@ -390,6 +434,7 @@ impl QueueRuntime {
 
     /// Commits the final offsets of revoked partitions and forgets them.
     pub(crate) async fn revoke(&self, t: u16, partitions: &[i32]) {
+        let _serial = self.assigning.lock().await;
         let mut gone = Vec::new();
         {
             let mut map = self.partitions.write().unwrap();
@@ -918,7 +963,7 @@ impl QueueRuntime {
     /// The periodic work: expire leases, enforce the gap cap, route
     /// failures; with `slow` also commit, account records that left
     /// retention, and update the gauges.
-    pub(crate) async fn tick(&self, slow: bool) {
+    pub(crate) async fn tick(self: &Arc<Self>, slow: bool, measure: bool) {
         let now = now_ms();
         for part in self.owned() {
             let (pending, expired, routable) = {
@@ -949,6 +994,10 @@ impl QueueRuntime {
         if slow {
             let owned = self.owned();
             self.commit(&owned, false).await;
+            self.repair().await;
+        }
+        if measure {
+            let owned = self.owned();
             match self.measure().await {
                 Ok(measure) => {
                     self.account_retention(&owned, &measure).await;
