@@ -599,10 +599,38 @@ async fn a_duplicate_message_id_answers_the_first_copy() {
     );
     assert_eq!(second[1].status, ProduceStatus::Accepted);
     assert_ne!(second[1].message_id, "order-17");
-    let got = receive_n(&d, 2).await;
+    let twice = d
+        .produce(Q, vec![with_id("d"), message("e"), with_id("f")])
+        .await
+        .unwrap();
+    assert_eq!(
+        twice.iter().map(|r| r.status).collect::<Vec<_>>(),
+        vec![
+            ProduceStatus::Duplicate,
+            ProduceStatus::Accepted,
+            ProduceStatus::Duplicate
+        ]
+    );
+    let again = |id: &str, payload: &str| NewMessage {
+        message_id: Some(id.into()),
+        ..message(payload)
+    };
+    let in_one = d
+        .produce(Q, vec![again("x-1", "g"), again("x-1", "h")])
+        .await
+        .unwrap();
+    assert_eq!(
+        in_one.iter().map(|r| r.status).collect::<Vec<_>>(),
+        vec![ProduceStatus::Accepted, ProduceStatus::Duplicate]
+    );
+    assert_eq!(
+        (in_one[0].partition, in_one[0].offset),
+        (in_one[1].partition, in_one[1].offset)
+    );
+    let got = receive_n(&d, 4).await;
     let mut payloads: Vec<&[u8]> = got.iter().map(|m| m.payload.as_slice()).collect();
     payloads.sort();
-    assert_eq!(payloads, vec![&b"a"[..], &b"c"[..]]);
+    assert_eq!(payloads, vec![&b"a"[..], &b"c"[..], &b"e"[..], &b"g"[..]]);
     let nothing = d
         .receive(Q, request(1, Duration::from_secs(1)))
         .await

@@ -1080,12 +1080,21 @@ impl QueueRuntime {
         let mut results: Vec<Option<ProduceResult>> = vec![None; messages.len()];
         // (index, id, deduped, the send)
         let mut sends = Vec::new();
+        // An id given twice in one request: the later ones answer as
+        // duplicates of the first.
+        let mut first_of: HashMap<String, usize> = HashMap::new();
+        let mut repeats: Vec<(usize, usize)> = Vec::new();
         for (i, m) in messages.into_iter().enumerate() {
             let deduped = m.message_id.is_some();
             let id = m
                 .message_id
                 .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
             if deduped {
+                if let Some(&first) = first_of.get(&id) {
+                    repeats.push((i, first));
+                    continue;
+                }
+                first_of.insert(id.clone(), i);
                 if let Some((partition, offset)) =
                     self.dedupe.lock().unwrap().check_and_insert(&id, now)
                 {
@@ -1173,6 +1182,12 @@ impl QueueRuntime {
                     error.get_or_insert(e);
                 }
             }
+        }
+        for (i, first) in repeats {
+            results[i] = results[first].clone().map(|r| ProduceResult {
+                status: ProduceStatus::Duplicate,
+                ..r
+            });
         }
         let results: Vec<ProduceResult> = results.into_iter().flatten().collect();
         let accepted = results
