@@ -9,6 +9,23 @@
 //! Not here: forwarding a receipt to the instance that owns its partition
 //! (this answers `NotOwner`), the HTTP and gRPC APIs, and `run()` wiring.
 //!
+//! Decisions worth knowing:
+//! - Receipts are signed with `BLAKE3(receipt_secret)` (the codec wants 32
+//!   bytes), one codec per queue: instances with the same secret read each
+//!   other's receipts.
+//! - A receive's `Leased` events are written (and awaited) before it
+//!   answers, like acks and nacks: a new owner then knows every generation
+//!   handed out, so an old receipt can never match a new lease.
+//! - A nack writes its failure copy before answering (so a permanent nack's
+//!   DLQ copy exists when the client hears Ok); expiries and the gap cap are
+//!   routed by the periodic task.
+//! - Delivery `partition`/`offset` name the original record in the primary
+//!   topic; for a message produced with a delay (never in the primary) they
+//!   name its record in the retry tier, as the produce result did.
+//! - A retry tier's records are leased in offset order up to the first not
+//!   yet due (copies are written in due order); the first not-due record
+//!   holds back that tier partition only.
+//!
 //! [`PartitionLeases`]: crate::lease::PartitionLeases
 
 pub mod dedupe;
