@@ -671,9 +671,20 @@ async fn a_record_from_a_plain_kafka_producer_is_served() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_answers_not_owner_for_a_partition_another_instance_owns() {
+async fn a_second_instance_takes_half_and_the_first_keeps_its_leases_on_the_rest() {
     let (_broker, config) = setup(45122, "shared", 2, "lease = \"30s\"").await;
     let one = Dispatcher::start(&config).await.unwrap();
+    // Keyed: null keys stick to one partition for a batch (librdkafka's
+    // sticky partitioner); twenty keys land on both.
+    let keyed = (0..20)
+        .map(|i| NewMessage {
+            key: Some(format!("key-{i}").into_bytes()),
+            ..message("m")
+        })
+        .collect();
+    one.produce(Q, keyed).await.unwrap();
+    let leased = receive_n(&one, 20).await;
+
     let two = Dispatcher::start(&config).await.unwrap();
     let primary = |d: &Dispatcher| -> Vec<i32> {
         d.owned_partitions(Q)
@@ -692,31 +703,39 @@ async fn an_instance_answers_not_owner_for_a_partition_another_instance_owns() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    // Keyed: null keys stick to one partition for a batch (librdkafka's
-    // sticky partitioner); twenty keys land on both.
-    let keyed = (0..20)
-        .map(|i| NewMessage {
-            key: Some(format!("key-{i}").into_bytes()),
-            ..message("m")
-        })
-        .collect();
-    one.produce(Q, keyed).await.unwrap();
-    let m = receive_one(&one).await;
-    assert_eq!(vec![m.partition], primary(&one));
+    let kept = primary(&one)[0];
+    let (mine, theirs): (Vec<Delivery>, Vec<Delivery>) =
+        leased.into_iter().partition(|m| m.partition == kept);
+    assert!(!mine.is_empty() && !theirs.is_empty());
+    let receipts = |ms: &[Delivery]| ms.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>();
+    // The partition handed away: the first instance is not its owner, and
+    // the new owner released those leases (a new generation each).
+    assert!(one
+        .ack(Q, receipts(&theirs))
+        .await
+        .unwrap()
+        .iter()
+        .all(|o| *o == ReceiptOutcome::NotOwner));
+    assert!(two
+        .ack(Q, receipts(&theirs))
+        .await
+        .unwrap()
+        .iter()
+        .all(|o| *o == ReceiptOutcome::Stale));
     assert_eq!(
-        two.ack(Q, vec![m.receipt.clone()]).await.unwrap(),
-        vec![ReceiptOutcome::NotOwner]
-    );
-    assert_eq!(
-        nack(&two, &m.receipt, false, None).await,
+        nack(&two, &mine[0].receipt, false, None).await,
         ReceiptOutcome::NotOwner
     );
-    assert_eq!(
-        one.ack(Q, vec![m.receipt]).await.unwrap(),
-        vec![ReceiptOutcome::Ok]
-    );
-    let from_two = receive_one(&two).await;
-    assert_eq!(vec![from_two.partition], primary(&two));
+    // The partition the rebalance handed straight back resumed with its
+    // leases: the receipts still hold.
+    assert!(one
+        .ack(Q, receipts(&mine))
+        .await
+        .unwrap()
+        .iter()
+        .all(|o| *o == ReceiptOutcome::Ok));
+    let again = receive_n(&two, theirs.len()).await;
+    assert!(again.iter().all(|m| m.partition != kept && m.attempt == 1));
     one.shutdown().await;
     two.shutdown().await;
 }

@@ -159,7 +159,24 @@ pub(crate) struct QueueRuntime {
     assigning: tokio::sync::Mutex<()>,
     /// Assigned partitions not served at the previous `repair`.
     unserved: Mutex<BTreeSet<QueuePartition>>,
+    /// Revoked partitions kept for a moment: a rebalance usually hands most
+    /// partitions straight back, and one nobody touched meanwhile resumes
+    /// with its leases (no redelivery).
+    parked: Mutex<HashMap<QueuePartition, Parked>>,
 }
+
+/// A revoked partition's state and what proves nobody changed it since.
+struct Parked {
+    part: Arc<Partition>,
+    /// The ack-log partition's end offset after our last write.
+    ack_log_end: i64,
+    /// The offset we committed to the group at the revoke.
+    committed: i64,
+    at: Instant,
+}
+
+/// How long a revoked partition's state is kept for a reassignment.
+const PARKED_TTL: Duration = Duration::from_secs(60);
 
 impl QueueRuntime {
     /// Every topic of the queue has partitions served here (after its
@@ -230,6 +247,7 @@ impl QueueRuntime {
             partition_labels,
             assigning: tokio::sync::Mutex::new(()),
             unserved: Mutex::new(BTreeSet::new()),
+            parked: Mutex::new(HashMap::new()),
         })
     }
 
@@ -351,6 +369,24 @@ impl QueueRuntime {
             .await?
             .into_iter()
             .collect();
+        let resumed = self.unpark(t, partitions, &committed).await;
+        let resumed_partitions: Vec<i32> = resumed.iter().map(|p| p.qp.partition).collect();
+        for part in resumed {
+            tracing::info!(queue = %self.config.name, partition = %part.qp,
+                "partition resumed as it was at its revoke");
+            part.closed.store(false, Ordering::SeqCst);
+            self.serve(part, &consumer).await;
+        }
+        let partitions: Vec<i32> = partitions
+            .iter()
+            .copied()
+            .filter(|p| !resumed_partitions.contains(p))
+            .collect();
+        let partitions = &partitions[..];
+        if partitions.is_empty() {
+            self.ready.notify_waiters();
+            return Ok(());
+        }
         let readers = Arc::clone(&self.readers);
         let ack_topic = self.config.ack_log_topic.clone();
         let topic = self.topics[usize::from(t)].clone();
@@ -414,22 +450,27 @@ impl QueueRuntime {
                 closed: AtomicBool::new(false),
                 fetch_task: Mutex::new(None),
             });
-            let old = self
-                .partitions
-                .write()
-                .unwrap()
-                .insert(qp, Arc::clone(&partition));
-            if let Some(old) = old {
-                old.close().await;
-            }
-            let this = Arc::clone(self);
-            let consumer = Arc::clone(&consumer);
-            let part = Arc::clone(&partition);
-            let task = tokio::spawn(async move { this.fetch_loop(part, consumer).await });
-            *partition.fetch_task.lock().unwrap() = Some(task);
+            self.serve(partition, &consumer).await;
         }
         self.ready.notify_waiters();
         Ok(())
+    }
+
+    /// Makes `partition` owned and starts its fetch task.
+    async fn serve(self: &Arc<Self>, partition: Arc<Partition>, consumer: &Arc<QueueConsumer>) {
+        let old = self
+            .partitions
+            .write()
+            .unwrap()
+            .insert(partition.qp, Arc::clone(&partition));
+        if let Some(old) = old {
+            old.close().await;
+        }
+        let this = Arc::clone(self);
+        let consumer = Arc::clone(consumer);
+        let part = Arc::clone(&partition);
+        let task = tokio::spawn(async move { this.fetch_loop(part, consumer).await });
+        *partition.fetch_task.lock().unwrap() = Some(task);
     }
 
     /// Commits the final offsets of revoked partitions and forgets them.
@@ -463,6 +504,100 @@ impl QueueRuntime {
         for part in &gone {
             metrics::gauge!("dispatcher_in_flight", "queue" => self.name(), "partition" => self.label(part.qp)).set(0.0);
         }
+        self.park(gone).await;
+    }
+
+    /// Keeps revoked partitions whose final commit is stored, with the
+    /// ack-log end that proves later that nobody wrote since.
+    async fn park(&self, gone: Vec<Arc<Partition>>) {
+        let committed: Vec<(Arc<Partition>, i64)> = gone
+            .into_iter()
+            .filter_map(|part| {
+                let committed = part.state.lock().unwrap().engine.committed_offset();
+                (part.last_commit.load(Ordering::SeqCst) == committed).then_some((part, committed))
+            })
+            .collect();
+        if committed.is_empty() {
+            return;
+        }
+        let ends = self
+            .ack_log_ends(committed.iter().map(|(p, _)| p.qp.partition).collect())
+            .await;
+        let Ok(ends) = ends else { return };
+        let mut parked = self.parked.lock().unwrap();
+        for (part, committed) in committed {
+            let end = ends[&(part.qp.partition % self.ack_log_partitions)];
+            parked.insert(
+                part.qp,
+                Parked {
+                    part,
+                    ack_log_end: end,
+                    committed,
+                    at: Instant::now(),
+                },
+            );
+        }
+    }
+
+    /// The end offsets of the ack-log partitions of `partitions`.
+    async fn ack_log_ends(&self, partitions: Vec<i32>) -> anyhow::Result<HashMap<i32, i64>> {
+        let readers = Arc::clone(&self.readers);
+        let topic = self.config.ack_log_topic.clone();
+        let n = self.ack_log_partitions;
+        tokio::task::spawn_blocking(move || {
+            let meta = readers.meta.lock().unwrap();
+            let mut ends = HashMap::new();
+            for p in partitions {
+                let a = p % n;
+                if let std::collections::hash_map::Entry::Vacant(e) = ends.entry(a) {
+                    e.insert(meta.fetch_watermarks(&topic, a, STATS_TIMEOUT)?.1);
+                }
+            }
+            Ok(ends)
+        })
+        .await?
+    }
+
+    /// Parked states of `partitions` that nobody changed since their revoke
+    /// (same group commit, no ack-log write): they resume as they were.
+    async fn unpark(
+        &self,
+        t: u16,
+        partitions: &[i32],
+        committed: &HashMap<i32, Option<i64>>,
+    ) -> Vec<Arc<Partition>> {
+        let candidates: Vec<Parked> = {
+            let mut parked = self.parked.lock().unwrap();
+            parked.retain(|_, p| p.at.elapsed() < PARKED_TTL);
+            partitions
+                .iter()
+                .filter_map(|&partition| {
+                    parked.remove(&QueuePartition {
+                        topic: t,
+                        partition,
+                    })
+                })
+                .filter(|p| {
+                    committed.get(&p.part.qp.partition).copied().flatten() == Some(p.committed)
+                })
+                .collect()
+        };
+        if candidates.is_empty() {
+            return Vec::new();
+        }
+        let Ok(ends) = self
+            .ack_log_ends(candidates.iter().map(|p| p.part.qp.partition).collect())
+            .await
+        else {
+            return Vec::new();
+        };
+        candidates
+            .into_iter()
+            .filter(|p| {
+                ends.get(&(p.part.qp.partition % self.ack_log_partitions)) == Some(&p.ack_log_end)
+            })
+            .map(|p| p.part)
+            .collect()
     }
 
     /// Commits each partition's commit point to the group when it moved
