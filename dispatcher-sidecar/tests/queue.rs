@@ -28,12 +28,23 @@ const TIMEOUT: Duration = Duration::from_secs(30);
 const Q: &str = "jobs";
 
 /// A broker on `port` and a config with one queue `jobs` on a new topic
-/// `topic` (`partitions`), with short leases and tiers plus `extra` keys.
+/// `topic` (`partitions`), with `extra` keys, and a 2 s lease and 1 s and
+/// 2 s tiers unless `extra` names others.
 async fn setup(port: u16, topic: &str, partitions: i32, extra: &str) -> (Broker, Config) {
+    // RUST_LOG=dispatcher_sidecar=info shows the runtime's log under the test.
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
+        .with_test_writer()
+        .try_init();
     let broker = Broker::start(port);
+    let mut keys = extra.to_owned();
+    for (key, default) in [("lease", "\"2s\""), ("retry_tiers", "[\"1s\", \"2s\"]")] {
+        if !extra.lines().any(|l| l.starts_with(&format!("{key} ="))) {
+            keys.push_str(&format!("\n{key} = {default}"));
+        }
+    }
     let config = broker.config(&format!(
-        "[[queue]]\nname = \"{Q}\"\ntopic = \"{topic}\"\nlease = \"2s\"\n\
-         retry_tiers = [\"1s\", \"2s\"]\n{extra}\n"
+        "[[queue]]\nname = \"{Q}\"\ntopic = \"{topic}\"\n{keys}\n"
     ));
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
     let r = admin
@@ -588,10 +599,38 @@ async fn a_duplicate_message_id_answers_the_first_copy() {
     );
     assert_eq!(second[1].status, ProduceStatus::Accepted);
     assert_ne!(second[1].message_id, "order-17");
-    let got = receive_n(&d, 2).await;
+    let twice = d
+        .produce(Q, vec![with_id("d"), message("e"), with_id("f")])
+        .await
+        .unwrap();
+    assert_eq!(
+        twice.iter().map(|r| r.status).collect::<Vec<_>>(),
+        vec![
+            ProduceStatus::Duplicate,
+            ProduceStatus::Accepted,
+            ProduceStatus::Duplicate
+        ]
+    );
+    let again = |id: &str, payload: &str| NewMessage {
+        message_id: Some(id.into()),
+        ..message(payload)
+    };
+    let in_one = d
+        .produce(Q, vec![again("x-1", "g"), again("x-1", "h")])
+        .await
+        .unwrap();
+    assert_eq!(
+        in_one.iter().map(|r| r.status).collect::<Vec<_>>(),
+        vec![ProduceStatus::Accepted, ProduceStatus::Duplicate]
+    );
+    assert_eq!(
+        (in_one[0].partition, in_one[0].offset),
+        (in_one[1].partition, in_one[1].offset)
+    );
+    let got = receive_n(&d, 4).await;
     let mut payloads: Vec<&[u8]> = got.iter().map(|m| m.payload.as_slice()).collect();
     payloads.sort();
-    assert_eq!(payloads, vec![&b"a"[..], &b"c"[..]]);
+    assert_eq!(payloads, vec![&b"a"[..], &b"c"[..], &b"e"[..], &b"g"[..]]);
     let nothing = d
         .receive(Q, request(1, Duration::from_secs(1)))
         .await
@@ -629,4 +668,74 @@ async fn a_record_from_a_plain_kafka_producer_is_served() {
         vec![ReceiptOutcome::Ok]
     );
     d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_instance_takes_half_and_the_first_keeps_its_leases_on_the_rest() {
+    let (_broker, config) = setup(45122, "shared", 2, "lease = \"30s\"").await;
+    let one = Dispatcher::start(&config).await.unwrap();
+    // Keyed: null keys stick to one partition for a batch (librdkafka's
+    // sticky partitioner); twenty keys land on both.
+    let keyed = (0..20)
+        .map(|i| NewMessage {
+            key: Some(format!("key-{i}").into_bytes()),
+            ..message("m")
+        })
+        .collect();
+    one.produce(Q, keyed).await.unwrap();
+    let leased = receive_n(&one, 20).await;
+
+    let two = Dispatcher::start(&config).await.unwrap();
+    let primary = |d: &Dispatcher| -> Vec<i32> {
+        d.owned_partitions(Q)
+            .into_iter()
+            .filter(|qp| qp.topic == 0)
+            .map(|qp| qp.partition)
+            .collect()
+    };
+    let deadline = Instant::now() + TIMEOUT;
+    while primary(&one).len() != 1 || primary(&two).len() != 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the instances own {:?} and {:?}",
+            primary(&one),
+            primary(&two)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let kept = primary(&one)[0];
+    let (mine, theirs): (Vec<Delivery>, Vec<Delivery>) =
+        leased.into_iter().partition(|m| m.partition == kept);
+    assert!(!mine.is_empty() && !theirs.is_empty());
+    let receipts = |ms: &[Delivery]| ms.iter().map(|m| m.receipt.clone()).collect::<Vec<_>>();
+    // The partition handed away: the first instance is not its owner, and
+    // the new owner released those leases (a new generation each).
+    assert!(one
+        .ack(Q, receipts(&theirs))
+        .await
+        .unwrap()
+        .iter()
+        .all(|o| *o == ReceiptOutcome::NotOwner));
+    assert!(two
+        .ack(Q, receipts(&theirs))
+        .await
+        .unwrap()
+        .iter()
+        .all(|o| *o == ReceiptOutcome::Stale));
+    assert_eq!(
+        nack(&two, &mine[0].receipt, false, None).await,
+        ReceiptOutcome::NotOwner
+    );
+    // The partition the rebalance handed straight back resumed with its
+    // leases: the receipts still hold.
+    assert!(one
+        .ack(Q, receipts(&mine))
+        .await
+        .unwrap()
+        .iter()
+        .all(|o| *o == ReceiptOutcome::Ok));
+    let again = receive_n(&two, theirs.len()).await;
+    assert!(again.iter().all(|m| m.partition != kept && m.attempt == 1));
+    one.shutdown().await;
+    two.shutdown().await;
 }

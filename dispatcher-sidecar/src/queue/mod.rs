@@ -9,6 +9,23 @@
 //! Not here: forwarding a receipt to the instance that owns its partition
 //! (this answers `NotOwner`), the HTTP and gRPC APIs, and `run()` wiring.
 //!
+//! Decisions worth knowing:
+//! - Receipts are signed with `BLAKE3(receipt_secret)` (the codec wants 32
+//!   bytes), one codec per queue: instances with the same secret read each
+//!   other's receipts.
+//! - A receive's `Leased` events are written (and awaited) before it
+//!   answers, like acks and nacks: a new owner then knows every generation
+//!   handed out, so an old receipt can never match a new lease.
+//! - A nack writes its failure copy before answering (so a permanent nack's
+//!   DLQ copy exists when the client hears Ok); expiries and the gap cap are
+//!   routed by the periodic task.
+//! - Delivery `partition`/`offset` name the original record in the primary
+//!   topic; for a message produced with a delay (never in the primary) they
+//!   name its record in the retry tier, as the produce result did.
+//! - A retry tier's records are leased in offset order up to the first not
+//!   yet due (copies are written in due order); the first not-due record
+//!   holds back that tier partition only.
+//!
 //! [`PartitionLeases`]: crate::lease::PartitionLeases
 
 pub mod dedupe;
@@ -44,8 +61,12 @@ use runtime::{QueueRuntime, RuntimeParts, KAFKA_TIMEOUT};
 const REVOKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Lease expiry, the gap cap and failure routing run this often.
 const TICK: Duration = Duration::from_millis(200);
-/// Every this many ticks: commits, retention accounting and gauges (~1 s).
+/// Every this many ticks: commits and the repair of unserved partitions
+/// (~1 s).
 const SLOW_TICKS: u32 = 5;
+/// Every this many slow ticks: watermarks for retention accounting and the
+/// gauges (~5 s; a watermark read per owned partition is a round trip).
+const MEASURE_SLOW_TICKS: u32 = 5;
 /// How long `start` waits for the group to assign partitions to every
 /// consumer.
 const SETTLE_TIMEOUT: Duration = Duration::from_secs(15);
@@ -236,8 +257,12 @@ async fn assignments(
             _ = stop.changed() => return,
             event = events.recv() => match event {
                 None => return,
-                Some(Assignment::Assigned(partitions)) => runtime.assign(t, partitions).await,
+                Some(Assignment::Assigned(partitions)) => {
+                    tracing::info!(queue = %runtime.config.name, topic = t, ?partitions, "assigned");
+                    runtime.assign(t, partitions).await
+                }
                 Some(Assignment::Revoked { partitions, release }) => {
+                    tracing::info!(queue = %runtime.config.name, topic = t, ?partitions, "revoked");
                     runtime.revoke(t, &partitions).await;
                     drop(release);
                 }
@@ -255,7 +280,8 @@ async fn ticks(runtime: Arc<QueueRuntime>, mut stop: watch::Receiver<bool>) {
             _ = stop.changed() => return,
             _ = interval.tick() => {
                 n = n.wrapping_add(1);
-                runtime.tick(n.is_multiple_of(SLOW_TICKS)).await;
+                let slow = n.is_multiple_of(SLOW_TICKS);
+                runtime.tick(slow, n.is_multiple_of(SLOW_TICKS * MEASURE_SLOW_TICKS)).await;
             }
         }
     }
