@@ -359,13 +359,13 @@ TOML
   for port in "$DISPATCHER_HTTP_PORT" "$DISPATCHER_GRPC_PORT"; do
     for _ in $(seq 1 70); do port_in_use "$port" || break; sleep 1; done
   done
-  RUST_LOG=${RUST_LOG:-info} "$DISPATCHER_BIN" --config "$config" >"$run_dir/$side.dispatcher.log" 2>&1 </dev/null &
+  NO_COLOR=1 RUST_LOG=${RUST_LOG:-info} "$DISPATCHER_BIN" --config "$config" >"$run_dir/$side.dispatcher.log" 2>&1 </dev/null &
   dispatcher_pid=$!
   local deadline=$((SECONDS + ready_timeout_s))
   while ((SECONDS < deadline)); do
     if ! kill -0 "$dispatcher_pid" 2>/dev/null; then
       wait "$dispatcher_pid"
-      echo "exited with status $? before serving: $(grep . "$run_dir/$side.dispatcher.log" | tail -1)" >"$run_dir/$side.why"
+      echo "the dispatcher exited with status $? before serving: $(grep . "$run_dir/$side.dispatcher.log" | tail -1)" >"$run_dir/$side.why"
       dispatcher_pid=
       return 1
     fi
@@ -375,7 +375,7 @@ TOML
     fi
     sleep 0.2
   done
-  echo "its HTTP API did not answer GET /queues/bench within ${ready_timeout_s}s" >"$run_dir/$side.why"
+  echo "the dispatcher's HTTP API did not answer GET /queues/bench within ${ready_timeout_s}s" >"$run_dir/$side.why"
   stop_pid "$dispatcher_pid" dispatcher
   dispatcher_pid=
   return 1
@@ -386,7 +386,7 @@ run_dispatcher() {
   local side=$1 bootstrap=$2 port=$3 broker=$4
   preload "$side" "$bootstrap" "$port" "$side" || return 1
   blog "$side: starting the dispatcher"
-  start_dispatcher "$side" "$bootstrap" || { blog "$side: the dispatcher $(cat "$run_dir/$side.why")"; return 1; }
+  start_dispatcher "$side" "$bootstrap" || { blog "$side: not run: $(cat "$run_dir/$side.why")"; return 1; }
   blog "$side: $workers HTTP pull workers, receive -> ack, until $messages acks"
   measured "$side" "$((run_timeout_s + 30))" "$broker" "$PROGRAMS/loadgen/loadgen" \
     -url "http://127.0.0.1:$DISPATCHER_HTTP_PORT" -queue bench -workers "$workers" -messages "$messages" \

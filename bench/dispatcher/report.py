@@ -194,8 +194,11 @@ def main(run_dir):
         out.append("| partition rebuild from the ack log | not read: see lease-rebuild.err | ≤ 2 s | - |")
     else:
         records, ms, expired = rebuild
-        met = "met" if ms <= TARGET_REBUILD_MS else "not met"
-        note = "" if records >= 1_000_000 else " (fewer records than the target's 1M)"
+        # The target is about 1M records; a smaller run (--smoke) says nothing about it.
+        if records >= 1_000_000:
+            met, note = ("met" if ms <= TARGET_REBUILD_MS else "not met"), ""
+        else:
+            met, note = "- (needs 1M records)", " (fewer records than the target's 1M)"
         out.append(f"| partition rebuild from {records:,} ack-log records ({expired:,} leases back as expired){note} "
                    f"| {ms:,.1f} ms | ≤ 2 s at 1M | {met} |")
     print("\n".join(out))
