@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dispatcher vs Kafka share groups (issue 7):
 #   bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]
-#                       [--skip-lease-figures]
+#                       [--share-commit sync|async] [--skip-lease-figures]
 # Leased + acked messages/s with N pull workers, three ways, on this machine:
 #   share       Apache Kafka 4.4's KafkaShareConsumer, explicit acknowledgement,
 #               N consumers in one share group (bench/dispatcher/share-bench)
@@ -63,7 +63,7 @@ SHARED_PROPS=(
 
 usage() {
   echo "usage: bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]" >&2
-  echo "                           [--skip-lease-figures]" >&2
+  echo "                           [--share-commit sync|async] [--skip-lease-figures]" >&2
   exit 2
 }
 positive() { [[ ${1:-} =~ ^[0-9]+$ && $1 -ge 1 ]]; }
@@ -76,6 +76,9 @@ batch=100
 record_bytes=1024
 explicit_messages=0
 lease_figures=1
+# How share-bench's workers commit their acknowledgements: sync (commitSync(),
+# what a worker that must know its work is settled does) or async.
+share_commit=sync
 while (($#)); do
   case "$1" in
     --smoke) smoke=1; shift ;;
@@ -84,6 +87,7 @@ while (($#)); do
     --partitions) positive "${2:-}" || usage; partitions=$2; shift 2 ;;
     --batch) positive "${2:-}" || usage; batch=$2; shift 2 ;;
     --record-bytes) positive "${2:-}" || usage; record_bytes=$2; shift 2 ;;
+    --share-commit) [[ ${2:-} == sync || ${2:-} == async ]] || usage; share_commit=$2; shift 2 ;;
     --skip-lease-figures) lease_figures=0; shift ;;
     *) usage ;;
   esac
@@ -282,6 +286,7 @@ note workers "$workers"
 note messages "$messages"
 note partitions "$partitions"
 note batch "$batch"
+note share_commit "$share_commit"
 note record_bytes "$record_bytes"
 note lease_s "$LEASE_S"
 note producer_props "${PRODUCER_PROPS[*]}"
@@ -335,7 +340,7 @@ run_share() {
   blog "share: $workers KafkaShareConsumer workers, explicit acknowledgement, until $messages acks"
   measured share "$((run_timeout_s + 30))" "$kafka_pid" java -Xmx1g -cp "$share_dir/target/classes:$share_dir/target/lib/*" \
     bench.ShareBench --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench-share --group "$SHARE_GROUP" \
-    --workers "$workers" --messages "$messages" --batch "$batch" --timeout-s "$run_timeout_s"
+    --workers "$workers" --messages "$messages" --batch "$batch" --timeout-s "$run_timeout_s" --commit "$share_commit"
 }
 
 # --- sides 2 and 3: the dispatcher --------------------------------------------------------

@@ -16,7 +16,7 @@ import re
 import sys
 
 SIDES = (
-    ("share", "Kafka share group (KafkaShareConsumer)"),
+    ("share", "Kafka share group (KafkaShareConsumer, commit{commit})"),
     ("dispatcher-ours", "dispatcher → our broker"),
     ("dispatcher-kafka", "dispatcher → Apache Kafka"),
 )
@@ -125,7 +125,8 @@ def lease_figures(run_dir):
 def main(run_dir):
     meta = read_meta(run_dir)
     hz = float(meta.get("clk_tck") or 100)
-    sides = [(label, Side(run_dir, name, hz)) for name, label in SIDES]
+    commit = "Sync" if meta.get("share_commit", "sync") == "sync" else "Async"
+    sides = [(label.format(commit=commit), Side(run_dir, name, hz)) for name, label in SIDES]
     share_rate = sides[0][1].rate()
     out = []
     out.append(
