@@ -300,13 +300,15 @@ note clk_tck "$clk_tck"
 preload() {
   local side=$1 bootstrap=$2 port=$3 topic=$4
   bounded "$side.topic" "$admin_timeout_s" "$COMPAT_DIR/kafka-cli.sh" kafka-topics --bootstrap-server "$bootstrap" \
-    --create --topic "$topic" --partitions "$partitions" --replication-factor 1 || return 1
+    --create --topic "$topic" --partitions "$partitions" --replication-factor 1 \
+    || { echo "creating its topic failed: see $side.topic.err" >"$run_dir/$side.why"; return 1; }
   step python3 "$BENCH_DIR/ready.py" 127.0.0.1 "$port" "$admin_timeout_s" "$topic" "$partitions" >/dev/null \
-    || { blog "not every partition of $topic answers ListOffsets"; return 1; }
+    || { echo "not every partition of $topic answered ListOffsets within ${admin_timeout_s}s" >"$run_dir/$side.why"; return 1; }
   blog "$side: pre-loading $messages records of $record_bytes B into $topic ($partitions partitions)"
   bounded "$side.preload" "$produce_timeout_s" "$COMPAT_DIR/kafka-cli.sh" kafka-producer-perf-test \
     --bootstrap-server "$bootstrap" --topic "$topic" --num-records "$messages" --record-size "$record_bytes" \
-    --throughput -1 --command-property "${PRODUCER_PROPS[@]}"
+    --throughput -1 --command-property "${PRODUCER_PROPS[@]}" \
+    || { echo "pre-loading failed: see $side.preload.err" >"$run_dir/$side.why"; return 1; }
 }
 
 # measured <side> <limit> <broker pid> cmd...: the client run, with the CPU
@@ -336,7 +338,8 @@ run_share() {
   # lock gets the dispatcher's lease.
   bounded share.group-config "$admin_timeout_s" "$COMPAT_DIR/kafka-cli.sh" kafka-configs \
     --bootstrap-server "127.0.0.1:$KAFKA_PORT" --alter --entity-type groups --entity-name "$SHARE_GROUP" \
-    --add-config "share.auto.offset.reset=earliest,share.record.lock.duration.ms=$((LEASE_S * 1000))" || return 1
+    --add-config "share.auto.offset.reset=earliest,share.record.lock.duration.ms=$((LEASE_S * 1000))" \
+    || { echo "setting the share group's configs failed: see share.group-config.err" >"$run_dir/share.why"; return 1; }
   blog "share: $workers KafkaShareConsumer workers, explicit acknowledgement, until $messages acks"
   measured share "$((run_timeout_s + 30))" "$kafka_pid" java -Xmx1g -cp "$share_dir/target/classes:$share_dir/target/lib/*" \
     bench.ShareBench --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench-share --group "$SHARE_GROUP" \
