@@ -64,7 +64,8 @@ class Side:
     def __init__(self, run_dir, name, hz):
         base = os.path.join(run_dir, name)
         self.result = parse_result(read(base + ".out"))
-        self.why = (read(base + ".why") or "").strip()
+        why = (read(base + ".why") or "").strip()
+        self.why = f"not run: {why}" if why else ""
         rc = (read(base + ".rc") or "").strip()
         self.rc = int(rc) if rc.lstrip("-").isdigit() else None
         self.broker_cpu_s = ticks_s(base + ".broker_cpu", hz)
@@ -151,8 +152,7 @@ def main(run_dir):
     def row(metric, cells):
         out.append(f"| {metric} | " + " | ".join(cells) + " |")
 
-    row("acked msgs/s", [num(s.rate()) if s.ok else f"not run: {s.why}" if s.result is None else s.why
-                         for _, s in sides])
+    row("acked msgs/s", [num(s.rate()) if s.ok else s.why for _, s in sides])
     ratios = []
     for i, (_, s) in enumerate(sides):
         if i == 0:
