@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dispatcher vs Kafka share groups (issue 7):
 #   bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]
-#                       [--share-commit sync|async] [--skip-lease-figures]
+#                       [--rounds K] [--share-commit sync|async] [--skip-lease-figures]
 # Leased + acked messages/s with N pull workers, three ways, on this machine:
 #   share       Apache Kafka 4.4's KafkaShareConsumer, explicit acknowledgement,
 #               N consumers in one share group (bench/dispatcher/share-bench)
@@ -11,7 +11,9 @@
 #               (shows what the dispatcher costs, independent of our broker)
 # Each side gets its own topic of P partitions pre-loaded with M records of
 # S bytes by kafka-producer-perf-test before anything is timed, and drains it:
-# the run ends when M acknowledgements have been confirmed. Then the two
+# the run ends when M acknowledgements have been confirmed. --rounds K repeats
+# the three K times (order reversed every other round, fresh topics and group
+# each time) and the table shows the median. Then the two
 # memory figures of the lease engine: bytes per in-flight lease (the
 # lease_memory test) and the rebuild time of a partition from 1M ack-log
 # records (the lease_rebuild example).
@@ -39,7 +41,6 @@ OURS_PORT=39392
 DISPATCHER_HTTP_PORT=39480
 DISPATCHER_GRPC_PORT=39481
 
-SHARE_GROUP=bench-share
 # The lease both sides grant: the dispatcher's default lease, and the share
 # group's record lock duration set to the same (Kafka's default is 30 s; its
 # broker maximum, group.share.max.record.lock.duration.ms, is 60 s).
@@ -63,7 +64,7 @@ SHARED_PROPS=(
 
 usage() {
   echo "usage: bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]" >&2
-  echo "                           [--share-commit sync|async] [--skip-lease-figures]" >&2
+  echo "                           [--rounds K] [--share-commit sync|async] [--skip-lease-figures]" >&2
   exit 2
 }
 positive() { [[ ${1:-} =~ ^[0-9]+$ && $1 -ge 1 ]]; }
@@ -76,6 +77,7 @@ batch=100
 record_bytes=1024
 explicit_messages=0
 lease_figures=1
+rounds=1
 # How share-bench's workers commit their acknowledgements: sync (commitSync(),
 # what a worker that must know its work is settled does) or async.
 share_commit=sync
@@ -88,6 +90,7 @@ while (($#)); do
     --batch) positive "${2:-}" || usage; batch=$2; shift 2 ;;
     --record-bytes) positive "${2:-}" || usage; record_bytes=$2; shift 2 ;;
     --share-commit) [[ ${2:-} == sync || ${2:-} == async ]] || usage; share_commit=$2; shift 2 ;;
+    --rounds) positive "${2:-}" || usage; rounds=$2; shift 2 ;;
     --skip-lease-figures) lease_figures=0; shift ;;
     *) usage ;;
   esac
@@ -287,11 +290,18 @@ note messages "$messages"
 note partitions "$partitions"
 note batch "$batch"
 note share_commit "$share_commit"
+note rounds "$rounds"
 note record_bytes "$record_bytes"
 note lease_s "$LEASE_S"
 note producer_props "${PRODUCER_PROPS[*]}"
 note kafka_java_opts "$KAFKA_JAVA_OPTS"
 note clk_tck "$clk_tck"
+
+# Each run keeps its pre-loaded topic until the end: 3 x rounds topics of
+# M x S bytes (and Kafka's and our broker's indexes), plus a margin.
+need_kib=$((3 * rounds * messages * (record_bytes + 100) / 1024 + 1024 * 1024))
+free_kib=$(df -Pk "$tmp" | awk 'NR == 2 {print $4}')
+((free_kib > need_kib)) || die "$((free_kib / 1024)) MiB free in $tmp, the run needs about $((need_kib / 1024)) MiB"
 
 # --- pre-load ----------------------------------------------------------------------
 
@@ -331,27 +341,29 @@ measured() {
 
 # --- side 1: the share group on Kafka ------------------------------------------------
 
+# run_share <name>: <name> is the topic, the share group and the file prefix.
 run_share() {
-  preload share "127.0.0.1:$KAFKA_PORT" "$KAFKA_PORT" bench-share || return 1
+  local name=$1
+  preload "$name" "127.0.0.1:$KAFKA_PORT" "$KAFKA_PORT" "$name" || return 1
   # The records are there before the group exists: it must start at the
   # earliest offset (the default, latest, would skip them all). The record
   # lock gets the dispatcher's lease.
-  bounded share.group-config "$admin_timeout_s" "$COMPAT_DIR/kafka-cli.sh" kafka-configs \
-    --bootstrap-server "127.0.0.1:$KAFKA_PORT" --alter --entity-type groups --entity-name "$SHARE_GROUP" \
+  bounded "$name.group-config" "$admin_timeout_s" "$COMPAT_DIR/kafka-cli.sh" kafka-configs \
+    --bootstrap-server "127.0.0.1:$KAFKA_PORT" --alter --entity-type groups --entity-name "$name" \
     --add-config "share.auto.offset.reset=earliest,share.record.lock.duration.ms=$((LEASE_S * 1000))" \
-    || { echo "setting the share group's configs failed: see share.group-config.err" >"$run_dir/share.why"; return 1; }
-  blog "share: $workers KafkaShareConsumer workers, explicit acknowledgement, until $messages acks"
-  measured share "$((run_timeout_s + 30))" "$kafka_pid" java -Xmx1g -cp "$share_dir/target/classes:$share_dir/target/lib/*" \
-    bench.ShareBench --bootstrap "127.0.0.1:$KAFKA_PORT" --topic bench-share --group "$SHARE_GROUP" \
+    || { echo "setting the share group's configs failed: see $name.group-config.err" >"$run_dir/$name.why"; return 1; }
+  blog "$name: $workers KafkaShareConsumer workers, explicit acknowledgement, until $messages acks"
+  measured "$name" "$((run_timeout_s + 30))" "$kafka_pid" java -Xmx1g -cp "$share_dir/target/classes:$share_dir/target/lib/*" \
+    bench.ShareBench --bootstrap "127.0.0.1:$KAFKA_PORT" --topic "$name" --group "$name" \
     --workers "$workers" --messages "$messages" --batch "$batch" --timeout-s "$run_timeout_s" --commit "$share_commit"
 }
 
 # --- sides 2 and 3: the dispatcher --------------------------------------------------------
 
-# start_dispatcher <side> <bootstrap>: config, launch, wait until the HTTP API
-# answers GET /queues/bench.
+# start_dispatcher <name> <bootstrap>: config (queue "bench" on the topic
+# <name>), launch, wait until the HTTP API answers GET /queues/bench.
 start_dispatcher() {
-  local side=$1 bootstrap=$2 config="$tmp/$1.toml"
+  local name=$1 bootstrap=$2 config="$tmp/$1.toml"
   cat >"$config" <<TOML
 bootstrap_servers = "$bootstrap"
 http_listen = "127.0.0.1:$DISPATCHER_HTTP_PORT"
@@ -360,70 +372,89 @@ receipt_secret = "bench-secret-0123456789"
 
 [[queue]]
 name = "bench"
-topic = "$side"
+topic = "$name"
 lease = "${LEASE_S}s"
 TOML
-  cp "$config" "$run_dir/$side.toml"
+  cp "$config" "$run_dir/$name.toml"
   for port in "$DISPATCHER_HTTP_PORT" "$DISPATCHER_GRPC_PORT"; do
     for _ in $(seq 1 70); do port_in_use "$port" || break; sleep 1; done
   done
-  NO_COLOR=1 RUST_LOG=${RUST_LOG:-info} "$DISPATCHER_BIN" --config "$config" >"$run_dir/$side.dispatcher.log" 2>&1 </dev/null &
+  NO_COLOR=1 RUST_LOG=${RUST_LOG:-info} "$DISPATCHER_BIN" --config "$config" >"$run_dir/$name.dispatcher.log" 2>&1 </dev/null &
   dispatcher_pid=$!
   local deadline=$((SECONDS + ready_timeout_s))
   while ((SECONDS < deadline)); do
     if ! kill -0 "$dispatcher_pid" 2>/dev/null; then
       wait "$dispatcher_pid"
-      echo "the dispatcher exited with status $? before serving: $(grep . "$run_dir/$side.dispatcher.log" | tail -1)" >"$run_dir/$side.why"
+      echo "the dispatcher exited with status $? before serving: $(grep . "$run_dir/$name.dispatcher.log" | tail -1)" >"$run_dir/$name.why"
       dispatcher_pid=
       return 1
     fi
     if port_listening "$DISPATCHER_HTTP_PORT" &&
-      curl -fsS -m 5 "http://127.0.0.1:$DISPATCHER_HTTP_PORT/queues/bench" >"$run_dir/$side.queue.json" 2>/dev/null; then
+      curl -fsS -m 5 "http://127.0.0.1:$DISPATCHER_HTTP_PORT/queues/bench" >"$run_dir/$name.queue.json" 2>/dev/null; then
       return 0
     fi
     sleep 0.2
   done
-  echo "the dispatcher's HTTP API did not answer GET /queues/bench within ${ready_timeout_s}s" >"$run_dir/$side.why"
+  echo "the dispatcher's HTTP API did not answer GET /queues/bench within ${ready_timeout_s}s" >"$run_dir/$name.why"
   stop_pid "$dispatcher_pid" dispatcher
   dispatcher_pid=
   return 1
 }
 
-# run_dispatcher <side> <bootstrap> <port> <broker pid>
+# run_dispatcher <name> <bootstrap> <port> <broker pid>: <name> is the topic and the file prefix.
 run_dispatcher() {
-  local side=$1 bootstrap=$2 port=$3 broker=$4
-  preload "$side" "$bootstrap" "$port" "$side" || return 1
-  blog "$side: starting the dispatcher"
-  start_dispatcher "$side" "$bootstrap" || { blog "$side: not run: $(cat "$run_dir/$side.why")"; return 1; }
-  blog "$side: $workers HTTP pull workers, receive -> ack, until $messages acks"
-  measured "$side" "$((run_timeout_s + 30))" "$broker" "$PROGRAMS/loadgen/loadgen" \
+  local name=$1 bootstrap=$2 port=$3 broker=$4
+  preload "$name" "$bootstrap" "$port" "$name" || return 1
+  blog "$name: starting the dispatcher"
+  start_dispatcher "$name" "$bootstrap" || { blog "$name: not run: $(cat "$run_dir/$name.why")"; return 1; }
+  blog "$name: $workers HTTP pull workers, receive -> ack, until $messages acks"
+  measured "$name" "$((run_timeout_s + 30))" "$broker" "$PROGRAMS/loadgen/loadgen" \
     -url "http://127.0.0.1:$DISPATCHER_HTTP_PORT" -queue bench -workers "$workers" -messages "$messages" \
     -batch "$batch" -wait 1s -lease "${LEASE_S}s" -timeout "${run_timeout_s}s"
   local rc=$?
   # What the dispatcher saw, for the raw results (depth, in flight).
-  curl -fsS -m 5 "http://127.0.0.1:$DISPATCHER_HTTP_PORT/queues/bench" >"$run_dir/$side.queue-after.json" 2>/dev/null
+  curl -fsS -m 5 "http://127.0.0.1:$DISPATCHER_HTTP_PORT/queues/bench" >"$run_dir/$name.queue-after.json" 2>/dev/null
   stop_pid "$dispatcher_pid" dispatcher
   dispatcher_pid=
   return $rc
 }
 
-status=0
-run_share || status=1
-
-if [[ -z ${DISPATCHER_BIN:-} || ! -x ${DISPATCHER_BIN:-} ]]; then
-  why="no dispatcher binary at ${DISPATCHER_BIN:-<none>}"
-  [[ -f $run_dir/dispatcher-build.rc ]] && why="the dispatcher build failed: see dispatcher-build.err"
-  for side in dispatcher-ours dispatcher-kafka; do echo "$why" >"$run_dir/$side.why"; done
-  status=1
-else
-  if [[ -n $ours_pid ]]; then
-    run_dispatcher dispatcher-ours "127.0.0.1:$OURS_PORT" "$OURS_PORT" "$ours_pid" || status=1
-  else
-    echo "our broker is not running (no binary, or it did not start: see ours-broker.log)" >"$run_dir/dispatcher-ours.why"
-    status=1
+# run_side <side> <round>: one measured run of one side, or why it cannot run.
+run_side() {
+  local side=$1 name="$1-r$2"
+  if [[ $side == share ]]; then
+    run_share "$name"
+    return
   fi
-  run_dispatcher dispatcher-kafka "127.0.0.1:$KAFKA_PORT" "$KAFKA_PORT" "$kafka_pid" || status=1
-fi
+  if [[ -z ${DISPATCHER_BIN:-} || ! -x ${DISPATCHER_BIN:-} ]]; then
+    if [[ -f $run_dir/dispatcher-build.rc ]]; then
+      echo "the dispatcher build failed: see dispatcher-build.err" >"$run_dir/$name.why"
+    else
+      echo "no dispatcher binary at ${DISPATCHER_BIN:-<none>}" >"$run_dir/$name.why"
+    fi
+    return 1
+  fi
+  if [[ $side == dispatcher-ours ]]; then
+    if [[ -z $ours_pid ]]; then
+      echo "our broker is not running (no binary, or it did not start: see ours-broker.log)" >"$run_dir/$name.why"
+      return 1
+    fi
+    run_dispatcher "$name" "127.0.0.1:$OURS_PORT" "$OURS_PORT" "$ours_pid"
+  else
+    run_dispatcher "$name" "127.0.0.1:$KAFKA_PORT" "$KAFKA_PORT" "$kafka_pid"
+  fi
+}
+
+# Every other round runs the sides in reverse, so that none always meets a
+# warmer or a busier machine. Each run has its own topic (and share group).
+status=0
+for round in $(seq 1 "$rounds"); do
+  order=(share dispatcher-ours dispatcher-kafka)
+  ((round % 2 == 0)) && order=(dispatcher-kafka dispatcher-ours share)
+  for side in "${order[@]}"; do
+    run_side "$side" "$round" || status=1
+  done
+done
 
 note loadavg_end "$(cut -d' ' -f1-3 /proc/loadavg)"
 # The brokers are not needed any more; cleanup is idempotent, so the trap stays

@@ -4,12 +4,15 @@
   report.py <run dir>
 
 The run dir holds meta.env (key=value lines), and per side (share,
-dispatcher-ours, dispatcher-kafka): <side>.out with the client's RESULT line,
-<side>.rc, <side>.time (GNU time: user s, system s, max RSS KiB),
-<side>.broker_cpu and <side>.dispatcher_cpu (clock ticks before and after),
-<side>.dispatcher_rss_kib, or <side>.why when the side did not run; and
+dispatcher-ours, dispatcher-kafka) and round k (1..rounds), under the prefix
+<side>-r<k>: .out with the client's RESULT line,
+.rc, .time (GNU time: user s, system s, max RSS KiB), .broker_cpu and
+.dispatcher_cpu (clock ticks before and after), .dispatcher_rss_kib, or .why
+when the run did not happen; and
 lease-memory.out/.err, lease-rebuild.out for the lease engine's figures.
-Exit status 1 when a side or a figure has no number. Standard library only.
+With several rounds, a side's column is its median-rate round, and the rate
+row lists every round. Exit status 1 when a run or a figure has no number.
+Standard library only.
 """
 import os
 import re
@@ -100,6 +103,27 @@ class Side:
         return float(self.result["msgs_per_s"]) if self.ok else None
 
 
+class SideRounds:
+    """One side over all rounds: the median-rate round stands for it."""
+
+    def __init__(self, run_dir, name, hz, rounds):
+        self.runs = [Side(run_dir, f"{name}-r{r}", hz) for r in range(1, rounds + 1)]
+        ok = sorted((s for s in self.runs if s.ok), key=lambda s: s.rate())
+        failed = [s for s in self.runs if not s.ok]
+        # The lower median, so that the chosen round is one that happened.
+        self.median = ok[(len(ok) - 1) // 2] if ok else None
+        self.all_ok = not failed
+        self.first_failure = failed[0] if failed else None
+
+    def rate_cell(self):
+        if self.median is None:
+            return self.first_failure.why
+        if len(self.runs) == 1:
+            return num(self.median.rate())
+        rounds = " / ".join(num(s.rate()) if s.ok else "failed" for s in self.runs)
+        return f"{num(self.median.rate())} (median of {rounds})"
+
+
 def num(v, fmt="{:,.0f}"):
     return "-" if v is None else fmt.format(v)
 
@@ -127,13 +151,17 @@ def main(run_dir):
     meta = read_meta(run_dir)
     hz = float(meta.get("clk_tck") or 100)
     commit = "Sync" if meta.get("share_commit", "sync") == "sync" else "Async"
-    sides = [(label.format(commit=commit), Side(run_dir, name, hz)) for name, label in SIDES]
+    rounds = int(meta.get("rounds") or 1)
+    aggregated = [(label.format(commit=commit), SideRounds(run_dir, name, hz, rounds)) for name, label in SIDES]
+    # Every row but the rate shows the median round (an empty Side when none ran).
+    sides = [(label, agg.median or agg.first_failure) for label, agg in aggregated]
     share_rate = sides[0][1].rate()
     out = []
     out.append(
         f"Dispatcher vs Kafka share groups: {meta.get('workers')} workers, {int(meta.get('messages', 0)):,} messages "
         f"of {meta.get('record_bytes')} B pre-loaded into {meta.get('partitions')} partitions per side, "
-        f"batch {meta.get('batch')}, lease {meta.get('lease_s')} s{' (smoke run)' if meta.get('smoke') == '1' else ''}."
+        f"batch {meta.get('batch')}, lease {meta.get('lease_s')} s, {rounds} round{'s' if rounds > 1 else ''}"
+        f"{' (smoke run)' if meta.get('smoke') == '1' else ''}."
     )
     out.append(
         f"Apache Kafka {meta.get('kafka_version', '?')} (share.version={meta.get('share_version', '?')}); "
@@ -144,6 +172,7 @@ def main(run_dir):
     out.append(
         f"Load average (1, 5, 15 min) at start {meta.get('loadavg_start', '?')}, at end {meta.get('loadavg_end', '?')}. "
         "A cycle is one poll (receive) and the confirmed acknowledgement of what it returned."
+        + (" Rows below the rate show each side's median round." if rounds > 1 else "")
     )
     out.append("")
     out.append("| Metric | " + " | ".join(label for label, _ in sides) + " |")
@@ -152,7 +181,7 @@ def main(run_dir):
     def row(metric, cells):
         out.append(f"| {metric} | " + " | ".join(cells) + " |")
 
-    row("acked msgs/s", [num(s.rate()) if s.ok else s.why for _, s in sides])
+    row("acked msgs/s", [agg.rate_cell() for _, agg in aggregated])
     ratios = []
     for i, (_, s) in enumerate(sides):
         if i == 0:
@@ -203,7 +232,7 @@ def main(run_dir):
         out.append(f"| partition rebuild from {records:,} ack-log records ({expired:,} leases back as expired){note} "
                    f"| {ms:,.1f} ms | ≤ 2 s at 1M | {met} |")
     print("\n".join(out))
-    complete = all(s.ok for _, s in sides) and (skipped or (lease_bytes is not None and rebuild is not None))
+    complete = all(agg.all_ok for _, agg in aggregated) and (skipped or (lease_bytes is not None and rebuild is not None))
     return 0 if complete else 1
 
 
