@@ -1,0 +1,3 @@
+module kafka-rs/bench/dispatcher/loadgen
+
+go 1.22

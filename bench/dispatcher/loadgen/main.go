@@ -1,0 +1,382 @@
+// Command loadgen is the dispatcher half of bench/dispatcher.sh: N pull
+// workers, each looping receive -> ack over the dispatcher's HTTP/JSON API,
+// until M acks have come back "ok" in total. It prints one RESULT line of
+// key=value pairs (the same keys as bench/dispatcher/share-bench prints),
+// which bench/dispatcher/report.py reads.
+//
+// The rate is measured from the first non-empty receive of any worker to the
+// moment the M-th ok ack came back, so the dispatcher's own start (group join,
+// partition assignment) is left out; it is reported as first_message_ms.
+// Latency is per cycle: from sending a receive that returned messages to the
+// ack response for them.
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"net/url"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config is what one run does; flags fill it.
+type Config struct {
+	BaseURL  string
+	Queue    string
+	Workers  int
+	Messages int64
+	Batch    int
+	Wait     time.Duration
+	Lease    time.Duration
+	Timeout  time.Duration
+	// MaxErrors bounds consecutive failed requests of one worker before the
+	// run gives up: a dispatcher that answers nothing but errors must not keep
+	// the harness busy until the timeout.
+	MaxErrors int
+}
+
+// Result is what one run measured.
+type Result struct {
+	Status          string // ok, timeout or error
+	Acked           int64  // ok acks in total (may pass Messages by the last cycles in flight)
+	Counted         int64  // Messages when the run completed, else Acked
+	Elapsed         time.Duration
+	Cycles          int64
+	Redelivered     int64 // received with attempt > 1
+	Failed          int64 // receipts whose ack status was not ok
+	Errors          int64 // failed HTTP requests
+	FirstMessage    time.Duration
+	LatenciesSorted []time.Duration
+	LastError       string
+}
+
+func main() {
+	cfg := Config{}
+	flag.StringVar(&cfg.BaseURL, "url", "http://127.0.0.1:8080", "the dispatcher's HTTP API")
+	flag.StringVar(&cfg.Queue, "queue", "", "queue name (required)")
+	flag.IntVar(&cfg.Workers, "workers", 4, "concurrent pull workers")
+	flag.Int64Var(&cfg.Messages, "messages", 0, "stop after this many ok acks (required)")
+	flag.IntVar(&cfg.Batch, "batch", 100, "max_messages of each receive")
+	flag.DurationVar(&cfg.Wait, "wait", time.Second, "wait_seconds of each receive (whole seconds)")
+	flag.DurationVar(&cfg.Lease, "lease", 60*time.Second, "lease_seconds of each receive (whole seconds)")
+	flag.DurationVar(&cfg.Timeout, "timeout", 300*time.Second, "give up after this long, print what was acked, exit 1")
+	flag.IntVar(&cfg.MaxErrors, "max-errors", 50, "consecutive failed requests of one worker before the run gives up")
+	flag.Parse()
+	if cfg.Queue == "" || cfg.Messages < 1 || cfg.Workers < 1 || cfg.Batch < 1 || flag.NArg() != 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	res := Run(context.Background(), cfg, newClient(cfg.Workers))
+	if res.LastError != "" {
+		fmt.Fprintf(os.Stderr, "last error: %s\n", res.LastError)
+	}
+	fmt.Println(res.Line(cfg))
+	if res.Status != "ok" {
+		os.Exit(1)
+	}
+}
+
+// newClient keeps one idle keep-alive connection per worker, so that no
+// cycle pays for a new TCP connection.
+func newClient(workers int) *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = workers * 2
+	t.MaxIdleConnsPerHost = workers * 2
+	return &http.Client{Transport: t}
+}
+
+// Line is the RESULT line.
+func (r Result) Line(cfg Config) string {
+	secs := r.Elapsed.Seconds()
+	rate := 0.0
+	if secs > 0 {
+		rate = float64(r.Counted) / secs
+	}
+	first := -1.0
+	if r.FirstMessage > 0 {
+		first = float64(r.FirstMessage) / float64(time.Millisecond)
+	}
+	return fmt.Sprintf("RESULT status=%s workers=%d batch=%d commit=ack acked=%d counted=%d elapsed_s=%.3f"+
+		" msgs_per_s=%.1f p50_ms=%.2f p99_ms=%.2f cycles=%d redelivered=%d failed=%d errors=%d first_message_ms=%.0f",
+		r.Status, cfg.Workers, cfg.Batch, r.Acked, r.Counted, secs, rate,
+		percentileMs(r.LatenciesSorted, 0.50), percentileMs(r.LatenciesSorted, 0.99),
+		r.Cycles, r.Redelivered, r.Failed, r.Errors, first)
+}
+
+// percentileMs is the nearest-rank percentile in ms (NaN without samples).
+func percentileMs(sorted []time.Duration, q float64) float64 {
+	if len(sorted) == 0 {
+		return math.NaN()
+	}
+	rank := int(math.Ceil(q * float64(len(sorted))))
+	if rank < 1 {
+		rank = 1
+	}
+	return float64(sorted[rank-1]) / float64(time.Millisecond)
+}
+
+// run state shared by the workers.
+type run struct {
+	cfg         Config
+	client      *http.Client
+	start       time.Time
+	acked       atomic.Int64
+	failed      atomic.Int64
+	redelivered atomic.Int64
+	errors      atomic.Int64
+	cycles      atomic.Int64
+	firstNs     atomic.Int64 // since start; 0 until the first message
+	doneNs      atomic.Int64 // since start; 0 until Messages ok acks
+	stop        context.CancelFunc
+	mu          sync.Mutex
+	lastErr     string
+	gaveUp      atomic.Bool
+}
+
+// Run drives cfg.Workers workers against the API until cfg.Messages ok acks,
+// the timeout, or a worker giving up after cfg.MaxErrors consecutive errors.
+func Run(parent context.Context, cfg Config, client *http.Client) Result {
+	ctx, cancel := context.WithTimeout(parent, cfg.Timeout)
+	defer cancel()
+	r := &run{cfg: cfg, client: client, start: time.Now(), stop: cancel}
+	latencies := make([][]time.Duration, cfg.Workers)
+	var wg sync.WaitGroup
+	for i := 0; i < cfg.Workers; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			latencies[i] = r.work(ctx, fmt.Sprintf("w%d", i))
+		}(i)
+	}
+	wg.Wait()
+
+	var all []time.Duration
+	for _, l := range latencies {
+		all = append(all, l...)
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	res := Result{
+		Acked:           r.acked.Load(),
+		Cycles:          r.cycles.Load(),
+		Redelivered:     r.redelivered.Load(),
+		Failed:          r.failed.Load(),
+		Errors:          r.errors.Load(),
+		LatenciesSorted: all,
+		LastError:       r.lastErr,
+	}
+	first, done := r.firstNs.Load(), r.doneNs.Load()
+	end := done
+	switch {
+	case done != 0:
+		res.Status, res.Counted = "ok", cfg.Messages
+	case r.gaveUp.Load():
+		res.Status, res.Counted = "error", res.Acked
+		end = int64(time.Since(r.start))
+	default:
+		res.Status, res.Counted = "timeout", res.Acked
+		end = int64(time.Since(r.start))
+	}
+	if first != 0 {
+		res.FirstMessage = time.Duration(first)
+		res.Elapsed = time.Duration(end - first)
+	}
+	return res
+}
+
+// work is one pull worker: receive, ack what came, repeat.
+func (r *run) work(ctx context.Context, consumer string) []time.Duration {
+	var latencies []time.Duration
+	consecutiveErrors := 0
+	for ctx.Err() == nil {
+		cycleStart := time.Now()
+		msgs, err := r.receive(ctx, consumer)
+		if err == nil && len(msgs) > 0 {
+			r.firstNs.CompareAndSwap(0, int64(time.Since(r.start)))
+			var ok int64
+			ok, err = r.ack(ctx, msgs)
+			if err == nil {
+				latencies = append(latencies, time.Since(cycleStart))
+				r.cycles.Add(1)
+				r.confirm(ok)
+			}
+		}
+		if err != nil {
+			if ctx.Err() != nil {
+				break // stopped mid-request: not an error of the dispatcher
+			}
+			r.errors.Add(1)
+			r.noteError(err)
+			consecutiveErrors++
+			if consecutiveErrors >= r.cfg.MaxErrors {
+				r.gaveUp.Store(true)
+				r.stop()
+				break
+			}
+			// A short pause, so that a dispatcher that is still starting is not hammered.
+			select {
+			case <-ctx.Done():
+			case <-time.After(100 * time.Millisecond):
+			}
+			continue
+		}
+		consecutiveErrors = 0
+	}
+	return latencies
+}
+
+func (r *run) confirm(n int64) {
+	after := r.acked.Add(n)
+	if after >= r.cfg.Messages && after-n < r.cfg.Messages {
+		r.doneNs.Store(int64(time.Since(r.start)))
+		r.stop()
+	}
+}
+
+func (r *run) noteError(err error) {
+	r.mu.Lock()
+	r.lastErr = err.Error()
+	r.mu.Unlock()
+}
+
+// receivedMessage is the part of a received message the load generator reads.
+type receivedMessage struct {
+	Receipt string `json:"receipt"`
+	Attempt int    `json:"attempt"`
+}
+
+func (r *run) receive(ctx context.Context, consumer string) ([]receivedMessage, error) {
+	body := map[string]any{
+		"max_messages":  r.cfg.Batch,
+		"wait_seconds":  int(r.cfg.Wait / time.Second),
+		"lease_seconds": int(r.cfg.Lease / time.Second),
+		"consumer_id":   consumer,
+	}
+	raw, err := r.post(ctx, "receive", body)
+	if err != nil {
+		return nil, err
+	}
+	msgs, err := parseReceive(raw)
+	if err != nil {
+		return nil, err
+	}
+	for _, m := range msgs {
+		if m.Attempt > 1 {
+			r.redelivered.Add(1)
+		}
+	}
+	return msgs, nil
+}
+
+// ack acks every receipt of msgs and returns how many came back ok.
+func (r *run) ack(ctx context.Context, msgs []receivedMessage) (int64, error) {
+	receipts := make([]string, len(msgs))
+	for i, m := range msgs {
+		receipts[i] = m.Receipt
+	}
+	raw, err := r.post(ctx, "ack", map[string]any{"receipts": receipts})
+	if err != nil {
+		return 0, err
+	}
+	ok, notOK, err := parseAck(raw)
+	if err != nil {
+		return 0, err
+	}
+	r.failed.Add(notOK)
+	return ok, nil
+}
+
+// parseReceive reads the receipts (and attempts) of a receive response. It
+// accepts `{"messages": [...]}` and a bare array, the two shapes the API's
+// description has used; only the receipt is needed.
+func parseReceive(raw []byte) ([]receivedMessage, error) {
+	trimmed := bytes.TrimSpace(raw)
+	var msgs []receivedMessage
+	if len(trimmed) > 0 && trimmed[0] == '[' {
+		if err := json.Unmarshal(trimmed, &msgs); err != nil {
+			return nil, fmt.Errorf("receive response: %w", err)
+		}
+	} else {
+		var wrapped struct {
+			Messages *[]receivedMessage `json:"messages"`
+		}
+		if err := json.Unmarshal(trimmed, &wrapped); err != nil {
+			return nil, fmt.Errorf("receive response: %w", err)
+		}
+		if wrapped.Messages == nil {
+			return nil, fmt.Errorf("receive response has no \"messages\": %.200s", trimmed)
+		}
+		msgs = *wrapped.Messages
+	}
+	for _, m := range msgs {
+		if m.Receipt == "" {
+			return nil, fmt.Errorf("receive response has a message without a receipt: %.200s", trimmed)
+		}
+	}
+	return msgs, nil
+}
+
+// parseAck counts the results of an ack response: status "ok" and the rest.
+func parseAck(raw []byte) (ok, notOK int64, err error) {
+	var resp struct {
+		Results *[]struct {
+			Status string `json:"status"`
+		} `json:"results"`
+	}
+	if err := json.Unmarshal(raw, &resp); err != nil {
+		return 0, 0, fmt.Errorf("ack response: %w", err)
+	}
+	if resp.Results == nil {
+		return 0, 0, fmt.Errorf("ack response has no \"results\": %.200s", raw)
+	}
+	for _, res := range *resp.Results {
+		if strings.EqualFold(res.Status, "ok") {
+			ok++
+		} else {
+			notOK++
+		}
+	}
+	return ok, notOK, nil
+}
+
+// maxResponseBytes bounds what one response may hold: 100 messages of 1 MiB
+// would be the API's ceiling, and no benchmark uses payloads that large.
+const maxResponseBytes = 128 << 20
+
+func (r *run) post(ctx context.Context, op string, body any) ([]byte, error) {
+	payload, err := json.Marshal(body)
+	if err != nil {
+		return nil, err
+	}
+	u := strings.TrimRight(r.cfg.BaseURL, "/") + "/queues/" + url.PathEscape(r.cfg.Queue) + "/" + op
+	// A receive may wait up to wait_seconds; anything much longer is a hung request.
+	reqCtx, cancel := context.WithTimeout(ctx, r.cfg.Wait+30*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, u, bytes.NewReader(payload))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := r.client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(io.LimitReader(resp.Body, maxResponseBytes))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("%s: HTTP %d: %.200s", op, resp.StatusCode, raw)
+	}
+	return raw, nil
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// fakeQueue serves the receive/ack contract over a fixed set of messages:
+// each is leased once (no expiry), and an ack of a receipt not leased, or
+// acked before, answers "stale". It records every ack so the test can check
+// that the load generator acked each message exactly once.
+type fakeQueue struct {
+	mu        sync.Mutex
+	next      int
+	total     int
+	leased    map[string]bool
+	acked     map[string]int
+	consumers map[string]bool
+	bareArray bool // answer receives with a bare array instead of {"messages": ...}
+	failAcks  int  // the first failAcks acks answer HTTP 503
+}
+
+func newFakeQueue(total int) *fakeQueue {
+	return &fakeQueue{total: total, leased: map[string]bool{}, acked: map[string]int{}, consumers: map[string]bool{}}
+}
+
+func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	var body map[string]any
+	if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+		http.Error(w, err.Error(), http.StatusBadRequest)
+		return
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	switch r.URL.Path {
+	case "/queues/bench/receive":
+		max := int(body["max_messages"].(float64))
+		if id, ok := body["consumer_id"].(string); ok {
+			q.consumers[id] = true
+		}
+		msgs := []map[string]any{}
+		for len(msgs) < max && q.next < q.total {
+			receipt := fmt.Sprintf("r-%d", q.next)
+			q.leased[receipt] = true
+			msgs = append(msgs, map[string]any{"message_id": fmt.Sprint(q.next), "receipt": receipt, "attempt": 1})
+			q.next++
+		}
+		if q.bareArray {
+			_ = json.NewEncoder(w).Encode(msgs)
+		} else {
+			_ = json.NewEncoder(w).Encode(map[string]any{"messages": msgs})
+		}
+	case "/queues/bench/ack":
+		if q.failAcks > 0 {
+			q.failAcks--
+			http.Error(w, "starting", http.StatusServiceUnavailable)
+			return
+		}
+		results := []map[string]any{}
+		for _, rc := range body["receipts"].([]any) {
+			receipt := rc.(string)
+			status := "stale"
+			if q.leased[receipt] {
+				delete(q.leased, receipt)
+				status = "ok"
+			}
+			q.acked[receipt]++
+			results = append(results, map[string]any{"receipt": receipt, "status": status})
+		}
+		_ = json.NewEncoder(w).Encode(map[string]any{"results": results})
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func testConfig(url string, messages int64) Config {
+	return Config{BaseURL: url, Queue: "bench", Workers: 4, Messages: messages, Batch: 7,
+		Wait: time.Second, Lease: 60 * time.Second, Timeout: 20 * time.Second, MaxErrors: 5}
+}
+
+func TestEveryMessageIsAckedOnceAndCounted(t *testing.T) {
+	for _, bare := range []bool{false, true} {
+		q := newFakeQueue(1000)
+		q.bareArray = bare
+		srv := httptest.NewServer(q)
+		res := Run(context.Background(), testConfig(srv.URL, 1000), newClient(4))
+		srv.Close()
+		if res.Status != "ok" || res.Acked != 1000 || res.Counted != 1000 || res.Failed != 0 {
+			t.Fatalf("bare=%v: %+v", bare, res)
+		}
+		for i := 0; i < 1000; i++ {
+			if n := q.acked[fmt.Sprintf("r-%d", i)]; n != 1 {
+				t.Fatalf("bare=%v: message %d acked %d times", bare, i, n)
+			}
+		}
+		if len(q.consumers) != 4 || !q.consumers["w0"] || !q.consumers["w3"] {
+			t.Fatalf("consumer ids seen: %v", q.consumers)
+		}
+		if int(res.Cycles) != len(res.LatenciesSorted) || res.Cycles < 1000/7 {
+			t.Fatalf("cycles %d, latency samples %d", res.Cycles, len(res.LatenciesSorted))
+		}
+	}
+}
+
+func TestStopsAtTheTargetCount(t *testing.T) {
+	q := newFakeQueue(100000)
+	srv := httptest.NewServer(q)
+	defer srv.Close()
+	res := Run(context.Background(), testConfig(srv.URL, 500), newClient(4))
+	// The last cycles of the other workers may land after the 500th ack, one
+	// batch each at most.
+	if res.Status != "ok" || res.Counted != 500 || res.Acked < 500 || res.Acked > 500+4*7 {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestTransientErrorsAreRetriedAndCounted(t *testing.T) {
+	q := newFakeQueue(200)
+	q.failAcks = 3
+	srv := httptest.NewServer(q)
+	defer srv.Close()
+	cfg := testConfig(srv.URL, 200-3*7)
+	cfg.Workers = 1
+	res := Run(context.Background(), cfg, newClient(1))
+	if res.Status != "ok" || res.Errors != 3 || !strings.Contains(res.LastError, "HTTP 503") {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestGivesUpAfterConsecutiveErrors(t *testing.T) {
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		http.Error(w, "no", http.StatusInternalServerError)
+	}))
+	defer srv.Close()
+	res := Run(context.Background(), testConfig(srv.URL, 10), newClient(4))
+	if res.Status != "error" || res.Acked != 0 || res.Errors < 5 {
+		t.Fatalf("%+v", res)
+	}
+}
+
+func TestTimesOutWhenMessagesRunShort(t *testing.T) {
+	q := newFakeQueue(50)
+	srv := httptest.NewServer(q)
+	defer srv.Close()
+	cfg := testConfig(srv.URL, 100)
+	cfg.Timeout = 1500 * time.Millisecond
+	res := Run(context.Background(), cfg, newClient(4))
+	if res.Status != "timeout" || res.Acked != 50 || res.Counted != 50 {
+		t.Fatalf("%+v", res)
+	}
+	if !strings.Contains(res.Line(cfg), "status=timeout") {
+		t.Fatalf("%s", res.Line(cfg))
+	}
+}
+
+func TestParseRejectsResponsesWithoutReceiptsOrResults(t *testing.T) {
+	for _, raw := range []string{`{}`, `{"messages": [{"message_id": "a"}]}`, `not json`} {
+		if _, err := parseReceive([]byte(raw)); err == nil {
+			t.Errorf("parseReceive(%s) accepted", raw)
+		}
+	}
+	if _, _, err := parseAck([]byte(`{"result": []}`)); err == nil {
+		t.Error("parseAck accepted a response without results")
+	}
+	ok, notOK, err := parseAck([]byte(`{"results": [{"receipt": "a", "status": "ok"}, {"receipt": "b", "status": "stale"}]}`))
+	if err != nil || ok != 1 || notOK != 1 {
+		t.Errorf("parseAck: %d %d %v", ok, notOK, err)
+	}
+}
