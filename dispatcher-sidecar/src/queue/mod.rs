@@ -7,11 +7,12 @@
 //! the group.
 //!
 //! Not here: forwarding a receipt to the instance that owns its partition
-//! (this answers `NotOwner`), the HTTP and gRPC APIs, and `run()` wiring.
+//! (this answers `NotOwner`; `crate::forward` wraps it), and the HTTP and
+//! gRPC APIs (`crate::api`).
 //!
 //! Decisions worth knowing:
-//! - Receipts are signed with `BLAKE3(receipt_secret)` (the codec wants 32
-//!   bytes), one codec per queue: instances with the same secret read each
+//! - Receipts are signed with `ReceiptSecret::mac_key` (the codec wants 32
+//!   bytes; `forward` derives the same), one codec per queue: instances with the same secret read each
 //!   other's receipts.
 //! - A receive's `Leased` events are written (and awaited) before it
 //!   answers, like acks and nacks: a new owner then knows every generation
