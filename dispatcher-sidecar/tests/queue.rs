@@ -640,6 +640,56 @@ async fn a_duplicate_message_id_answers_the_first_copy() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_message_id_stays_a_duplicate_across_a_restart_and_on_another_instance() {
+    let (_broker, config) = setup(45126, "dedupe2", 2, "").await;
+    let with_id = |id: &str| NewMessage {
+        message_id: Some(id.into()),
+        ..message("m")
+    };
+    let first = Dispatcher::start(&config).await.unwrap();
+    let accepted = first
+        .produce(Q, vec![with_id("before-restart")])
+        .await
+        .unwrap();
+    assert_eq!(accepted[0].status, ProduceStatus::Accepted);
+    first.shutdown().await;
+    drop(first);
+
+    // A new process: it learns the window from the dedupe topic.
+    let restarted = Dispatcher::start(&config).await.unwrap();
+    let again = restarted
+        .produce(Q, vec![with_id("before-restart")])
+        .await
+        .unwrap();
+    assert_eq!(again[0].status, ProduceStatus::Duplicate);
+    assert_eq!(
+        (again[0].partition, again[0].offset),
+        (accepted[0].partition, accepted[0].offset)
+    );
+
+    // Another running instance learns the ids this one accepts.
+    let other = Dispatcher::start(&config).await.unwrap();
+    let here = restarted
+        .produce(Q, vec![with_id("while-both-run")])
+        .await
+        .unwrap();
+    assert_eq!(here[0].status, ProduceStatus::Accepted);
+    // It follows the dedupe topic (a poll every 100 ms); give it ample time.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let there = other
+        .produce(Q, vec![with_id("while-both-run")])
+        .await
+        .unwrap();
+    assert_eq!(there[0].status, ProduceStatus::Duplicate, "{there:?}");
+    assert_eq!(
+        (there[0].partition, there[0].offset),
+        (here[0].partition, here[0].offset)
+    );
+    other.shutdown().await;
+    restarted.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_from_a_plain_kafka_producer_is_served() {
     let (_broker, config) = setup(45120, "plain", 1, "").await;
     let d: Arc<Dispatcher> = Dispatcher::start(&config).await.unwrap();

@@ -81,8 +81,11 @@ pub fn follow<F>(
 where
     F: FnMut(Accepted<'_>) + Send + 'static,
 {
+    // librdkafka wants a group id even for assign(); this one never joins
+    // (no subscribe) and commits nothing.
     let consumer: BaseConsumer = client_config
         .clone()
+        .set("group.id", "dispatcher-dedupe-reader")
         .set("enable.auto.commit", "false")
         .set("enable.auto.offset.store", "false")
         .set("enable.partition.eof", "false")

@@ -145,6 +145,7 @@ impl Dispatcher {
                 consumers,
                 reader_config: reader_config.clone(),
             })?);
+            runtime.follow_dedupe(&reader_config).await?;
             for (t, events) in event_streams.into_iter().enumerate() {
                 let t = u16::try_from(t).context("too many retry tiers")?;
                 tasks.push(tokio::spawn(assignments(

@@ -155,7 +155,9 @@ pub(crate) struct QueueRuntime {
     ready: Notify,
     rr: AtomicUsize,
     names: Mutex<ConsumerNames>,
-    dedupe: Mutex<Dedupe>,
+    dedupe: Arc<Mutex<Dedupe>>,
+    /// Reads the dedupe topic's window at start, then follows it.
+    dedupe_follower: Mutex<Option<crate::kafka::dedupe_log::Follower>>,
     readers: Arc<Readers>,
     /// The DLQ's figures and when they were asked.
     dlq_cache: tokio::sync::Mutex<Option<(Instant, DlqFigures)>>,
@@ -234,7 +236,11 @@ impl QueueRuntime {
             dlq: Mutex::new(reader::plain_consumer(&parts.reader_config, "dlq-reader")?),
         });
         Ok(QueueRuntime {
-            dedupe: Mutex::new(Dedupe::new(ms(config.dedupe_window), MAX_DEDUPE_ENTRIES)),
+            dedupe: Arc::new(Mutex::new(Dedupe::new(
+                ms(config.dedupe_window),
+                MAX_DEDUPE_ENTRIES,
+            ))),
+            dedupe_follower: Mutex::new(None),
             config,
             lease_config,
             codec: parts.codec,

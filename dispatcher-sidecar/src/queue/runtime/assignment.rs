@@ -333,6 +333,7 @@ impl QueueRuntime {
 
     /// Closes every owned partition after committing its commit point.
     pub(crate) async fn stop(&self) {
+        self.stop_dedupe();
         let parts: Vec<Arc<Partition>> = self
             .partitions
             .write()

@@ -1,8 +1,48 @@
 //! Produce: limits, ids, dedupe, delays.
+//!
+//! Dedupe spans restarts and instances through the queue's dedupe topic
+//! (`kafka::dedupe_log`): every accepted id is written there before the
+//! produce answers, and every instance reads the topic's last window at start
+//! and follows it.
 
 use super::*;
 
+use anyhow::Context as _;
+
+use crate::kafka::dedupe_log;
+
 impl QueueRuntime {
+    /// Loads the dedupe window from the dedupe topic, then keeps following
+    /// it (ids accepted by other instances). Called once, at start.
+    pub(crate) async fn follow_dedupe(
+        &self,
+        reader_config: &rdkafka::config::ClientConfig,
+    ) -> anyhow::Result<()> {
+        let client_config = reader_config
+            .clone()
+            .set("client.id", "dispatcher-dedupe-reader")
+            .clone();
+        let topic = self.config.dedupe_topic.clone();
+        let window = self.config.dedupe_window;
+        let dedupe = self.dedupe.clone();
+        let follower = tokio::task::spawn_blocking(move || {
+            dedupe_log::follow(&client_config, &topic, window, move |(id, p, o, at)| {
+                dedupe.lock().unwrap().record(id, p, o, at)
+            })
+        })
+        .await
+        .expect("the dedupe reader does not panic")
+        .with_context(|| format!("queue {:?}: reading the dedupe topic", self.config.name))?;
+        *self.dedupe_follower.lock().unwrap() = Some(follower);
+        Ok(())
+    }
+
+    /// Stops following the dedupe topic (at shutdown).
+    pub(crate) fn stop_dedupe(&self) {
+        let follower = self.dedupe_follower.lock().unwrap().take();
+        drop(follower);
+    }
+
     pub(crate) async fn produce(
         &self,
         messages: Vec<NewMessage>,
@@ -84,6 +124,7 @@ impl QueueRuntime {
             sends.push((i, id, deduped, send));
         }
         let mut error = None;
+        let mut remembered = Vec::new();
         for (i, id, deduped, send) in sends {
             let outcome = match send {
                 Ok(f) => match f.await {
@@ -100,6 +141,11 @@ impl QueueRuntime {
                             .lock()
                             .unwrap()
                             .record(&id, partition, offset, now);
+                        let value = dedupe_log::encode_value(partition, offset);
+                        let record = FutureRecord::to(&self.config.dedupe_topic)
+                            .key(id.as_bytes())
+                            .payload(&value[..]);
+                        remembered.push(self.producer.send_result(record).map_err(|(e, _)| e));
                     }
                     results[i] = Some(ProduceResult {
                         message_id: id,
@@ -114,6 +160,23 @@ impl QueueRuntime {
                     }
                     error.get_or_insert(e);
                 }
+            }
+        }
+        // The ids are durable before the answer, so a restart (or another
+        // instance) still answers a retry `duplicate`. A failure here leaves
+        // the messages accepted: a retry may then write a second copy
+        // (at least once), never lose one.
+        for sent in remembered {
+            let outcome = match sent {
+                Ok(f) => match f.await {
+                    Ok(Ok(_)) => Ok(()),
+                    Ok(Err((e, _))) => Err(e.to_string()),
+                    Err(_) => Err("the producer went away".to_string()),
+                },
+                Err(e) => Err(e.to_string()),
+            };
+            if let Err(e) = outcome {
+                tracing::warn!(queue = %self.config.name, "writing to the dedupe topic: {e}");
             }
         }
         for (i, first) in repeats {

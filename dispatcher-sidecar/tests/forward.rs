@@ -1,0 +1,174 @@
+//! Issue 7: a request reaching an instance that does not own the receipt's
+//! partition is served anyway, forwarded to the owner. Two `dispatcher`
+//! binaries share a queue; messages received from one are acked, extended
+//! and nacked through the other.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use dispatcher_sidecar::kafka;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use serde_json::{json, Value};
+
+struct Instance {
+    child: Child,
+    http: String,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start(broker: &common::Broker, dir: &std::path::Path, name: &str, port: u16) -> Instance {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "bootstrap_servers = \"{}\"\n\
+             http_listen = \"127.0.0.2:{port}\"\n\
+             grpc_listen = \"127.0.0.2:{}\"\n\
+             receipt_secret = \"forward-test-secret-0123456789\"\n\
+             [librdkafka]\n\
+             \"heartbeat.interval.ms\" = 300\n\
+             \"session.timeout.ms\" = 6000\n\
+             [[queue]]\nname = \"fwd\"\ntopic = \"fwd\"\nlease = \"30s\"\n",
+            broker.addr,
+            port + 1
+        ),
+    )
+    .unwrap();
+    let child = Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+        .args(["--config", path.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("the dispatcher binary starts");
+    Instance {
+        child,
+        http: format!("http://127.0.0.2:{port}"),
+    }
+}
+
+async fn post(http: &reqwest::Client, url: String, body: Value) -> Value {
+    let r = http.post(&url).json(&body).send().await.unwrap();
+    assert!(r.status().is_success(), "POST {url}: {}", r.status());
+    r.json().await.unwrap()
+}
+
+/// Both instances own one partition each (the group settled).
+async fn wait_for_split(http: &reqwest::Client, a: &Instance, b: &Instance) {
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let mut owned = Vec::new();
+        for i in [a, b] {
+            let stats = match http.get(format!("{}/queues/fwd", i.http)).send().await {
+                Ok(r) if r.status().is_success() => r.json::<Value>().await.unwrap(),
+                _ => Value::Null,
+            };
+            owned.push(stats["partitions"].as_array().map_or(0, |p| p.len()));
+        }
+        if owned == [1, 1] {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the instances own {owned:?} partitions, not one each"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn receipts_are_served_by_any_instance() {
+    let broker = common::Broker::start(45160);
+    let config = broker.config("[[queue]]\nname = \"fwd\"\ntopic = \"fwd\"\n");
+    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new("fwd", 2, TopicReplication::Fixed(1))],
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(&broker, dir.path(), "a", 45162);
+    let b = start(&broker, dir.path(), "b", 45164);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    wait_for_split(&http, &a, &b).await;
+
+    // Keyed messages land on both partitions.
+    let messages: Vec<Value> = (0..20)
+        .map(|i| json!({ "key": format!("k{i}"), "payload": format!("m{i}") }))
+        .collect();
+    post(
+        &http,
+        format!("{}/queues/fwd/messages", a.http),
+        json!({ "messages": messages }),
+    )
+    .await;
+
+    // Everything A serves comes from its own partition.
+    let mut receipts = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while receipts.len() < 3 {
+        let got = post(
+            &http,
+            format!("{}/queues/fwd/receive", a.http),
+            json!({ "max_messages": 3, "wait_seconds": 1 }),
+        )
+        .await;
+        for m in got["messages"].as_array().unwrap() {
+            receipts.push(m["receipt"].as_str().unwrap().to_string());
+        }
+        assert!(Instant::now() < deadline, "A delivered {receipts:?}");
+    }
+
+    // B's own service does not own them ...
+    let local = post(
+        &http,
+        format!("{}/internal/queues/fwd/ack", b.http),
+        json!({ "receipts": [receipts[0]] }),
+    )
+    .await;
+    assert_eq!(local["results"][0]["status"], "not_owner", "{local}");
+    // ... but B's API serves them through A.
+    let extended = post(
+        &http,
+        format!("{}/queues/fwd/extend", b.http),
+        json!({ "receipt": receipts[0], "lease_seconds": 120 }),
+    )
+    .await;
+    assert_eq!(extended["status"], "ok", "{extended}");
+    assert!(extended["lease_expires_at"].is_string(), "{extended}");
+    let acked = post(
+        &http,
+        format!("{}/queues/fwd/ack", b.http),
+        json!({ "receipts": [receipts[0], receipts[1]] }),
+    )
+    .await;
+    assert_eq!(acked["results"][0]["status"], "ok", "{acked}");
+    assert_eq!(acked["results"][1]["status"], "ok", "{acked}");
+    let nacked = post(
+        &http,
+        format!("{}/queues/fwd/nack", b.http),
+        json!({ "receipt": receipts[2], "permanent": true, "error": "bad input" }),
+    )
+    .await;
+    assert_eq!(nacked["status"], "ok", "{nacked}");
+    // Acked through B, the owner A knows: the receipt is stale there now.
+    let again = post(
+        &http,
+        format!("{}/queues/fwd/ack", a.http),
+        json!({ "receipts": [receipts[0]] }),
+    )
+    .await;
+    assert_eq!(again["results"][0]["status"], "stale", "{again}");
+}
