@@ -38,7 +38,14 @@ async fn setup(port: u16, topic: &str, partitions: i32, extra: &str) -> (Broker,
         .try_init();
     let broker = Broker::start(port);
     let mut keys = extra.to_owned();
-    for (key, default) in [("lease", "\"2s\""), ("retry_tiers", "[\"1s\", \"2s\"]")] {
+    // A group per test: against one external broker
+    // (DISPATCHER_TEST_BOOTSTRAP) the tests run side by side.
+    let group = format!("\"{topic}-dispatcher\"");
+    for (key, default) in [
+        ("lease", "\"2s\""),
+        ("retry_tiers", "[\"1s\", \"2s\"]"),
+        ("group", group.as_str()),
+    ] {
         if !extra.lines().any(|l| l.starts_with(&format!("{key} ="))) {
             keys.push_str(&format!("\n{key} = {default}"));
         }
@@ -397,7 +404,7 @@ async fn the_group_commit_advances_past_acked_messages() {
         ends[m.partition as usize] = ends[m.partition as usize].max(m.offset + 1);
     }
     let group: BaseConsumer = kafka::admin_config(&config)
-        .set("group.id", "jobs-dispatcher")
+        .set("group.id", "commits-dispatcher")
         .create()
         .unwrap();
     let deadline = Instant::now() + TIMEOUT;
