@@ -414,6 +414,14 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
         .string("dedupe_topic")?
         .unwrap_or_else(|| format!("{topic}.dedupe"));
     let ordered = keys.boolean("ordered")?.unwrap_or(false);
+    if ordered {
+        // Refused rather than ignored: a queue configured for per-key order
+        // must not silently deliver out of order.
+        return Err(keys.invalid(
+            "ordered",
+            "ordered queues are not supported yet (issue 8); remove the key or set it to false",
+        ));
+    }
     let dedupe_window = keys
         .duration("dedupe_window")?
         .unwrap_or(DEFAULT_DEDUPE_WINDOW);
@@ -870,7 +878,7 @@ name = "emails"
 topic = "emails"
 lease = "30s"
 retry_tiers = ["5s", "30s"]
-ordered = true
+ordered = false
 "#,
         )
         .unwrap();
@@ -885,7 +893,7 @@ ordered = true
         let e = &c.queues[1];
         assert_eq!(e.group, "emails-dispatcher");
         assert_eq!(e.lease, Duration::from_secs(30));
-        assert!(e.ordered);
+        assert!(!e.ordered);
         assert_eq!(e.retry_topics(), ["emails.retry.5s", "emails.retry.30s"]);
     }
 
@@ -952,6 +960,11 @@ ordered = true
         assert_eq!(
             error(&format!("{MINIMAL}max_attempts = \"5\"\n")),
             "dispatcher.toml: queue \"jobs\": key \"max_attempts\": expected an integer, found a string"
+        );
+        assert_eq!(
+            error(&format!("{MINIMAL}ordered = true\n")),
+            "dispatcher.toml: queue \"jobs\": key \"ordered\": ordered queues are not supported yet \
+             (issue 8); remove the key or set it to false"
         );
         assert_eq!(
             error(&format!("{MINIMAL}ordered = 1\n")),
