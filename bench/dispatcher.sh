@@ -34,12 +34,13 @@ ROOT=$(cd "$BENCH_DIR/.." && pwd)
 source "$ROOT/compat-tests/lib.sh"
 PROGRAMS="$BENCH_DIR/dispatcher"
 
-# Ports of this harness only (bench/run.sh uses 39092 and 39192/39193).
-KAFKA_PORT=39292
-KAFKA_CONTROLLER_PORT=39293
-OURS_PORT=39392
-DISPATCHER_HTTP_PORT=39480
-DISPATCHER_GRPC_PORT=39481
+# Ports of this harness only (bench/run.sh uses 28092 and 28192/28193), all
+# below the ephemeral range (32768-60999), so no outgoing connection holds one.
+KAFKA_PORT=28292
+KAFKA_CONTROLLER_PORT=28293
+OURS_PORT=28392
+DISPATCHER_HTTP_PORT=28480
+DISPATCHER_GRPC_PORT=28481
 
 # The lease both sides grant: the dispatcher's default lease, and the share
 # group's record lock duration set to the same (Kafka's default is 30 s; its
