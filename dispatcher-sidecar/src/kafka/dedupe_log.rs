@@ -91,9 +91,13 @@ where
         .set("enable.partition.eof", "false")
         .create()
         .context("creating the dedupe-topic reader")?;
-    let metadata = consumer
-        .fetch_metadata(Some(topic), METADATA_TIMEOUT)
-        .with_context(|| format!("reading {topic}'s partitions"))?;
+    // A topic created a moment ago (topic setup at start) may not have a
+    // leader everywhere yet: NOT_LEADER and the like pass within seconds.
+    let deadline = std::time::Instant::now() + METADATA_TIMEOUT;
+    let metadata = retrying(deadline, || {
+        consumer.fetch_metadata(Some(topic), METADATA_TIMEOUT)
+    })
+    .with_context(|| format!("reading {topic}'s partitions"))?;
     let partitions: Vec<i32> = metadata
         .topics()
         .iter()
@@ -109,16 +113,18 @@ where
             .add_partition_offset(topic, p, Offset::Offset(since))
             .expect("a new list takes offsets");
     }
-    let starts = consumer
-        .offsets_for_times(wanted, METADATA_TIMEOUT)
-        .with_context(|| format!("finding {topic}'s offsets of the window start"))?;
+    let starts = retrying(deadline, || {
+        consumer.offsets_for_times(wanted.clone(), METADATA_TIMEOUT)
+    })
+    .with_context(|| format!("finding {topic}'s offsets of the window start"))?;
     // Where the catch-up ends: each partition's end now.
     let mut ends: HashMap<i32, i64> = HashMap::new();
     let mut assignment = TopicPartitionList::new();
     for &p in &partitions {
-        let (_, high) = consumer
-            .fetch_watermarks(topic, p, METADATA_TIMEOUT)
-            .with_context(|| format!("reading {topic}/{p}'s end"))?;
+        let (_, high) = retrying(deadline, || {
+            consumer.fetch_watermarks(topic, p, METADATA_TIMEOUT)
+        })
+        .with_context(|| format!("reading {topic}/{p}'s end"))?;
         let start = match starts.find_partition(topic, p).map(|e| e.offset()) {
             Some(Offset::Offset(o)) => Offset::Offset(o),
             // No record at or after the window start.
@@ -203,6 +209,24 @@ where
         stop,
         thread: Some(thread),
     })
+}
+
+/// `call` again every 200 ms until it succeeds or `deadline` passes (then
+/// its last error).
+fn retrying<T>(
+    deadline: std::time::Instant,
+    mut call: impl FnMut() -> rdkafka::error::KafkaResult<T>,
+) -> rdkafka::error::KafkaResult<T> {
+    loop {
+        match call() {
+            Ok(v) => return Ok(v),
+            Err(e) if std::time::Instant::now() >= deadline => return Err(e),
+            Err(e) => {
+                tracing::debug!("dedupe topic not ready yet: {e}");
+                std::thread::sleep(Duration::from_millis(200));
+            }
+        }
+    }
 }
 
 #[cfg(test)]
