@@ -95,6 +95,17 @@ struct Pending {
 }
 
 impl Pending {
+    /// Adds one `send_result`: its delivery report, or why librdkafka took
+    /// no record.
+    fn sent<R>(&mut self, sent: Result<DeliveryFuture, (rdkafka::error::KafkaError, R)>) {
+        match sent {
+            Ok(f) => self.futures.push(f),
+            Err((e, _)) => {
+                self.error.get_or_insert(e.to_string());
+            }
+        }
+    }
+
     fn merge(&mut self, other: Pending) {
         self.futures.extend(other.futures);
         if self.error.is_none() {
@@ -114,6 +125,19 @@ impl Pending {
         }
         error.map_or(Ok(()), Err)
     }
+}
+
+/// Record headers for librdkafka from a message's (name, value) list.
+fn owned_headers(headers: &[(String, Vec<u8>)]) -> OwnedHeaders {
+    headers.iter().fold(
+        OwnedHeaders::new_with_capacity(headers.len()),
+        |owned, (key, value)| {
+            owned.insert(Header {
+                key,
+                value: Some(value),
+            })
+        },
+    )
 }
 
 /// The receipts of one request that name one partition, with their index.
@@ -305,12 +329,7 @@ impl QueueRuntime {
                 .partition(partition)
                 .key(&r.key[..])
                 .payload(&r.value[..]);
-            match self.producer.send_result(record) {
-                Ok(f) => pending.futures.push(f),
-                Err((e, _)) => {
-                    pending.error.get_or_insert(e.to_string());
-                }
-            }
+            pending.sent(self.producer.send_result(record));
         }
         pending
     }

@@ -32,17 +32,10 @@ impl QueueRuntime {
                     (&self.topics[tier + 1], self.topic_partitions[tier + 1])
                 }
             };
-            let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-            for (k, v) in &headers {
-                owned = owned.insert(Header {
-                    key: k,
-                    value: Some(v),
-                });
-            }
             let mut record = FutureRecord::to(topic)
                 .partition(part.qp.partition % partitions.max(1))
                 .payload(&m.payload[..])
-                .headers(owned);
+                .headers(owned_headers(&headers));
             if let Some(k) = &m.key {
                 record = record.key(&k[..]);
             }

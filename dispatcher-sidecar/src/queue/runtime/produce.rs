@@ -102,18 +102,11 @@ impl QueueRuntime {
                     &self.topics[tier + 1]
                 }
             };
-            let mut owned = OwnedHeaders::new_with_capacity(headers.len());
-            for (k, v) in &headers {
-                owned = owned.insert(Header {
-                    key: k,
-                    value: Some(v),
-                });
-            }
             // By key with librdkafka's default partitioner; without a key its
             // sticky partitioner spreads batches over the partitions.
             let mut record = FutureRecord::to(topic)
                 .payload(&m.payload[..])
-                .headers(owned);
+                .headers(owned_headers(&headers));
             if let Some(k) = &m.key {
                 record = record.key(&k[..]);
             }
@@ -124,7 +117,7 @@ impl QueueRuntime {
             sends.push((i, id, deduped, send));
         }
         let mut error = None;
-        let mut remembered = Vec::new();
+        let mut remembered = Pending::default();
         for (i, id, deduped, send) in sends {
             let outcome = match send {
                 Ok(f) => match f.await {
@@ -145,7 +138,7 @@ impl QueueRuntime {
                         let record = FutureRecord::to(&self.config.dedupe_topic)
                             .key(id.as_bytes())
                             .payload(&value[..]);
-                        remembered.push(self.producer.send_result(record).map_err(|(e, _)| e));
+                        remembered.sent(self.producer.send_result(record));
                     }
                     results[i] = Some(ProduceResult {
                         message_id: id,
@@ -166,18 +159,8 @@ impl QueueRuntime {
         // instance) still answers a retry `duplicate`. A failure here leaves
         // the messages accepted: a retry may then write a second copy
         // (at least once), never lose one.
-        for sent in remembered {
-            let outcome = match sent {
-                Ok(f) => match f.await {
-                    Ok(Ok(_)) => Ok(()),
-                    Ok(Err((e, _))) => Err(e.to_string()),
-                    Err(_) => Err("the producer went away".to_string()),
-                },
-                Err(e) => Err(e.to_string()),
-            };
-            if let Err(e) = outcome {
-                tracing::warn!(queue = %self.config.name, "writing to the dedupe topic: {e}");
-            }
+        if let Err(e) = remembered.wait().await {
+            tracing::warn!(queue = %self.config.name, "writing to the dedupe topic: {e}");
         }
         for (i, first) in repeats {
             results[i] = results[first].clone().map(|r| ProduceResult {
