@@ -60,8 +60,17 @@ pub fn consumer_config(config: &Config, queue: &QueueConfig) -> ClientConfig {
 
 /// The producer settings: acks from every in-sync replica and idempotence,
 /// so a retried write lands once and an ack means the copy is durable.
+///
+/// No linger (librdkafka's default is 5 ms) unless `[librdkafka]` sets one:
+/// a client request waits for almost every write the dispatcher makes (an
+/// ack's ack-log events, a nack's copy, a produce), so a batching delay is
+/// latency added to each of them. Writes still batch: what queues up while
+/// a request to the partition's leader is in flight goes in the next one.
 pub fn producer_config(config: &Config) -> ClientConfig {
     let mut c = base_config(config, "dispatcher-producer");
+    if !config.librdkafka.contains_key("linger.ms") {
+        c.set("linger.ms", "0");
+    }
     c.set("acks", "all").set("enable.idempotence", "true");
     c
 }
@@ -103,18 +112,20 @@ mod tests {
         let p = producer_config(&config(""));
         assert_eq!(p.get("acks"), Some("all"));
         assert_eq!(p.get("enable.idempotence"), Some("true"));
+        assert_eq!(p.get("linger.ms"), Some("0"));
         assert_eq!(p.get("allow.auto.create.topics"), Some("false"));
     }
 
     #[test]
     fn librdkafka_extras_reach_every_client() {
         let c = config(
-            "[librdkafka]\n\"auto.offset.reset\" = \"latest\"\n\"socket.timeout.ms\" = 1000",
+            "[librdkafka]\n\"auto.offset.reset\" = \"latest\"\n\"socket.timeout.ms\" = 1000\n\"linger.ms\" = 2",
         );
         let cc = consumer_config(&c, &c.queues[0]);
         assert_eq!(cc.get("auto.offset.reset"), Some("latest"));
         assert_eq!(cc.get("socket.timeout.ms"), Some("1000"));
         assert_eq!(admin_config(&c).get("socket.timeout.ms"), Some("1000"));
         assert_eq!(producer_config(&c).get("socket.timeout.ms"), Some("1000"));
+        assert_eq!(producer_config(&c).get("linger.ms"), Some("2"));
     }
 }
