@@ -43,12 +43,13 @@ pub enum LeaseEvent {
     Acked { offset: i64 },
     /// Failed and waiting for its copy to be routed.
     Failed(Failure),
-    /// Everything below `offset` is done; `next_generation` keeps the
-    /// generation counter moving forward across owners.
-    CommitAdvanced {
-        offset: i64,
-        next_generation: Generation,
-    },
+    /// Everything below `offset` is done. `generation` is the writer's
+    /// ownership generation: a new owner writes one at its rebuild, before
+    /// it leases anything, and takes the next one after every generation it
+    /// reads, so generations never repeat across owners. (Ack logs of the
+    /// first version held the next per-lease counter value here; a rebuild
+    /// reads both the same way.)
+    CommitAdvanced { offset: i64, generation: Generation },
 }
 
 /// One ack-log record (the value is never a tombstone).
@@ -131,14 +132,11 @@ pub fn encode_record(partition: QueuePartition, ring: u32, event: &LeaseEvent) -
             value.extend_from_slice(&(error.len() as u16).to_be_bytes());
             value.extend_from_slice(error);
         }
-        LeaseEvent::CommitAdvanced {
-            offset,
-            next_generation,
-        } => {
+        LeaseEvent::CommitAdvanced { offset, generation } => {
             key.push(KIND_PARTITION);
             value.push(TAG_COMMIT_ADVANCED);
             value.extend_from_slice(&offset.to_be_bytes());
-            value.extend_from_slice(&next_generation.0.to_be_bytes());
+            value.extend_from_slice(&generation.0.to_be_bytes());
         }
     }
     AckLogRecord { key, value }
@@ -255,7 +253,7 @@ pub fn decode_record(
         }
         TAG_COMMIT_ADVANCED => LeaseEvent::CommitAdvanced {
             offset: v.i64()?,
-            next_generation: Generation(v.u32()?),
+            generation: Generation(v.u32()?),
         },
         other => return Err(EventDecodeError::Tag(other)),
     };
@@ -324,7 +322,7 @@ mod tests {
             }),
             LeaseEvent::CommitAdvanced {
                 offset: 50,
-                next_generation: Generation(17),
+                generation: Generation(17),
             },
         ]
     }

@@ -4,7 +4,11 @@
 //! Pure logic: no I/O, no async, no clock. Every operation takes `now_ms`, and
 //! every state change the next owner of the partition must know comes out as a
 //! [`LeaseEvent`] ([`PartitionLeases::drain_events`]) for the caller to write,
-//! in order, to the compacted ack-log topic before it answers the client.
+//! in order, to the compacted ack-log topic. An ack, a nack or a route must
+//! be written before the client hears of it; a lease need not be (a lease
+//! lost with its owner only means a redelivery, and the generation rule
+//! below keeps its receipt stale), and the ownership's generation must be
+//! written before the first lease.
 //!
 //! Failure path: a lease that expires, a nack, or a message forced out by the
 //! gap cap becomes a [`Failure`] with a [`Route`] (a retry tier and its due
@@ -36,10 +40,19 @@ use acked::AckedRanges;
 /// this many bytes (at a char boundary): a handler's error is not a payload.
 pub const MAX_ERROR_BYTES: usize = 1024;
 
-/// The generation of one lease. Generations come from one counter per
-/// partition, so a receipt from before a re-lease of the same offset (after a
-/// rebuild) never matches. Compared with serial-number arithmetic where order
-/// matters, so the u32 may wrap.
+/// The generation of a lease: the ownership generation of the partition's
+/// owner that granted it. Each new owner takes the generation after every
+/// one in the ack log ([`PartitionLeases::rebuild`]) and writes it before it
+/// leases anything, so its generation differs from every earlier owner's,
+/// including one whose lease events never reached the ack log (the runtime
+/// does not wait for them before answering a receive).
+///
+/// One generation serves all of an ownership's leases because an owner
+/// leases an offset at most once: once leased, an offset stays in flight,
+/// waiting for its route, acked, or below the commit point until the owner
+/// goes. So (offset, generation) names one lease, and a receipt from an
+/// earlier owner is stale even for an offset leased again. Compared with
+/// serial-number arithmetic where order matters, so the u32 may wrap.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub struct Generation(pub u32);
 
@@ -306,7 +319,8 @@ pub struct PartitionLeases {
     acked: AckedRanges,
     /// Failed offsets whose copy the caller has not confirmed yet.
     pending: BTreeMap<i64, Failure>,
-    next_generation: u32,
+    /// This ownership's generation, carried by every lease it grants.
+    generation: Generation,
     events: Vec<LeaseEvent>,
     counters: LeaseCounters,
 }
@@ -329,7 +343,7 @@ impl PartitionLeases {
             by_expiry: BTreeSet::new(),
             acked: AckedRanges::default(),
             pending: BTreeMap::new(),
-            next_generation: 0,
+            generation: Generation(0),
             events: Vec::new(),
             counters: LeaseCounters::default(),
         })
@@ -366,8 +380,9 @@ impl PartitionLeases {
         self.counters
     }
 
-    /// The events produced since the last call, in order. Write them to the
-    /// ack log (with [`encode_record`]) before answering the client.
+    /// The events produced since the last call, in order, for the ack log
+    /// (with [`encode_record`]); see the module documentation for which must
+    /// be acked before the client is answered.
     pub fn drain_events(&mut self) -> Vec<LeaseEvent> {
         std::mem::take(&mut self.events)
     }
@@ -418,8 +433,7 @@ impl PartitionLeases {
             {
                 continue;
             }
-            let generation = Generation(self.next_generation);
-            self.next_generation = self.next_generation.wrapping_add(1);
+            let generation = self.generation;
             let expiry_ms = now_ms + lease_ms;
             let lease = Lease {
                 expiry_ms,
@@ -620,11 +634,7 @@ impl PartitionLeases {
         self.acked.insert(from, to);
         self.head = self.head.max(to);
         if let Some(end) = self.acked.take_run_at(self.committed) {
-            self.committed = end;
-            self.events.push(LeaseEvent::CommitAdvanced {
-                offset: end,
-                next_generation: Generation(self.next_generation),
-            });
+            self.advance_commit(end);
         }
     }
 
@@ -635,15 +645,33 @@ impl PartitionLeases {
             if let Some(end) = self.acked.take_run_at(committed) {
                 committed = end;
             }
-            self.committed = committed;
-            self.events.push(LeaseEvent::CommitAdvanced {
-                offset: committed,
-                next_generation: Generation(self.next_generation),
-            });
+            self.advance_commit(committed);
         } else {
             self.acked.insert(offset, offset + 1);
             self.events.push(LeaseEvent::Acked { offset });
         }
+    }
+
+    /// Moves the commit point to `committed` and records it. The undrained
+    /// events at the tail that the new record makes moot (an earlier commit
+    /// record, acks below the new commit point) are dropped: a rebuild
+    /// ignores per-offset records below the commit point, and in-order acks
+    /// (the common case) then cost one record per request, not one per
+    /// message.
+    fn advance_commit(&mut self, committed: i64) {
+        self.committed = committed;
+        while let Some(last) = self.events.last() {
+            match last {
+                LeaseEvent::CommitAdvanced { .. } => {}
+                LeaseEvent::Acked { offset } if *offset < committed => {}
+                _ => break,
+            }
+            self.events.pop();
+        }
+        self.events.push(LeaseEvent::CommitAdvanced {
+            offset: committed,
+            generation: self.generation,
+        });
     }
 
     fn route(
@@ -698,8 +726,14 @@ impl PartitionLeases {
     /// Restores a partition from its ack-log events (decoded, in log order,
     /// possibly compacted) and the group's committed offset. Leases in flight
     /// at the crash are treated as expired: their messages are leasable again
-    /// (under new generations, so old receipts are stale) and returned for
-    /// re-delivery. Restoring emits no events.
+    /// (under the new generation, so old receipts are stale) and returned for
+    /// re-delivery.
+    ///
+    /// The new ownership takes the generation after the latest one read, and
+    /// restoring emits one event, the `CommitAdvanced` that records it: the
+    /// caller writes it and waits for its ack before it leases anything, so
+    /// the owner after this one reads it even if none of this owner's lease
+    /// events is ever written.
     pub fn rebuild(
         partition: QueuePartition,
         config: LeaseConfig,
@@ -707,18 +741,21 @@ impl PartitionLeases {
         events: impl IntoIterator<Item = LeaseEvent>,
     ) -> Result<Rebuilt, LeaseConfigError> {
         let mut s = PartitionLeases::new(partition, config, group_committed)?;
-        let mut next_generation: Option<u32> = None;
+        // The latest generation read, in serial order (every generation in
+        // the log lies within far less than 2^31 of the others).
+        let mut latest: Option<u32> = None;
+        let mut saw = |g: Generation| {
+            latest = Some(match latest {
+                Some(l) if !serial_gt(g.0, l) => l,
+                _ => g.0,
+            });
+        };
         for event in events {
             // Each per-offset record sets that offset's whole state: under
             // compaction only the latest record per key survives, in order.
             match event {
-                LeaseEvent::CommitAdvanced {
-                    offset,
-                    next_generation: g,
-                } => {
-                    // The latest record of the partition key is the reference
-                    // the live leases' generations are compared with.
-                    next_generation = Some(g.0);
+                LeaseEvent::CommitAdvanced { offset, generation } => {
+                    saw(generation);
                     if offset > s.committed {
                         s.committed = offset;
                         s.in_flight = s.in_flight.split_off(&offset);
@@ -733,6 +770,7 @@ impl PartitionLeases {
                     consumer,
                     attempt,
                 } => {
+                    saw(generation);
                     if offset >= s.committed {
                         s.pending.remove(&offset);
                         s.in_flight.insert(
@@ -767,16 +805,11 @@ impl PartitionLeases {
             s.in_flight = s.in_flight.split_off(&end);
             s.pending = s.pending.split_off(&end);
         }
-        // Generations of the live leases were issued after (in serial order)
-        // the reference, and within far less than 2^31 of it.
-        for lease in s.in_flight.values() {
-            let after = lease.generation.0.wrapping_add(1);
-            next_generation = Some(match next_generation {
-                Some(g) if !serial_gt(after, g) => g,
-                _ => after,
-            });
-        }
-        s.next_generation = next_generation.unwrap_or(0);
+        s.generation = Generation(latest.map_or(0, |g| g.wrapping_add(1)));
+        s.events.push(LeaseEvent::CommitAdvanced {
+            offset: s.committed,
+            generation: s.generation,
+        });
         let expired: Vec<ExpiredLease> = std::mem::take(&mut s.in_flight)
             .into_iter()
             .map(|(offset, lease)| ExpiredLease {

@@ -81,8 +81,8 @@ fn lease_skips_what_is_in_flight_acked_or_below_the_commit_point() {
         vec![0, 1, 2]
     );
     assert!(first.iter().all(|g| g.expiry_ms == 30 * S));
-    // Distinct generations.
-    assert_ne!(first[0].receipt.generation, first[1].receipt.generation);
+    // One generation per ownership: an owner leases an offset once.
+    assert_eq!(first[0].receipt.generation, first[1].receipt.generation);
     e.ack(&first[1].receipt).unwrap();
     let second = e.lease(avail(0..10), 100, ConsumerSlot(8), 30 * S, 0);
     assert_eq!(
@@ -172,7 +172,7 @@ fn an_expired_lease_goes_to_the_first_tier_as_attempt_two() {
             LeaseEvent::Failed(failures[0].clone()),
             LeaseEvent::CommitAdvanced {
                 offset: 1,
-                next_generation: Generation(1)
+                generation: Generation(0)
             },
         ]
     );
@@ -234,6 +234,87 @@ fn a_receipt_of_an_earlier_generation_is_rejected_and_counted() {
         e.counters().stale_generation + e.counters().stale_receipt,
         3
     );
+}
+
+#[test]
+fn each_owner_writes_a_new_generation_so_unwritten_leases_stay_stale() {
+    // Owner A rebuilds an empty log and writes its generation.
+    let a = PartitionLeases::rebuild(P0, LeaseConfig::default(), 0, Vec::new()).unwrap();
+    let mut a = a.leases;
+    let floor_a = a.drain_events();
+    assert_eq!(
+        floor_a,
+        vec![LeaseEvent::CommitAdvanced {
+            offset: 0,
+            generation: Generation(0)
+        }]
+    );
+    // It leases three messages and dies before any lease event is written.
+    let held: Vec<Receipt> = (0..3).map(|o| lease_one(&mut a, o, 1, 0)).collect();
+    drop(a.drain_events());
+    // Owner B reads only A's generation, takes the next one and leases the
+    // same offsets: none of A's receipts matches.
+    let b = PartitionLeases::rebuild(P0, LeaseConfig::default(), 0, floor_a.clone()).unwrap();
+    assert!(b.expired.is_empty(), "B never heard of A's leases");
+    let mut b = b.leases;
+    let floor_b = b.drain_events();
+    assert_eq!(
+        floor_b,
+        vec![LeaseEvent::CommitAdvanced {
+            offset: 0,
+            generation: Generation(1)
+        }]
+    );
+    let new: Vec<Receipt> = (0..3).map(|o| lease_one(&mut b, o, 1, S)).collect();
+    for (old, new) in held.iter().zip(&new) {
+        assert_eq!(
+            b.ack(old),
+            Err(LeaseError::StaleGeneration { offset: old.offset })
+        );
+        assert_eq!(new.generation, Generation(1));
+    }
+    b.ack(&new[0]).unwrap();
+    // Owner C after B, whose leases were written this time: again a new
+    // generation, after the leases' one.
+    let mut log = floor_a;
+    log.extend(floor_b);
+    log.extend(b.drain_events());
+    let c = PartitionLeases::rebuild(P0, LeaseConfig::default(), 0, log).unwrap();
+    assert_eq!(c.expired.len(), 2);
+    assert_eq!(c.leases.committed_offset(), 1);
+    assert_eq!(c.leases.generation, Generation(2));
+    // An ack log of the first version held the next per-lease counter in
+    // `CommitAdvanced` and one generation per lease: the new owner's
+    // generation is past all of them.
+    let legacy = vec![
+        LeaseEvent::CommitAdvanced {
+            offset: 0,
+            generation: Generation(7),
+        },
+        LeaseEvent::Leased {
+            offset: 0,
+            generation: Generation(9),
+            expiry_ms: MIN,
+            consumer: ConsumerSlot(1),
+            attempt: Attempt(1),
+        },
+        LeaseEvent::Leased {
+            offset: 1,
+            generation: Generation(8),
+            expiry_ms: MIN,
+            consumer: ConsumerSlot(1),
+            attempt: Attempt(1),
+        },
+    ];
+    let d = PartitionLeases::rebuild(P0, LeaseConfig::default(), 0, legacy).unwrap();
+    assert_eq!(d.leases.generation, Generation(10));
+    // Generations wrap: u32::MAX is followed by 0.
+    let wrapped = vec![LeaseEvent::CommitAdvanced {
+        offset: 0,
+        generation: Generation(u32::MAX),
+    }];
+    let w = PartitionLeases::rebuild(P0, LeaseConfig::default(), 0, wrapped).unwrap();
+    assert_eq!(w.leases.generation, Generation(0));
 }
 
 #[test]
@@ -375,9 +456,6 @@ fn the_commit_point_only_moves_over_contiguous_acks() {
     assert_eq!(ack(&mut e, 4), 0);
     assert_eq!(e.acked_run_count(), 2);
     assert_eq!(ack(&mut e, 0), 1);
-    assert_eq!(ack(&mut e, 1), 3);
-    assert_eq!(ack(&mut e, 3), 5);
-    assert_eq!(e.acked_run_count(), 0);
     let g = |n| Generation(n);
     assert_eq!(
         e.drain_events(),
@@ -386,18 +464,46 @@ fn the_commit_point_only_moves_over_contiguous_acks() {
             LeaseEvent::Acked { offset: 4 },
             LeaseEvent::CommitAdvanced {
                 offset: 1,
-                next_generation: g(6)
-            },
-            LeaseEvent::CommitAdvanced {
-                offset: 3,
-                next_generation: g(6)
-            },
-            LeaseEvent::CommitAdvanced {
-                offset: 5,
-                next_generation: g(6)
+                generation: g(0)
             },
         ]
     );
+    assert_eq!(ack(&mut e, 1), 3);
+    assert_eq!(ack(&mut e, 3), 5);
+    assert_eq!(e.acked_run_count(), 0);
+    // One record says it all: the commit record of offset 3 and the ack of 4
+    // below the new commit point are moot before they are written.
+    assert_eq!(
+        e.drain_events(),
+        vec![LeaseEvent::CommitAdvanced {
+            offset: 5,
+            generation: g(0)
+        }]
+    );
+    let more = e.lease(avail(6..10), 4, ConsumerSlot(1), MIN, 0);
+    drop(e.drain_events());
+    e.ack(&more[1].receipt).unwrap();
+    for g in &more[2..] {
+        e.ack(&g.receipt).unwrap();
+    }
+    e.ack(&grants[5].receipt).unwrap();
+    // Acking 6 moves the commit point over 7..10: the acks of 7..10 and
+    // the record of commit point 6 are dropped.
+    e.ack(&more[0].receipt).unwrap();
+    assert_eq!(e.committed_offset(), 10);
+    assert_eq!(
+        e.drain_events(),
+        vec![LeaseEvent::CommitAdvanced {
+            offset: 10,
+            generation: g(0)
+        }]
+    );
+    let mut e = engine(LeaseConfig::default());
+    let grants = e.lease(avail(0..6), 6, ConsumerSlot(1), MIN, 0);
+    drop(e.drain_events());
+    for g in &grants[..5] {
+        e.ack(&g.receipt).unwrap();
+    }
     // Offsets with nothing to deliver (a transaction marker at 6, a
     // compacted gap 8..20) do not hold the commit point.
     let r5 = grants[5].receipt;

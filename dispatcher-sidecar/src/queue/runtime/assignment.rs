@@ -120,6 +120,8 @@ impl QueueRuntime {
                 by_partition.entry(qp.partition).or_default().push(event);
             }
         }
+        let mut floors = Pending::default();
+        let mut rebuilt_parts = Vec::with_capacity(partitions.len());
         for &p in partitions {
             let qp = QueuePartition {
                 topic: t,
@@ -140,15 +142,22 @@ impl QueueRuntime {
                 committed = rebuilt.leases.committed_offset(), released = rebuilt.expired.len(),
                 pending_routes = rebuilt.pending_routes.len(), event_count,
                 elapsed_ms = started.elapsed().as_millis() as u64, "partition rebuilt");
-            let state = PartitionState::rebuilt(rebuilt, acked);
-            let partition = Arc::new(Partition {
+            let mut state = PartitionState::rebuilt(rebuilt, acked);
+            // The ownership's generation, written before the first lease.
+            floors.merge(self.write_events(&mut state));
+            rebuilt_parts.push(Arc::new(Partition {
                 qp,
                 last_commit: AtomicI64::new(base),
                 state: Mutex::new(state),
                 space: Notify::new(),
                 closed: AtomicBool::new(false),
                 fetch_task: Mutex::new(None),
-            });
+            }));
+        }
+        floors.wait().await.map_err(|e| {
+            anyhow::anyhow!("writing the partitions' generations to the ack log: {e}")
+        })?;
+        for partition in rebuilt_parts {
             self.serve(partition, &consumer).await;
         }
         self.ready.notify_waiters();

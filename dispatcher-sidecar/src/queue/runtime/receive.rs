@@ -41,10 +41,10 @@ impl QueueRuntime {
             notified.as_mut().enable();
             let (deliveries, pending, next_due_ms) = self.try_lease(max, slot, lease_ms);
             if !deliveries.is_empty() {
-                pending
-                    .wait()
-                    .await
-                    .map_err(|e| unavailable(format!("ack log: {e}")))?;
+                // Not awaited: a lease lost with this owner only means a
+                // redelivery, and the ownership's generation (written at the
+                // rebuild) keeps its receipt stale at the next owner.
+                self.watch_lease_writes(pending);
                 self.count_deliveries(&deliveries);
                 return Ok(deliveries.into_iter().map(|(d, _)| d).collect());
             }
@@ -60,6 +60,18 @@ impl QueueRuntime {
                 _ = tokio::time::sleep_until(wake) => {}
             }
         }
+    }
+
+    /// Logs and counts a failed write of lease events, which nobody waits for.
+    fn watch_lease_writes(&self, pending: Pending) {
+        let name = self.name();
+        tokio::spawn(async move {
+            if let Err(e) = pending.wait().await {
+                tracing::warn!(queue = %name, "ack log: writing lease events failed: {e}");
+                metrics::counter!("dispatcher_lease_write_errors_total", "queue" => name)
+                    .increment(1);
+            }
+        });
     }
 
     fn count_deliveries(&self, deliveries: &[(Delivery, bool)]) {
