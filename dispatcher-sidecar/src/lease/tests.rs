@@ -29,6 +29,14 @@ fn at(offset: i64, attempt: u16) -> Vec<Available> {
     }]
 }
 
+/// The commit record of an engine in its first ownership (generation 0).
+fn commit_record(offset: i64) -> LeaseEvent {
+    LeaseEvent::CommitAdvanced {
+        offset,
+        generation: Generation(0),
+    }
+}
+
 fn lease_one(e: &mut PartitionLeases, offset: i64, attempt: u16, now_ms: i64) -> Receipt {
     let grants = e.lease(at(offset, attempt), 1, ConsumerSlot(1), MIN, now_ms);
     assert_eq!(grants.len(), 1, "offset {offset} leasable");
@@ -170,10 +178,7 @@ fn an_expired_lease_goes_to_the_first_tier_as_attempt_two() {
                 attempt: Attempt(1)
             },
             LeaseEvent::Failed(failures[0].clone()),
-            LeaseEvent::CommitAdvanced {
-                offset: 1,
-                generation: Generation(0)
-            },
+            commit_record(1),
         ]
     );
 }
@@ -456,16 +461,12 @@ fn the_commit_point_only_moves_over_contiguous_acks() {
     assert_eq!(ack(&mut e, 4), 0);
     assert_eq!(e.acked_run_count(), 2);
     assert_eq!(ack(&mut e, 0), 1);
-    let g = |n| Generation(n);
     assert_eq!(
         e.drain_events(),
         vec![
             LeaseEvent::Acked { offset: 2 },
             LeaseEvent::Acked { offset: 4 },
-            LeaseEvent::CommitAdvanced {
-                offset: 1,
-                generation: g(0)
-            },
+            commit_record(1),
         ]
     );
     assert_eq!(ack(&mut e, 1), 3);
@@ -473,37 +474,7 @@ fn the_commit_point_only_moves_over_contiguous_acks() {
     assert_eq!(e.acked_run_count(), 0);
     // One record says it all: the commit record of offset 3 and the ack of 4
     // below the new commit point are moot before they are written.
-    assert_eq!(
-        e.drain_events(),
-        vec![LeaseEvent::CommitAdvanced {
-            offset: 5,
-            generation: g(0)
-        }]
-    );
-    let more = e.lease(avail(6..10), 4, ConsumerSlot(1), MIN, 0);
-    drop(e.drain_events());
-    e.ack(&more[1].receipt).unwrap();
-    for g in &more[2..] {
-        e.ack(&g.receipt).unwrap();
-    }
-    e.ack(&grants[5].receipt).unwrap();
-    // Acking 6 moves the commit point over 7..10: the acks of 7..10 and
-    // the record of commit point 6 are dropped.
-    e.ack(&more[0].receipt).unwrap();
-    assert_eq!(e.committed_offset(), 10);
-    assert_eq!(
-        e.drain_events(),
-        vec![LeaseEvent::CommitAdvanced {
-            offset: 10,
-            generation: g(0)
-        }]
-    );
-    let mut e = engine(LeaseConfig::default());
-    let grants = e.lease(avail(0..6), 6, ConsumerSlot(1), MIN, 0);
-    drop(e.drain_events());
-    for g in &grants[..5] {
-        e.ack(&g.receipt).unwrap();
-    }
+    assert_eq!(e.drain_events(), vec![commit_record(5)]);
     // Offsets with nothing to deliver (a transaction marker at 6, a
     // compacted gap 8..20) do not hold the commit point.
     let r5 = grants[5].receipt;
@@ -516,6 +487,35 @@ fn the_commit_point_only_moves_over_contiguous_acks() {
     let r7 = lease_one(&mut e, 7, 1, 0);
     e.ack(&r7).unwrap();
     assert_eq!(e.committed_offset(), 20);
+}
+
+#[test]
+fn records_a_later_commit_record_makes_moot_are_not_written() {
+    let mut e = engine(LeaseConfig::default());
+    let grants = e.lease(avail(0..4), 4, ConsumerSlot(1), MIN, 0);
+    drop(e.drain_events());
+    for g in &grants[1..] {
+        e.ack(&g.receipt).unwrap();
+    }
+    // Acking 0 moves the commit point over 1..4: the acks of 1, 2 and 3 go.
+    e.ack(&grants[0].receipt).unwrap();
+    assert_eq!(e.committed_offset(), 4);
+    assert_eq!(e.drain_events(), vec![commit_record(4)]);
+    // A failure stays, and so does everything before it.
+    let more = e.lease(avail(4..7), 3, ConsumerSlot(1), MIN, 0);
+    drop(e.drain_events());
+    e.ack(&more[1].receipt).unwrap();
+    let failed = e.nack(&more[2].receipt, None, "x", false, 0).unwrap();
+    e.ack(&more[0].receipt).unwrap();
+    assert_eq!(e.committed_offset(), 6);
+    assert_eq!(
+        e.drain_events(),
+        vec![
+            LeaseEvent::Acked { offset: 5 },
+            LeaseEvent::Failed(failed),
+            commit_record(6),
+        ]
+    );
 }
 
 #[test]
