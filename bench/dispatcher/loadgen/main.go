@@ -1,6 +1,7 @@
 // Command loadgen is the dispatcher half of bench/dispatcher.sh: N pull
-// workers, each looping receive -> ack over the dispatcher's HTTP/JSON API,
-// until M acks have come back "ok" in total. It prints one RESULT line of
+// workers, each looping receive -> ack over the dispatcher's HTTP/JSON API
+// (-api http) or its gRPC API (-api grpc, grpc.go), until M acks have come
+// back "ok" in total. It prints one RESULT line of
 // key=value pairs (the same keys as bench/dispatcher/share-bench prints),
 // which bench/dispatcher/report.py reads.
 //
@@ -31,7 +32,9 @@ import (
 
 // Config is what one run does; flags fill it.
 type Config struct {
+	API      string // http or grpc
 	BaseURL  string
+	GRPCAddr string
 	Queue    string
 	Workers  int
 	Messages int64
@@ -62,7 +65,9 @@ type Result struct {
 
 func main() {
 	cfg := Config{}
-	flag.StringVar(&cfg.BaseURL, "url", "http://127.0.0.1:8080", "the dispatcher's HTTP API")
+	flag.StringVar(&cfg.API, "api", "http", "the API the workers use: http (JSON) or grpc")
+	flag.StringVar(&cfg.BaseURL, "url", "http://127.0.0.1:8080", "the dispatcher's HTTP API (-api http)")
+	flag.StringVar(&cfg.GRPCAddr, "grpc", "127.0.0.1:8081", "the dispatcher's gRPC API, host:port (-api grpc)")
 	flag.StringVar(&cfg.Queue, "queue", "", "queue name (required)")
 	flag.IntVar(&cfg.Workers, "workers", 4, "concurrent pull workers")
 	flag.Int64Var(&cfg.Messages, "messages", 0, "stop after this many ok acks (required)")
@@ -72,11 +77,18 @@ func main() {
 	flag.DurationVar(&cfg.Timeout, "timeout", 300*time.Second, "give up after this long, print what was acked, exit 1")
 	flag.IntVar(&cfg.MaxErrors, "max-errors", 50, "consecutive failed requests of one worker before the run gives up")
 	flag.Parse()
-	if cfg.Queue == "" || cfg.Messages < 1 || cfg.Workers < 1 || cfg.Batch < 1 || flag.NArg() != 0 {
+	if cfg.Queue == "" || cfg.Messages < 1 || cfg.Workers < 1 || cfg.Batch < 1 || flag.NArg() != 0 ||
+		(cfg.API != "http" && cfg.API != "grpc") {
 		flag.Usage()
 		os.Exit(2)
 	}
-	res := Run(context.Background(), cfg, newClient(cfg.Workers))
+	var newAPI func() (api, error)
+	if cfg.API == "grpc" {
+		newAPI = func() (api, error) { return newGRPCAPI(cfg) }
+	} else {
+		newAPI = httpAPIs(cfg, newClient(cfg.Workers))
+	}
+	res := Run(context.Background(), cfg, newAPI)
 	if res.LastError != "" {
 		fmt.Fprintf(os.Stderr, "last error: %s\n", res.LastError)
 	}
@@ -106,9 +118,9 @@ func (r Result) Line(cfg Config) string {
 	if r.FirstMessage > 0 {
 		first = float64(r.FirstMessage) / float64(time.Millisecond)
 	}
-	return fmt.Sprintf("RESULT status=%s workers=%d batch=%d commit=ack acked=%d counted=%d elapsed_s=%.3f"+
+	return fmt.Sprintf("RESULT status=%s api=%s workers=%d batch=%d commit=ack acked=%d counted=%d elapsed_s=%.3f"+
 		" msgs_per_s=%.1f p50_ms=%.2f p99_ms=%.2f cycles=%d redelivered=%d failed=%d errors=%d first_message_ms=%.0f",
-		r.Status, cfg.Workers, cfg.Batch, r.Acked, r.Counted, secs, rate,
+		r.Status, cfg.API, cfg.Workers, cfg.Batch, r.Acked, r.Counted, secs, rate,
 		percentileMs(r.LatenciesSorted, 0.50), percentileMs(r.LatenciesSorted, 0.99),
 		r.Cycles, r.Redelivered, r.Failed, r.Errors, first)
 }
@@ -128,7 +140,6 @@ func percentileMs(sorted []time.Duration, q float64) float64 {
 // run state shared by the workers.
 type run struct {
 	cfg         Config
-	client      *http.Client
 	start       time.Time
 	acked       atomic.Int64
 	failed      atomic.Int64
@@ -143,19 +154,37 @@ type run struct {
 	gaveUp      atomic.Bool
 }
 
-// Run drives cfg.Workers workers against the API until cfg.Messages ok acks,
-// the timeout, or a worker giving up after cfg.MaxErrors consecutive errors.
-func Run(parent context.Context, cfg Config, client *http.Client) Result {
+// api is what a worker needs of the dispatcher: receive, and ack.
+type api interface {
+	receive(ctx context.Context, consumer string) ([]receivedMessage, error)
+	// ack acks receipts and returns how many came back ok, and how many not.
+	ack(ctx context.Context, receipts []string) (ok, notOK int64, err error)
+	Close() error
+}
+
+// Run drives cfg.Workers workers, each with an api from newAPI, until
+// cfg.Messages ok acks, the timeout, or a worker giving up after
+// cfg.MaxErrors consecutive errors.
+func Run(parent context.Context, cfg Config, newAPI func() (api, error)) Result {
 	ctx, cancel := context.WithTimeout(parent, cfg.Timeout)
 	defer cancel()
-	r := &run{cfg: cfg, client: client, start: time.Now(), stop: cancel}
+	r := &run{cfg: cfg, start: time.Now(), stop: cancel}
+	apis := make([]api, cfg.Workers)
+	for i := range apis {
+		a, err := newAPI()
+		if err != nil {
+			return Result{Status: "error", LastError: err.Error()}
+		}
+		defer a.Close()
+		apis[i] = a
+	}
 	latencies := make([][]time.Duration, cfg.Workers)
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.Workers; i++ {
 		wg.Add(1)
 		go func(i int) {
 			defer wg.Done()
-			latencies[i] = r.work(ctx, fmt.Sprintf("w%d", i))
+			latencies[i] = r.work(ctx, apis[i], fmt.Sprintf("w%d", i))
 		}(i)
 	}
 	wg.Wait()
@@ -194,17 +223,25 @@ func Run(parent context.Context, cfg Config, client *http.Client) Result {
 }
 
 // work is one pull worker: receive, ack what came, repeat.
-func (r *run) work(ctx context.Context, consumer string) []time.Duration {
+func (r *run) work(ctx context.Context, a api, consumer string) []time.Duration {
 	var latencies []time.Duration
 	consecutiveErrors := 0
 	for ctx.Err() == nil {
 		cycleStart := time.Now()
-		msgs, err := r.receive(ctx, consumer)
+		msgs, err := a.receive(ctx, consumer)
 		if err == nil && len(msgs) > 0 {
 			r.firstNs.CompareAndSwap(0, int64(time.Since(r.start)))
-			var ok int64
-			ok, err = r.ack(ctx, msgs)
+			receipts := make([]string, len(msgs))
+			for i, m := range msgs {
+				receipts[i] = m.Receipt
+				if m.Attempt > 1 {
+					r.redelivered.Add(1)
+				}
+			}
+			var ok, notOK int64
+			ok, notOK, err = a.ack(ctx, receipts)
 			if err == nil {
+				r.failed.Add(notOK)
 				latencies = append(latencies, time.Since(cycleStart))
 				r.cycles.Add(1)
 				r.confirm(ok)
@@ -249,50 +286,50 @@ func (r *run) noteError(err error) {
 }
 
 // receivedMessage is the part of a received message the load generator reads.
+// The HTTP side decodes the receipt and attempt only (encoding/json still
+// scans every payload); the gRPC side also copies out the message id and the
+// payload, as generated code would.
 type receivedMessage struct {
-	Receipt string `json:"receipt"`
-	Attempt int    `json:"attempt"`
+	MessageID string `json:"-"`
+	Receipt   string `json:"receipt"`
+	Attempt   int    `json:"attempt"`
+	Payload   []byte `json:"-"`
 }
 
-func (r *run) receive(ctx context.Context, consumer string) ([]receivedMessage, error) {
+// httpAPI is the HTTP/JSON API; the workers share one client (and its pool of
+// keep-alive connections).
+type httpAPI struct {
+	cfg    Config
+	client *http.Client
+}
+
+// httpAPIs makes the workers' httpAPIs, all over client.
+func httpAPIs(cfg Config, client *http.Client) func() (api, error) {
+	return func() (api, error) { return &httpAPI{cfg: cfg, client: client}, nil }
+}
+
+func (h *httpAPI) Close() error { return nil }
+
+func (h *httpAPI) receive(ctx context.Context, consumer string) ([]receivedMessage, error) {
 	body := map[string]any{
-		"max_messages":  r.cfg.Batch,
-		"wait_seconds":  int(r.cfg.Wait / time.Second),
-		"lease_seconds": int(r.cfg.Lease / time.Second),
+		"max_messages":  h.cfg.Batch,
+		"wait_seconds":  int(h.cfg.Wait / time.Second),
+		"lease_seconds": int(h.cfg.Lease / time.Second),
 		"consumer_id":   consumer,
 	}
-	raw, err := r.post(ctx, "receive", body)
+	raw, err := h.post(ctx, "receive", body)
 	if err != nil {
 		return nil, err
 	}
-	msgs, err := parseReceive(raw)
-	if err != nil {
-		return nil, err
-	}
-	for _, m := range msgs {
-		if m.Attempt > 1 {
-			r.redelivered.Add(1)
-		}
-	}
-	return msgs, nil
+	return parseReceive(raw)
 }
 
-// ack acks every receipt of msgs and returns how many came back ok.
-func (r *run) ack(ctx context.Context, msgs []receivedMessage) (int64, error) {
-	receipts := make([]string, len(msgs))
-	for i, m := range msgs {
-		receipts[i] = m.Receipt
-	}
-	raw, err := r.post(ctx, "ack", map[string]any{"receipts": receipts})
+func (h *httpAPI) ack(ctx context.Context, receipts []string) (int64, int64, error) {
+	raw, err := h.post(ctx, "ack", map[string]any{"receipts": receipts})
 	if err != nil {
-		return 0, err
+		return 0, 0, err
 	}
-	ok, notOK, err := parseAck(raw)
-	if err != nil {
-		return 0, err
-	}
-	r.failed.Add(notOK)
-	return ok, nil
+	return parseAck(raw)
 }
 
 // parseReceive reads the receipts (and attempts) of a receive response. It
@@ -352,21 +389,21 @@ func parseAck(raw []byte) (ok, notOK int64, err error) {
 // would be the API's ceiling, and no benchmark uses payloads that large.
 const maxResponseBytes = 128 << 20
 
-func (r *run) post(ctx context.Context, op string, body any) ([]byte, error) {
+func (h *httpAPI) post(ctx context.Context, op string, body any) ([]byte, error) {
 	payload, err := json.Marshal(body)
 	if err != nil {
 		return nil, err
 	}
-	u := strings.TrimRight(r.cfg.BaseURL, "/") + "/queues/" + url.PathEscape(r.cfg.Queue) + "/" + op
+	u := strings.TrimRight(h.cfg.BaseURL, "/") + "/queues/" + url.PathEscape(h.cfg.Queue) + "/" + op
 	// A receive may wait up to wait_seconds; anything much longer is a hung request.
-	reqCtx, cancel := context.WithTimeout(ctx, r.cfg.Wait+30*time.Second)
+	reqCtx, cancel := context.WithTimeout(ctx, h.cfg.Wait+30*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(reqCtx, http.MethodPost, u, bytes.NewReader(payload))
 	if err != nil {
 		return nil, err
 	}
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := r.client.Do(req)
+	resp, err := h.client.Do(req)
 	if err != nil {
 		return nil, err
 	}

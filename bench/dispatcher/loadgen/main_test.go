@@ -90,7 +90,7 @@ func TestEveryMessageIsAckedOnceAndCounted(t *testing.T) {
 		q := newFakeQueue(1000)
 		q.bareArray = bare
 		srv := httptest.NewServer(q)
-		res := Run(context.Background(), testConfig(srv.URL, 1000), newClient(4))
+		res := runHTTP(testConfig(srv.URL, 1000), 4)
 		srv.Close()
 		if res.Status != "ok" || res.Acked != 1000 || res.Counted != 1000 || res.Failed != 0 {
 			t.Fatalf("bare=%v: %+v", bare, res)
@@ -113,7 +113,7 @@ func TestStopsAtTheTargetCount(t *testing.T) {
 	q := newFakeQueue(100000)
 	srv := httptest.NewServer(q)
 	defer srv.Close()
-	res := Run(context.Background(), testConfig(srv.URL, 500), newClient(4))
+	res := runHTTP(testConfig(srv.URL, 500), 4)
 	// The last cycles of the other workers may land after the 500th ack, one
 	// batch each at most.
 	if res.Status != "ok" || res.Counted != 500 || res.Acked < 500 || res.Acked > 500+4*7 {
@@ -128,7 +128,7 @@ func TestTransientErrorsAreRetriedAndCounted(t *testing.T) {
 	defer srv.Close()
 	cfg := testConfig(srv.URL, 200-3*7)
 	cfg.Workers = 1
-	res := Run(context.Background(), cfg, newClient(1))
+	res := runHTTP(cfg, 1)
 	if res.Status != "ok" || res.Errors != 3 || !strings.Contains(res.LastError, "HTTP 503") {
 		t.Fatalf("%+v", res)
 	}
@@ -139,7 +139,7 @@ func TestGivesUpAfterConsecutiveErrors(t *testing.T) {
 		http.Error(w, "no", http.StatusInternalServerError)
 	}))
 	defer srv.Close()
-	res := Run(context.Background(), testConfig(srv.URL, 10), newClient(4))
+	res := runHTTP(testConfig(srv.URL, 10), 4)
 	if res.Status != "error" || res.Acked != 0 || res.Errors < 5 {
 		t.Fatalf("%+v", res)
 	}
@@ -151,7 +151,7 @@ func TestTimesOutWhenMessagesRunShort(t *testing.T) {
 	defer srv.Close()
 	cfg := testConfig(srv.URL, 100)
 	cfg.Timeout = 1500 * time.Millisecond
-	res := Run(context.Background(), cfg, newClient(4))
+	res := runHTTP(cfg, 4)
 	if res.Status != "timeout" || res.Acked != 50 || res.Counted != 50 {
 		t.Fatalf("%+v", res)
 	}
@@ -173,4 +173,8 @@ func TestParseRejectsResponsesWithoutReceiptsOrResults(t *testing.T) {
 	if err != nil || ok != 1 || notOK != 1 {
 		t.Errorf("parseAck: %d %d %v", ok, notOK, err)
 	}
+}
+
+func runHTTP(cfg Config, workers int) Result {
+	return Run(context.Background(), cfg, httpAPIs(cfg, newClient(workers)))
 }
