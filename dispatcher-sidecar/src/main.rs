@@ -9,7 +9,8 @@ const USAGE: &str = "usage: dispatcher --config <file.toml>";
 
 /// mimalloc rather than glibc's malloc: the per-message allocations of a
 /// busy dispatcher (fetched records, deliveries, JSON) spent a fifth of its
-/// CPU time in glibc's allocator (docs/benchmarks.md).
+/// CPU time in glibc's allocator (docs/benchmarks.md). Built with its
+/// `override` feature, it is also the malloc of librdkafka's C code.
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
