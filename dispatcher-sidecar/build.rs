@@ -8,6 +8,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     println!("cargo:rerun-if-changed=proto/dispatcher.proto");
     println!("cargo:rerun-if-env-changed=PROTOC");
-    tonic_prost_build::configure().compile_protos(&["proto/dispatcher.proto"], &["proto"])?;
+    // A delivery's key and payload are `Bytes`, shared with the record the
+    // dispatcher holds, so answering a receive copies each payload once.
+    tonic_prost_build::configure()
+        .bytes(".dispatcher.v1.Delivery.key")
+        .bytes(".dispatcher.v1.Delivery.payload")
+        .compile_protos(&["proto/dispatcher.proto"], &["proto"])?;
     Ok(())
 }

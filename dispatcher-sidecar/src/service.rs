@@ -70,8 +70,9 @@ pub struct Delivery {
     pub message_id: String,
     /// Opaque, tamper-evident: names (partition, offset, lease generation).
     pub receipt: String,
-    pub key: Option<Vec<u8>>,
-    pub payload: Vec<u8>,
+    /// Shared with the record the dispatcher holds (no copy per delivery).
+    pub key: Option<bytes::Bytes>,
+    pub payload: bytes::Bytes,
     /// The producer's headers (the dispatcher's own `dispatcher.*` headers
     /// are not shown).
     pub headers: Vec<(String, Vec<u8>)>,

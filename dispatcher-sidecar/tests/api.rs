@@ -203,8 +203,8 @@ fn delivery(receipt: &str, key: Option<&[u8]>, payload: &[u8], header: &[u8]) ->
     Delivery {
         message_id: format!("id-{receipt}"),
         receipt: receipt.into(),
-        key: key.map(<[u8]>::to_vec),
-        payload: payload.to_vec(),
+        key: key.map(bytes::Bytes::copy_from_slice),
+        payload: bytes::Bytes::copy_from_slice(payload),
         headers: vec![("trace".into(), header.to_vec())],
         attempt: 2,
         enqueued_at_ms: 951_782_400_000, // 2000-02-29T00:00:00.000Z
@@ -1295,8 +1295,8 @@ async fn grpc_serves_every_rpc() {
         [proto::Delivery {
             message_id: "id-ok-1".into(),
             receipt: "ok-1".into(),
-            key: Some(vec![0xff]),
-            payload: binary.clone(),
+            key: Some(bytes::Bytes::from_static(&[0xff])),
+            payload: binary.clone().into(),
             headers: vec![proto::Header {
                 name: "trace".into(),
                 value: vec![0xc3, 0x28]

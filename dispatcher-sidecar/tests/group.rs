@@ -9,13 +9,40 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use dispatcher_sidecar::config::QueueConfig;
-use dispatcher_sidecar::kafka::consumer::{Assignment, FetchError, QueueConsumer};
+use dispatcher_sidecar::kafka::consumer::{Assignment, Decode, FetchError, QueueConsumer};
 use dispatcher_sidecar::kafka::producer::{Producer, Record};
 use dispatcher_sidecar::kafka::{self};
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use tokio::sync::watch;
+
+/// Fetched records as rdkafka's own owned messages, to look at them whole.
+struct Owned;
+
+impl Decode for Owned {
+    type Out = OwnedMessage;
+
+    fn decode<M: Message>(&self, m: &M) -> OwnedMessage {
+        let headers = m.headers().map(|hs| {
+            hs.iter().fold(OwnedHeaders::new(), |all, h| {
+                all.insert(Header {
+                    key: h.key,
+                    value: h.value,
+                })
+            })
+        });
+        OwnedMessage::new(
+            m.payload().map(<[u8]>::to_vec),
+            m.key().map(<[u8]>::to_vec),
+            m.topic().to_owned(),
+            m.timestamp(),
+            m.partition(),
+            m.offset(),
+            headers,
+        )
+    }
+}
 
 const TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -111,7 +138,7 @@ async fn two_consumers_split_the_partitions_and_one_takes_over_when_the_other_le
     // A partition A does not own cannot be fetched through A.
     let foreign = *b_set.iter().next().unwrap();
     assert!(matches!(
-        a.fetch(foreign, 10, Duration::ZERO).await,
+        a.fetch(foreign, 10, Duration::ZERO, &Owned).await,
         Err(FetchError::NotAssigned(p)) if p == foreign
     ));
 
@@ -155,7 +182,7 @@ async fn a_produced_message_is_fetched_from_its_partition_and_committed() {
     wait_for("the consumer owns all", &mut owned, |o| o.len() == 3).await;
     let mut got = Vec::new();
     while got.len() < 3 {
-        let batch = consumer.fetch(1, 2, TIMEOUT).await.unwrap();
+        let batch = consumer.fetch(1, 2, TIMEOUT, &Owned).await.unwrap();
         assert!(!batch.is_empty(), "messages within {TIMEOUT:?}");
         assert!(batch.len() <= 2, "fetch honours max");
         got.extend(batch);
@@ -170,7 +197,7 @@ async fn a_produced_message_is_fetched_from_its_partition_and_committed() {
     assert_eq!(got[2].offset(), 2);
     // Nothing on the other partitions.
     assert!(consumer
-        .fetch(0, 10, Duration::from_millis(300))
+        .fetch(0, 10, Duration::from_millis(300), &Owned)
         .await
         .unwrap()
         .is_empty());
@@ -228,7 +255,7 @@ async fn a_revoked_owner_commits_before_releasing_and_the_new_owner_resumes_ther
     );
     // A processes the first two messages of each partition.
     for p in 0..2 {
-        let got = a.fetch(p, 2, TIMEOUT).await.unwrap();
+        let got = a.fetch(p, 2, TIMEOUT, &Owned).await.unwrap();
         assert_eq!(got.iter().map(|m| m.offset()).collect::<Vec<_>>(), [0, 1]);
     }
 
@@ -260,7 +287,7 @@ async fn a_revoked_owner_commits_before_releasing_and_the_new_owner_resumes_ther
 
     let b_set = wait_for("B gets a share", &mut b_owned, |o| !o.is_empty()).await;
     let p = *b_set.iter().next().unwrap();
-    let got = b.fetch(p, 10, TIMEOUT).await.unwrap();
+    let got = b.fetch(p, 10, TIMEOUT, &Owned).await.unwrap();
     assert_eq!(
         got.iter().map(|m| m.offset()).collect::<Vec<_>>(),
         [2, 3],
@@ -304,7 +331,7 @@ async fn a_partition_added_later_is_assigned_and_fetched() {
         .unwrap();
 
     wait_for("the new partition", &mut owned, |o| o.contains(&1)).await;
-    let got = consumer.fetch(1, 10, TIMEOUT).await.unwrap();
+    let got = consumer.fetch(1, 10, TIMEOUT, &Owned).await.unwrap();
     assert_eq!(got.len(), 1);
     assert_eq!(got[0].payload(), Some(&b"late"[..]));
     consumer.close().await;

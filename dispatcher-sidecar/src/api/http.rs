@@ -184,7 +184,7 @@ async fn receive<S: QueueService>(
     // payloads by doubling copies it several times over.
     let capacity: usize = deliveries
         .iter()
-        .map(|d| d.payload.len() + d.key.as_ref().map_or(0, Vec::len) + 512)
+        .map(|d| d.payload.len() + d.key.as_ref().map_or(0, bytes::Bytes::len) + 512)
         .sum();
     let messages = deliveries
         .into_iter()

@@ -8,9 +8,12 @@
 //! otherwise, unless the receive asked for `base64` throughout. Times are
 //! RFC 3339 in UTC with milliseconds.
 
+use std::borrow::Cow;
+
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine as _;
-use serde::{Deserialize, Serialize};
+use bytes::Bytes;
+use serde::{Deserialize, Serialize, Serializer};
 
 use crate::config::{format_duration, QueueConfig};
 use crate::service::{
@@ -153,8 +156,8 @@ pub(crate) struct ReceiveResponse {
 pub(crate) struct DeliveryOut {
     message_id: String,
     receipt: String,
-    key: Option<String>,
-    payload: String,
+    key: Option<Text>,
+    payload: Text,
     headers: Vec<Header>,
     encoding: Encoding,
     attempt: u32,
@@ -174,8 +177,8 @@ impl DeliveryOut {
         DeliveryOut {
             message_id: d.message_id,
             receipt: d.receipt,
-            key: d.key.map(|k| encode(k, encoding)),
-            payload: encode(d.payload, encoding),
+            key: d.key.map(|k| Text(k, encoding)),
+            payload: Text(d.payload, encoding),
             headers: d
                 .headers
                 .into_iter()
@@ -197,6 +200,28 @@ impl DeliveryOut {
 fn all_utf8(d: &Delivery) -> bool {
     let utf8 = |b: &[u8]| std::str::from_utf8(b).is_ok();
     d.key.as_deref().is_none_or(utf8) && utf8(&d.payload) && d.headers.iter().all(|(_, v)| utf8(v))
+}
+
+/// A delivery's key or payload as a JSON string in its encoding, written
+/// straight from the bytes the dispatcher holds (a UTF-8 payload is not
+/// copied into a `String` first).
+#[derive(Debug)]
+pub(crate) struct Text(Bytes, Encoding);
+
+impl Text {
+    /// Only `Utf8` on bytes checked by [`all_utf8`] borrows.
+    fn as_text(&self) -> Cow<'_, str> {
+        match self.1 {
+            Encoding::Utf8 => String::from_utf8_lossy(&self.0),
+            Encoding::Base64 => Cow::Owned(BASE64.encode(&self.0)),
+        }
+    }
+}
+
+impl Serialize for Text {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&self.as_text())
+    }
 }
 
 /// Only called with `Utf8` on bytes checked by [`all_utf8`].
@@ -462,8 +487,8 @@ mod tests {
         Delivery {
             message_id: "m".into(),
             receipt: "r".into(),
-            key: Some(b"k".to_vec()),
-            payload: payload.to_vec(),
+            key: Some(Bytes::from_static(b"k")),
+            payload: Bytes::copy_from_slice(payload),
             headers: vec![("h".into(), b"v".to_vec())],
             attempt: 1,
             enqueued_at_ms: 0,
@@ -475,17 +500,18 @@ mod tests {
 
     #[test]
     fn deliveries_choose_base64_only_for_binary_unless_asked() {
-        let text = DeliveryOut::new(delivery(b"hello"), DeliveryEncoding::Auto);
-        assert_eq!(
-            (text.encoding, text.payload.as_str()),
-            (Encoding::Utf8, "hello")
-        );
-        let binary = DeliveryOut::new(delivery(&[0xff, 0]), DeliveryEncoding::Auto);
-        assert_eq!(binary.encoding, Encoding::Base64);
-        assert_eq!(binary.payload, "/wA=");
-        assert_eq!(binary.key.as_deref(), Some("aw=="));
-        let forced = DeliveryOut::new(delivery(b"hello"), DeliveryEncoding::Base64);
-        assert_eq!(forced.payload, "aGVsbG8=");
-        assert_eq!(forced.headers[0].value, "dg==");
+        let json = |d, wanted| serde_json::to_value(DeliveryOut::new(d, wanted)).unwrap();
+        let text = json(delivery(b"hello \"world\""), DeliveryEncoding::Auto);
+        assert_eq!(text["encoding"], "utf8");
+        assert_eq!(text["payload"], "hello \"world\"");
+        assert_eq!(text["key"], "k");
+        let binary = json(delivery(&[0xff, 0]), DeliveryEncoding::Auto);
+        assert_eq!(binary["encoding"], "base64");
+        assert_eq!(binary["payload"], "/wA=");
+        assert_eq!(binary["key"], "aw==");
+        assert_eq!(binary["headers"][0]["value"], "dg==");
+        let forced = json(delivery(b"hello"), DeliveryEncoding::Base64);
+        assert_eq!(forced["payload"], "aGVsbG8=");
+        assert_eq!(forced["headers"][0]["value"], "dg==");
     }
 }

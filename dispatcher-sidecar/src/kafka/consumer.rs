@@ -28,6 +28,15 @@ use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, Notify};
 
+/// What [`QueueConsumer::fetch`] makes of each record: the caller's own
+/// form, decoded straight from librdkafka's buffer, so that a record's
+/// payload is copied once on its way to a client rather than first into an
+/// `OwnedMessage`.
+pub trait Decode {
+    type Out;
+    fn decode<M: Message>(&self, m: &M) -> Self::Out;
+}
+
 /// A change of the partitions this consumer owns.
 #[derive(Debug)]
 pub enum Assignment {
@@ -214,13 +223,15 @@ impl QueueConsumer {
     }
 
     /// Up to `max` messages of `partition`, in offset order, waiting up to
-    /// `wait` for the first. Returns an empty batch when nothing came.
-    pub async fn fetch(
+    /// `wait` for the first, each turned by `decode` into what the caller
+    /// keeps. Returns an empty batch when nothing came.
+    pub async fn fetch<D: Decode>(
         &self,
         partition: i32,
         max: usize,
         wait: Duration,
-    ) -> Result<Vec<OwnedMessage>, FetchError> {
+        decode: &D,
+    ) -> Result<Vec<D::Out>, FetchError> {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             if !self.shared.assigned.lock().unwrap().contains(&partition) {
@@ -230,7 +241,7 @@ impl QueueConsumer {
             if let Some(strays) = self.shared.strays.lock().unwrap().get_mut(&partition) {
                 while batch.len() < max {
                     let Some(m) = strays.pop_front() else { break };
-                    batch.push(m);
+                    batch.push(decode.decode(&m));
                 }
             }
             let feed = self.shared.feeds.lock().unwrap().get(&partition).cloned();
@@ -240,7 +251,7 @@ impl QueueConsumer {
             while batch.len() < max {
                 match feed.queue.poll(Duration::ZERO) {
                     None => break,
-                    Some(Ok(m)) => batch.push(m.detach()),
+                    Some(Ok(m)) => batch.push(decode.decode(&m)),
                     Some(Err(e)) if batch.is_empty() => return Err(e.into()),
                     // Hand back what we have; the error comes again next time if it persists.
                     Some(Err(e)) => {

@@ -6,7 +6,8 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
-use rdkafka::message::{Headers, Message, OwnedMessage};
+use bytes::Bytes;
+use rdkafka::message::{Headers, Message};
 
 use crate::lease::{Attempt, ConsumerSlot, Failure, RetryEnvelope, HEADER_PREFIX};
 use crate::service::{NewMessage, MAX_PRODUCE_BYTES, MAX_PRODUCE_MESSAGES};
@@ -18,10 +19,11 @@ pub const MAX_MESSAGE_ID_BYTES: usize = 256;
 
 /// One fetched record, kept while it may still be leased, is in flight, or
 /// waits for its failure copy (the copy needs key, payload and headers).
+/// Key and payload are shared (`Bytes`) with the deliveries made of them.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Buffered {
-    pub key: Option<Vec<u8>>,
-    pub payload: Vec<u8>,
+    pub key: Option<Bytes>,
+    pub payload: Bytes,
     /// Every header, the dispatcher's own included.
     pub headers: Vec<(String, Vec<u8>)>,
     pub timestamp_ms: i64,
@@ -35,7 +37,7 @@ pub struct Buffered {
 impl Buffered {
     /// Reads a fetched record of `topic` (`is_tier`: a retry-tier topic,
     /// whose envelope's due time holds the message back).
-    pub fn from_record(m: &OwnedMessage, is_tier: bool) -> Buffered {
+    pub fn from_record<M: Message>(m: &M, is_tier: bool) -> Buffered {
         let headers: Vec<(String, Vec<u8>)> = m
             .headers()
             .map(|h| {
@@ -54,8 +56,8 @@ impl Buffered {
             m.topic(),
             m.partition(),
             m.offset(),
-            m.key().map(<[u8]>::to_vec),
-            m.payload().map(<[u8]>::to_vec).unwrap_or_default(),
+            m.key().map(Bytes::copy_from_slice),
+            m.payload().map(Bytes::copy_from_slice).unwrap_or_default(),
             headers,
             timestamp_ms,
             is_tier,
@@ -67,8 +69,8 @@ impl Buffered {
         topic: &str,
         partition: i32,
         offset: i64,
-        key: Option<Vec<u8>>,
-        payload: Vec<u8>,
+        key: Option<Bytes>,
+        payload: Bytes,
         headers: Vec<(String, Vec<u8>)>,
         timestamp_ms: i64,
         is_tier: bool,
@@ -284,8 +286,8 @@ mod tests {
             "jobs",
             2,
             7,
-            Some(b"k".to_vec()),
-            b"p".to_vec(),
+            Some(Bytes::from_static(b"k")),
+            Bytes::from_static(b"p"),
             headers,
             1_000,
             is_tier,
@@ -330,7 +332,16 @@ mod tests {
         assert_eq!(env.message_id, "jobs-2-7");
         assert_eq!(env.errors[0].consumer.as_deref(), Some("w1"));
         // The tier copy, read back: attempt 2, due, same id, user header kept.
-        let tier = Buffered::new("jobs.retry.1s", 0, 0, None, vec![], headers, 5_001, true);
+        let tier = Buffered::new(
+            "jobs.retry.1s",
+            0,
+            0,
+            None,
+            Bytes::new(),
+            headers,
+            5_001,
+            true,
+        );
         assert_eq!(tier.attempt, Attempt(2));
         assert_eq!(tier.due_ms, Some(6_000));
         assert_eq!(tier.message_id, "jobs-2-7");

@@ -331,7 +331,7 @@ mod tests {
             0,
             offset,
             None,
-            vec![],
+            bytes::Bytes::new(),
             headers,
             100 + offset,
             due_ms.is_some(),

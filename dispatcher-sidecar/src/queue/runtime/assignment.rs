@@ -381,6 +381,7 @@ impl QueueRuntime {
                     part.qp.partition,
                     room.min(FETCH_BATCH),
                     Duration::from_millis(500),
+                    &ToBuffered { is_tier },
                 )
                 .await
             {
@@ -396,22 +397,13 @@ impl QueueRuntime {
                 continue;
             }
             tracing::debug!(queue = %self.config.name, partition = %part.qp, n = batch.len(),
-                first = rdkafka::Message::offset(&batch[0]), "fetched");
-            let parsed: Vec<(i64, Buffered)> = batch
-                .iter()
-                .map(|m| {
-                    (
-                        rdkafka::Message::offset(m),
-                        Buffered::from_record(m, is_tier),
-                    )
-                })
-                .collect();
+                first = batch[0].0, "fetched");
             let (pending, routable) = {
                 let mut state = part.state.lock().unwrap();
                 if part.closed.load(Ordering::SeqCst) {
                     return;
                 }
-                for (offset, m) in parsed {
+                for (offset, m) in batch {
                     state.offer(offset, m);
                 }
                 (self.write_events(&mut state), state.has_routable())
@@ -424,5 +416,19 @@ impl QueueRuntime {
                 self.route(&part).await;
             }
         }
+    }
+}
+
+/// A fetched record as the partition keeps it: its offset and a
+/// [`Buffered`] read straight from librdkafka's buffer.
+struct ToBuffered {
+    is_tier: bool,
+}
+
+impl crate::kafka::consumer::Decode for ToBuffered {
+    type Out = (i64, Buffered);
+
+    fn decode<M: rdkafka::Message>(&self, m: &M) -> (i64, Buffered) {
+        (m.offset(), Buffered::from_record(m, self.is_tier))
     }
 }

@@ -103,7 +103,7 @@ impl QueueRuntime {
         lease_ms: i64,
     ) -> (Vec<(Delivery, bool)>, Pending, Option<i64>) {
         let parts = self.owned();
-        let mut deliveries = Vec::new();
+        let mut deliveries = Vec::with_capacity(max);
         let mut pending = Pending::default();
         let mut next_due: Option<i64> = None;
         if parts.is_empty() {
