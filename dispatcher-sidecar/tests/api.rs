@@ -37,6 +37,7 @@ enum Call {
     Nack(String, NackRequest),
     Extend(String, String, Duration),
     Stats(String),
+    SetPaused(String, bool),
 }
 
 #[derive(Default)]
@@ -181,6 +182,7 @@ impl QueueService for Fake {
             retry_depth: 7,
             dlq_depth: 2,
             dlq_oldest_age_ms: 60_000,
+            paused: true,
             partitions: vec![
                 PartitionStats {
                     partition: 0,
@@ -196,6 +198,11 @@ impl QueueService for Fake {
                 },
             ],
         })
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
+        self.record(Call::SetPaused(queue.into(), paused));
+        self.check(queue)
     }
 }
 
@@ -378,7 +385,7 @@ async fn stats_route_returns_the_queue_figures() {
         body,
         json!({
             "queue": "jobs", "depth": 42, "in_flight": 3, "oldest_unacked_age_ms": 1500,
-            "retry_depth": 7, "dlq_depth": 2, "dlq_oldest_age_ms": 60000,
+            "retry_depth": 7, "dlq_depth": 2, "dlq_oldest_age_ms": 60000, "paused": true,
             "partitions": [
                 {"partition": 0, "depth": 40, "in_flight": 2, "oldest_unacked_age_ms": 1500},
                 {"partition": 1, "depth": 2, "in_flight": 1, "oldest_unacked_age_ms": 10},
@@ -386,6 +393,61 @@ async fn stats_route_returns_the_queue_figures() {
         })
     );
     assert_eq!(h.fake.calls(), [Call::Stats("jobs".into())]);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn pause_and_resume_routes_reach_the_service() {
+    let h = start().await;
+    assert_eq!(
+        h.post_raw("/queues/jobs/pause", "").await,
+        (StatusCode::OK, json!({"status": "ok"}))
+    );
+    assert_eq!(
+        h.post("/queues/jobs/resume", json!({})).await,
+        (StatusCode::OK, json!({"status": "ok"}))
+    );
+    assert_error(
+        h.post_raw("/queues/nope/pause", "").await,
+        StatusCode::NOT_FOUND,
+        "unknown_queue",
+    );
+    assert_eq!(
+        h.fake.calls(),
+        [
+            Call::SetPaused("jobs".into(), true),
+            Call::SetPaused("jobs".into(), false),
+            Call::SetPaused("nope".into(), true),
+        ]
+    );
+    let mut client = h.grpc().await;
+    client
+        .pause(proto::PauseRequest {
+            queue: "jobs".into(),
+        })
+        .await
+        .unwrap();
+    client
+        .resume(proto::ResumeRequest {
+            queue: "jobs".into(),
+        })
+        .await
+        .unwrap();
+    let unknown = client
+        .pause(proto::PauseRequest {
+            queue: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    assert_eq!(
+        h.fake.calls()[3..],
+        [
+            Call::SetPaused("jobs".into(), true),
+            Call::SetPaused("jobs".into(), false),
+            Call::SetPaused("nope".into(), true),
+        ]
+    );
     h.shutdown().await;
 }
 
@@ -723,6 +785,8 @@ fn queue_requests(queue: &str) -> Vec<(&'static str, String, Value)> {
             format!("/queues/{queue}/extend"),
             json!({"receipt": "ok", "lease_seconds": 1}),
         ),
+        ("POST", format!("/queues/{queue}/pause"), Value::Null),
+        ("POST", format!("/queues/{queue}/resume"), Value::Null),
     ]
 }
 
@@ -1167,10 +1231,22 @@ async fn requests_and_answers_match_the_documented_schemas() {
             "/queues/jobs/extend",
             json!({"receipt": "stale-1", "lease_seconds": 30}),
         ),
+        (
+            "POST",
+            "/queues/{q}/pause",
+            "/queues/jobs/pause",
+            Value::Null,
+        ),
+        (
+            "POST",
+            "/queues/{q}/resume",
+            "/queues/nope/resume",
+            Value::Null,
+        ),
     ];
     for (method, template, path, body) in cases {
         let at = format!("{method} {path}");
-        if method == "POST" {
+        if method == "POST" && !body.is_null() {
             let schema = documented_schema(&doc, method, template, None);
             check_schema(&doc, schema, &body, &format!("{at} request"));
         }
@@ -1368,6 +1444,7 @@ async fn grpc_serves_every_rpc() {
         .unwrap()
         .into_inner();
     assert_eq!((stats.depth, stats.in_flight, stats.dlq_depth), (42, 3, 2));
+    assert!(stats.paused);
     assert_eq!(stats.partitions.len(), 2);
     assert_eq!(stats.partitions[1].oldest_unacked_age_ms, 10);
 

@@ -182,6 +182,30 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         let stats = self.service.stats(&request.queue).await.map_err(status)?;
         Ok(Response::new(stats_response(stats)))
     }
+
+    async fn pause(
+        &self,
+        request: Request<proto::PauseRequest>,
+    ) -> Result<Response<proto::PauseResponse>, Status> {
+        let request = request.into_inner();
+        self.service
+            .set_paused(&request.queue, true)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::PauseResponse {}))
+    }
+
+    async fn resume(
+        &self,
+        request: Request<proto::ResumeRequest>,
+    ) -> Result<Response<proto::ResumeResponse>, Status> {
+        let request = request.into_inner();
+        self.service
+            .set_paused(&request.queue, false)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::ResumeResponse {}))
+    }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -256,6 +280,7 @@ fn stats_response(s: QueueStats) -> proto::StatsResponse {
         retry_depth: s.retry_depth,
         dlq_depth: s.dlq_depth,
         dlq_oldest_age_ms: s.dlq_oldest_age_ms,
+        paused: s.paused,
         partitions: s.partitions.into_iter().map(partition_stats).collect(),
     }
 }

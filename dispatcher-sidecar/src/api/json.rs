@@ -327,6 +327,7 @@ pub(crate) struct StatsResponse {
     retry_depth: i64,
     dlq_depth: i64,
     dlq_oldest_age_ms: i64,
+    paused: bool,
     partitions: Vec<PartitionStatsOut>,
 }
 
@@ -348,6 +349,7 @@ impl StatsResponse {
             retry_depth: s.retry_depth,
             dlq_depth: s.dlq_depth,
             dlq_oldest_age_ms: s.dlq_oldest_age_ms,
+            paused: s.paused,
             partitions: s
                 .partitions
                 .into_iter()
