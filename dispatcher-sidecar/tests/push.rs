@@ -733,3 +733,122 @@ async fn a_paused_queue_pushes_nothing_until_resumed() {
     };
     checked(&d, pusher, checks).await;
 }
+
+/// Kills the dispatcher binary if the test fails before it stops.
+struct Running(std::process::Child);
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// The binary starts the push loop of a configured queue, reports it in
+/// `/metrics`, and stops cleanly on SIGTERM.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_binary_pushes_a_configured_queue() {
+    let endpoint = http_endpoint(always_ok).await;
+    // The config `setup` parses only serves to create the topic; the binary
+    // gets its own file.
+    let (broker, _) = setup(
+        45208,
+        &["push-e2e"],
+        &pushed_queue("e2e", "url = \"http://x/\"", ""),
+    )
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("dispatcher.toml");
+    let queue = pushed_queue(
+        "e2e",
+        &format!("url = \"http://{}/e2e\"", endpoint.addr),
+        "",
+    );
+    std::fs::write(
+        &path,
+        format!(
+            "bootstrap_servers = \"{}\"\nhttp_listen = \"127.0.0.2:45209\"\n\
+             grpc_listen = \"127.0.0.2:45210\"\nreceipt_secret = \"0123456789abcdef\"\n{queue}",
+            broker.addr
+        ),
+    )
+    .unwrap();
+    let mut running = Running(
+        std::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+            .args(["--config", path.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::inherit())
+            .spawn()
+            .unwrap(),
+    );
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    let base = "http://127.0.0.2:45209";
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let produced = http
+            .post(format!("{base}/queues/e2e/messages"))
+            .json(&serde_json::json!({"messages": [{"message_id": "e2e-1", "payload": "hi"}]}))
+            .send()
+            .await;
+        if produced.is_ok_and(|r| r.status().is_success()) {
+            break;
+        }
+        assert!(
+            running.0.try_wait().unwrap().is_none(),
+            "the dispatcher exited early"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no produce accepted within {TIMEOUT:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let seen = endpoint.log.wait_for("e2e", 1).await;
+    assert_eq!(
+        (seen[0].message_id.as_str(), seen[0].payload.as_slice()),
+        ("e2e-1", &b"hi"[..])
+    );
+    let series = format!(
+        "dispatcher_push_requests_total{{queue=\"e2e\",endpoint=\"http://{}/e2e\",outcome=\"ack\"}} 1",
+        endpoint.addr
+    );
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let text = http
+            .get(format!("{base}/metrics"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        if text.lines().any(|l| l == series) {
+            assert!(text.contains("dispatcher_push_breaker_state{queue=\"e2e\""));
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{series} not in /metrics:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let killed = std::process::Command::new("kill")
+        .args(["-TERM", &running.0.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let deadline = Instant::now() + TIMEOUT;
+    let status = loop {
+        if let Some(status) = running.0.try_wait().unwrap() {
+            break status;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "no stop within {TIMEOUT:?} of SIGTERM"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(status.success(), "clean exit on SIGTERM: {status}");
+    assert_eq!(endpoint.log.of("e2e").len(), 1, "pushed once");
+}
