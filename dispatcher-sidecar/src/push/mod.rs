@@ -219,6 +219,12 @@ async fn run<S: QueueService>(service: Arc<S>, lane: Arc<Lane>, mut stop: watch:
                 continue;
             }
         };
+        // The breaker may have opened while this waited for a slot (the
+        // requests holding the slots failed): ask again rather than receive
+        // messages only to give them back.
+        if !probe && lane.breaker.lock().unwrap().open_for_ms(now_ms()).is_some() {
+            continue;
+        }
         let mut permits = vec![first];
         while permits.len() < max {
             match Arc::clone(&lane.slots).try_acquire_owned() {
