@@ -145,6 +145,22 @@ impl PushEndpoint {
             PushEndpoint::Grpc(address) => address,
         }
     }
+
+    /// The endpoint as it may be shown (metrics, `GET /queues`): a URL
+    /// without its user name and password.
+    pub fn redacted(&self) -> String {
+        match self {
+            PushEndpoint::Http(url) => match reqwest::Url::parse(url) {
+                Ok(mut u) => {
+                    let _ = u.set_username("");
+                    let _ = u.set_password(None);
+                    u.to_string()
+                }
+                Err(_) => url.clone(),
+            },
+            PushEndpoint::Grpc(address) => address.clone(),
+        }
+    }
 }
 
 impl PushConfig {
@@ -1391,6 +1407,11 @@ ordered = false
         );
         assert_eq!(push.lease(q.max_lease), Duration::from_secs(35));
         assert_eq!(push.endpoint.label(), "http://127.0.0.1:9000/jobs");
+        assert_eq!(
+            PushEndpoint::Http("http://u:secret@h:1/p?q=1".into()).redacted(),
+            "http://h:1/p?q=1"
+        );
+        assert_eq!(PushEndpoint::Grpc("h:2".into()).redacted(), "h:2");
         assert_eq!(parse(MINIMAL).unwrap().queues[0].push, None);
     }
 

@@ -86,7 +86,8 @@ fn outcome(receipt: &str) -> ReceiptOutcome {
 }
 
 fn jobs_config() -> QueueConfig {
-    let text = "[[queue]]\nname = \"jobs\"\ntopic = \"jobs-topic\"\n";
+    let text = "[[queue]]\nname = \"jobs\"\ntopic = \"jobs-topic\"\n\
+                [queue.push]\nurl = \"http://user:secret@push.internal:9000/jobs\"\n";
     Config::parse(text, "test.toml", Path::new("."))
         .expect("the test config parses")
         .queues
@@ -371,6 +372,10 @@ async fn list_queues_shows_each_queue_with_its_settings() {
             "ordered": false,
             "dedupe_window": "5m",
             "gap_cap": 100000,
+            "push": {
+                "url": "http://push.internal:9000/jobs", "concurrency": 16, "timeout": "30s",
+                "breaker_failures": 5, "breaker_cooldown": "5s", "breaker_cooldown_max": "1m",
+            },
         }]})
     );
     h.shutdown().await;
@@ -1302,6 +1307,18 @@ async fn grpc_serves_every_rpc() {
     assert_eq!(
         queues[0].retry_tiers_ms,
         [10_000, 60_000, 600_000, 3_600_000]
+    );
+    assert_eq!(
+        queues[0].push,
+        Some(proto::PushSettings {
+            url: "http://push.internal:9000/jobs".into(),
+            grpc: String::new(),
+            concurrency: 16,
+            timeout_ms: 30_000,
+            breaker_failures: 5,
+            breaker_cooldown_ms: 5_000,
+            breaker_cooldown_max_ms: 60_000,
+        })
     );
 
     let binary: Vec<u8> = (0..=255).collect();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 use super::edge;
-use crate::config::QueueConfig;
+use crate::config::{PushEndpoint, QueueConfig};
 use crate::service::{
     Delivery, NewMessage, PartitionStats, ProduceResult, ProduceStatus, QueueService, QueueStats,
     ReceiptOutcome, ServiceError,
@@ -213,7 +213,24 @@ fn millis(d: Duration) -> u64 {
 }
 
 fn queue(q: QueueConfig) -> proto::Queue {
+    let push = q.push.as_ref().map(|p| {
+        let endpoint = p.endpoint.redacted();
+        let (url, grpc) = match p.endpoint {
+            PushEndpoint::Http(_) => (endpoint, String::new()),
+            PushEndpoint::Grpc(_) => (String::new(), endpoint),
+        };
+        proto::PushSettings {
+            url,
+            grpc,
+            concurrency: p.concurrency,
+            timeout_ms: millis(p.timeout),
+            breaker_failures: p.breaker_failures,
+            breaker_cooldown_ms: millis(p.breaker_cooldown),
+            breaker_cooldown_max_ms: millis(p.breaker_cooldown_max),
+        }
+    });
     proto::Queue {
+        push,
         lease_ms: millis(q.lease),
         max_lease_ms: millis(q.max_lease),
         retry_tiers_ms: q.retry_tiers.iter().copied().map(millis).collect(),

@@ -35,7 +35,7 @@ pub use breaker::{Admit, Breaker, BreakerConfig, BreakerState};
 pub use client::proto;
 pub use outcome::{grpc_outcome, http_outcome, parse_retry_after, Outcome, MAX_KEPT_BODY_BYTES};
 
-use crate::config::{PushConfig, QueueConfig};
+use crate::config::QueueConfig;
 use crate::service::{
     Delivery, NackRequest, QueueService, ReceiveRequest, MAX_CONSUMER_ID_BYTES,
     MAX_RECEIVE_MESSAGES,
@@ -75,7 +75,7 @@ impl Pusher {
         for queue in queues {
             let Some(push) = &queue.push else { continue };
             let client = Client::new(&push.endpoint, push.concurrency, push.timeout)?;
-            let endpoint = endpoint_label(push);
+            let endpoint = push.endpoint.redacted();
             tracing::info!(queue = %queue.name, %endpoint, "pushing");
             let lane = Arc::new(Lane {
                 queue: queue.name.clone(),
@@ -114,21 +114,6 @@ impl Pusher {
 
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
-}
-
-/// The `endpoint` label: the URL without credentials, or `host:port`.
-fn endpoint_label(push: &PushConfig) -> String {
-    match &push.endpoint {
-        crate::config::PushEndpoint::Http(url) => match reqwest::Url::parse(url) {
-            Ok(mut u) => {
-                let _ = u.set_username("");
-                let _ = u.set_password(None);
-                u.to_string()
-            }
-            Err(_) => url.clone(),
-        },
-        crate::config::PushEndpoint::Grpc(address) => address.clone(),
-    }
 }
 
 /// One pushed queue: its endpoint, breaker and concurrency slots.
