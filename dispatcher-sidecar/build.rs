@@ -1,4 +1,6 @@
-//! Generates the gRPC service and messages from `proto/dispatcher.proto`.
+//! Generates the gRPC services and messages from `proto/dispatcher.proto`
+//! (the pull API) and `proto/push.proto` (what a push endpoint implements:
+//! the dispatcher uses its client, tests and Rust subscribers its server).
 //! protoc comes from `protoc-bin-vendored`, so a build needs no system
 //! protoc; a `PROTOC` already set in the environment wins.
 
@@ -7,12 +9,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::env::set_var("PROTOC", protoc_bin_vendored::protoc_bin_path()?);
     }
     println!("cargo:rerun-if-changed=proto/dispatcher.proto");
+    println!("cargo:rerun-if-changed=proto/push.proto");
     println!("cargo:rerun-if-env-changed=PROTOC");
     // A delivery's key and payload are `Bytes`, shared with the record the
-    // dispatcher holds, so answering a receive copies each payload once.
+    // dispatcher holds, so answering a receive or pushing copies each
+    // payload once.
     tonic_prost_build::configure()
         .bytes(".dispatcher.v1.Delivery.key")
         .bytes(".dispatcher.v1.Delivery.payload")
-        .compile_protos(&["proto/dispatcher.proto"], &["proto"])?;
+        .bytes(".dispatcher.push.v1.PushRequest.key")
+        .bytes(".dispatcher.push.v1.PushRequest.payload")
+        .compile_protos(&["proto/dispatcher.proto", "proto/push.proto"], &["proto"])?;
     Ok(())
 }

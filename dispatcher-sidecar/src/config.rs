@@ -6,8 +6,8 @@
 //! names the file, the queue and the key, e.g.
 //! `dispatcher.toml: queue "jobs": key "lease": invalid duration "6x"`.
 //!
-//! Every key except a queue's `name` and `topic` has a default (see
-//! `docs/dispatcher.md`). Durations are written `<integer><unit>` with the
+//! Every key except a queue's `name` and `topic`, and a push table's
+//! endpoint (`url` or `grpc`), has a default (see `docs/dispatcher.md`). Durations are written `<integer><unit>` with the
 //! unit one of `ms`, `s`, `m`, `h`, `d` ("60s", "1m", "10m", "1h").
 
 use std::collections::{BTreeMap, HashMap};
@@ -32,6 +32,22 @@ pub const DEFAULT_RETRY_TIERS: [Duration; 4] = [
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(300);
 pub const DEFAULT_GAP_CAP: u64 = 100_000;
+/// Push requests in flight per queue unless `push.concurrency` says.
+pub const DEFAULT_PUSH_CONCURRENCY: u32 = 16;
+/// The most `push.concurrency` may be.
+pub const MAX_PUSH_CONCURRENCY: u32 = 1000;
+/// How long a push request may take unless `push.timeout` says.
+pub const DEFAULT_PUSH_TIMEOUT: Duration = Duration::from_secs(30);
+/// Consecutive failed pushes that open an endpoint's circuit breaker.
+pub const DEFAULT_BREAKER_FAILURES: u32 = 5;
+/// How long an open breaker waits before its first probe.
+pub const DEFAULT_BREAKER_COOLDOWN: Duration = Duration::from_secs(5);
+/// The cool-down doubles after each failed probe, up to this.
+pub const DEFAULT_BREAKER_COOLDOWN_MAX: Duration = Duration::from_secs(60);
+/// A pushed message's lease outlives the request timeout by this much (or
+/// less when `max_lease` is shorter), so the outcome is acked or nacked
+/// before the lease runs out.
+pub const PUSH_LEASE_MARGIN: Duration = Duration::from_secs(5);
 /// The shortest receipt secret accepted (bytes): receipts are MACed with it.
 pub const MIN_SECRET_BYTES: usize = 16;
 /// Kafka's limit on topic name length.
@@ -87,6 +103,73 @@ pub struct QueueConfig {
     #[serde(serialize_with = "ser_duration")]
     pub dedupe_window: Duration,
     pub gap_cap: u64,
+    /// `[queue.push]`: deliver to an endpoint instead of (or besides) pull
+    /// receives.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub push: Option<PushConfig>,
+}
+
+/// A queue's push subscription (`[queue.push]`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct PushConfig {
+    pub endpoint: PushEndpoint,
+    /// Requests in flight at most.
+    pub concurrency: u32,
+    /// How long one request may take; a timeout is a retryable failure.
+    #[serde(serialize_with = "ser_duration")]
+    pub timeout: Duration,
+    /// Consecutive failures that open the circuit breaker.
+    pub breaker_failures: u32,
+    #[serde(serialize_with = "ser_duration")]
+    pub breaker_cooldown: Duration,
+    #[serde(serialize_with = "ser_duration")]
+    pub breaker_cooldown_max: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PushEndpoint {
+    /// `url = "http://..."`: a POST per message.
+    Http(String),
+    /// `grpc = "host:port"`: `dispatcher.push.v1.PushEndpoint/Deliver` per
+    /// message, over plaintext HTTP/2.
+    Grpc(String),
+}
+
+impl PushEndpoint {
+    /// The endpoint as configured: the URL, or `host:port` (the metrics'
+    /// `endpoint` label).
+    pub fn label(&self) -> &str {
+        match self {
+            PushEndpoint::Http(url) => url,
+            PushEndpoint::Grpc(address) => address,
+        }
+    }
+
+    /// The endpoint as it may be shown (metrics, `GET /queues`): a URL
+    /// without its user name and password.
+    pub fn redacted(&self) -> String {
+        match self {
+            PushEndpoint::Http(url) => match reqwest::Url::parse(url) {
+                Ok(mut u) => {
+                    let _ = u.set_username("");
+                    let _ = u.set_password(None);
+                    u.to_string()
+                }
+                Err(_) => url.clone(),
+            },
+            PushEndpoint::Grpc(address) => address.clone(),
+        }
+    }
+}
+
+impl PushConfig {
+    /// The lease a pushed message is received with: the request timeout
+    /// plus [`PUSH_LEASE_MARGIN`], at most `max_lease` (which validation
+    /// keeps longer than the timeout).
+    pub fn lease(&self, max_lease: Duration) -> Duration {
+        (self.timeout + PUSH_LEASE_MARGIN).min(max_lease)
+    }
 }
 
 impl QueueConfig {
@@ -435,6 +518,20 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
             ))
         }
     };
+    let push = match keys.table("push")? {
+        None => None,
+        Some(table) => {
+            let mut push_keys = Keys {
+                file,
+                queue: keys.queue.clone(),
+                prefix: "push.",
+                table,
+            };
+            let push = parse_push(&mut push_keys, max_lease)?;
+            push_keys.finish()?;
+            Some(push)
+        }
+    };
     keys.finish()?;
     Ok(QueueConfig {
         name,
@@ -450,27 +547,152 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
         ordered,
         dedupe_window,
         gap_cap,
+        push,
     })
+}
+
+/// The keys of a `[queue.push]` table; `max_lease` is the queue's.
+fn parse_push(keys: &mut Keys<'_>, max_lease: Duration) -> Result<PushConfig, ConfigError> {
+    let url = keys.string("url")?;
+    let grpc = keys.string("grpc")?;
+    let endpoint = match (url, grpc) {
+        (Some(_), Some(_)) => return Err(keys.invalid("url", "give url or grpc, not both")),
+        (None, None) => {
+            return Err(keys.invalid(
+                "url",
+                "missing: a push table needs url = \"http://...\" or grpc = \"host:port\"",
+            ))
+        }
+        (Some(url), None) => {
+            check_push_url(&url).map_err(|why| keys.invalid("url", &why))?;
+            PushEndpoint::Http(url)
+        }
+        (None, Some(address)) => {
+            check_host_port(&address).map_err(|why| keys.invalid("grpc", &why))?;
+            PushEndpoint::Grpc(address)
+        }
+    };
+    let concurrency = keys
+        .integer("concurrency")?
+        .unwrap_or(i64::from(DEFAULT_PUSH_CONCURRENCY));
+    let concurrency = match u32::try_from(concurrency) {
+        Ok(n) if (1..=MAX_PUSH_CONCURRENCY).contains(&n) => n,
+        _ => {
+            return Err(keys.invalid(
+                "concurrency",
+                &format!("{concurrency} is not a request count (1 to {MAX_PUSH_CONCURRENCY})"),
+            ))
+        }
+    };
+    let timeout = keys.duration("timeout")?.unwrap_or(DEFAULT_PUSH_TIMEOUT);
+    if timeout.is_zero() {
+        return Err(keys.invalid("timeout", "must be greater than 0"));
+    }
+    if timeout >= max_lease {
+        return Err(keys.invalid(
+            "timeout",
+            &format!(
+                "{} is not shorter than the queue's max_lease {} (a pushed message is leased for \
+                 the timeout plus a margin)",
+                format_duration(timeout),
+                format_duration(max_lease)
+            ),
+        ));
+    }
+    let breaker_failures = keys
+        .integer("breaker_failures")?
+        .unwrap_or(i64::from(DEFAULT_BREAKER_FAILURES));
+    let breaker_failures = match u32::try_from(breaker_failures) {
+        Ok(n) if n >= 1 => n,
+        _ => {
+            return Err(keys.invalid(
+                "breaker_failures",
+                &format!("{breaker_failures} is not a failure count (at least 1)"),
+            ))
+        }
+    };
+    let breaker_cooldown = keys
+        .duration("breaker_cooldown")?
+        .unwrap_or(DEFAULT_BREAKER_COOLDOWN);
+    if breaker_cooldown.is_zero() {
+        return Err(keys.invalid("breaker_cooldown", "must be greater than 0"));
+    }
+    let breaker_cooldown_max = keys
+        .duration("breaker_cooldown_max")?
+        .unwrap_or(DEFAULT_BREAKER_COOLDOWN_MAX.max(breaker_cooldown));
+    if breaker_cooldown_max < breaker_cooldown {
+        return Err(keys.invalid(
+            "breaker_cooldown_max",
+            &format!(
+                "{} is shorter than breaker_cooldown {}",
+                format_duration(breaker_cooldown_max),
+                format_duration(breaker_cooldown)
+            ),
+        ));
+    }
+    Ok(PushConfig {
+        endpoint,
+        concurrency,
+        timeout,
+        breaker_failures,
+        breaker_cooldown,
+        breaker_cooldown_max,
+    })
+}
+
+/// An `http://host[:port]/path` URL. `https` is refused: the dispatcher is
+/// built without TLS.
+fn check_push_url(url: &str) -> Result<(), String> {
+    let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
+    match parsed.scheme() {
+        "http" => {}
+        "https" => {
+            return Err(format!(
+                "{url:?}: https is not supported (the dispatcher is built without TLS); use \
+                 http:// or a TLS-terminating proxy"
+            ))
+        }
+        other => return Err(format!("{url:?}: scheme {other:?} is not http")),
+    }
+    if parsed.host_str().is_none_or(str::is_empty) {
+        return Err(format!("{url:?} names no host"));
+    }
+    Ok(())
 }
 
 /// Takes keys out of one table, so whatever is left at `finish` is unknown.
 struct Keys<'a> {
     file: &'a str,
     queue: Option<QueueLabel>,
+    /// Put before every key in an error: `push.` in a queue's push table.
+    prefix: &'static str,
     table: toml::Table,
 }
 
 impl<'a> Keys<'a> {
     fn new(file: &'a str, queue: Option<QueueLabel>, table: toml::Table) -> Self {
-        Keys { file, queue, table }
+        Keys {
+            file,
+            queue,
+            prefix: "",
+            table,
+        }
     }
 
     fn error(&self, key: &str, problem: Problem) -> ConfigError {
         ConfigError::Key {
             file: self.file.to_string(),
             queue: self.queue.clone(),
-            key: key.to_string(),
+            key: format!("{}{key}", self.prefix),
             problem,
+        }
+    }
+
+    fn table(&mut self, key: &str) -> Result<Option<toml::Table>, ConfigError> {
+        match self.table.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::Table(t)) => Ok(Some(t)),
+            Some(other) => Err(self.wrong_type(key, "a table", &other)),
         }
     }
 
@@ -833,6 +1055,7 @@ mod tests {
                 ordered: false,
                 dedupe_window: Duration::from_secs(300),
                 gap_cap: 100_000,
+                push: None,
             }
         );
         assert_eq!(
@@ -1161,6 +1384,114 @@ ordered = false
         let a = parse(MINIMAL).unwrap().receipt_secret;
         let b = parse(MINIMAL).unwrap().receipt_secret;
         assert_ne!(a.key, b.key);
+    }
+
+    #[test]
+    fn a_push_table_gets_its_defaults() {
+        let q = &parse(&format!(
+            "{MINIMAL}[queue.push]\nurl = \"http://127.0.0.1:9000/jobs\"\n"
+        ))
+        .unwrap()
+        .queues[0];
+        let push = q.push.as_ref().unwrap();
+        assert_eq!(
+            push,
+            &PushConfig {
+                endpoint: PushEndpoint::Http("http://127.0.0.1:9000/jobs".into()),
+                concurrency: 16,
+                timeout: Duration::from_secs(30),
+                breaker_failures: 5,
+                breaker_cooldown: Duration::from_secs(5),
+                breaker_cooldown_max: Duration::from_secs(60),
+            }
+        );
+        assert_eq!(push.lease(q.max_lease), Duration::from_secs(35));
+        assert_eq!(push.endpoint.label(), "http://127.0.0.1:9000/jobs");
+        assert_eq!(
+            PushEndpoint::Http("http://u:secret@h:1/p?q=1".into()).redacted(),
+            "http://h:1/p?q=1"
+        );
+        assert_eq!(PushEndpoint::Grpc("h:2".into()).redacted(), "h:2");
+        assert_eq!(parse(MINIMAL).unwrap().queues[0].push, None);
+    }
+
+    #[test]
+    fn a_push_table_takes_every_key() {
+        let q = &parse(&format!(
+            "{MINIMAL}lease = \"5s\"\nmax_lease = \"10s\"\n[queue.push]\ngrpc = \"push-target:50051\"\n\
+             concurrency = 3\ntimeout = \"8s\"\nbreaker_failures = 2\n\
+             breaker_cooldown = \"500ms\"\nbreaker_cooldown_max = \"4s\"\n"
+        ))
+        .unwrap()
+        .queues[0];
+        let push = q.push.as_ref().unwrap();
+        assert_eq!(
+            push.endpoint,
+            PushEndpoint::Grpc("push-target:50051".into())
+        );
+        assert_eq!(push.concurrency, 3);
+        assert_eq!(push.timeout, Duration::from_secs(8));
+        assert_eq!(push.breaker_failures, 2);
+        assert_eq!(push.breaker_cooldown, Duration::from_millis(500));
+        assert_eq!(push.breaker_cooldown_max, Duration::from_secs(4));
+        // The margin is cut to what max_lease leaves.
+        assert_eq!(push.lease(q.max_lease), Duration::from_secs(10));
+        let json = serde_json::to_value(q).unwrap();
+        assert_eq!(json["push"]["timeout"], "8s");
+        assert_eq!(json["push"]["endpoint"]["grpc"], "push-target:50051");
+    }
+
+    #[test]
+    fn push_errors_name_the_key() {
+        let push = |keys: &str| error(&format!("{MINIMAL}[queue.push]\n{keys}\n"));
+        assert_eq!(
+            push("url = \"http://h:1/\"\nconcurency = 4"),
+            "dispatcher.toml: queue \"jobs\": key \"push.concurency\": unknown key"
+        );
+        assert!(push("concurrency = 4").contains(
+            "key \"push.url\": missing: a push table needs url = \"http://...\" or grpc = \"host:port\""
+        ));
+        assert!(push("url = \"http://h:1/\"\ngrpc = \"h:2\"").contains("not both"));
+        assert!(push("url = \"https://h/\"")
+            .contains("key \"push.url\": \"https://h/\": https is not supported"));
+        assert!(
+            push("url = \"h:1\"").contains("key \"push.url\": \"h:1\": scheme \"h\" is not http")
+        );
+        assert!(
+            push("url = \"not a url\"").contains("key \"push.url\": \"not a url\" is not a URL")
+        );
+        assert!(push("grpc = \"http://h:1\"").contains("key \"push.grpc\": "));
+        assert!(push("url = \"http://h/\"\nconcurrency = 0")
+            .contains("key \"push.concurrency\": 0 is not a request count (1 to 1000)"));
+        assert!(push("url = \"http://h/\"\nconcurrency = 1001").contains("push.concurrency"));
+        assert!(push("url = \"http://h/\"\ntimeout = \"0s\"")
+            .contains("push.timeout\": must be greater than 0"));
+        assert_eq!(
+            push("url = \"http://h/\"\ntimeout = \"1h\""),
+            "dispatcher.toml: queue \"jobs\": key \"push.timeout\": 1h is not shorter than the \
+             queue's max_lease 1h (a pushed message is leased for the timeout plus a margin)"
+        );
+        assert!(push("url = \"http://h/\"\ntimeout = \"5\"")
+            .contains("push.timeout\": invalid duration \"5\""));
+        assert!(push("url = \"http://h/\"\nbreaker_failures = 0").contains("push.breaker_failures"));
+        assert!(push("url = \"http://h/\"\nbreaker_cooldown = \"0s\"")
+            .contains("push.breaker_cooldown\""));
+        assert!(push(
+            "url = \"http://h/\"\nbreaker_cooldown = \"10s\"\nbreaker_cooldown_max = \"5s\""
+        )
+        .contains("key \"push.breaker_cooldown_max\": 5s is shorter than breaker_cooldown 10s"));
+        assert!(error(&format!("{MINIMAL}push = \"http://h/\"\n"))
+            .contains("key \"push\": expected a table, found a string"));
+        // A long cool-down raises the default maximum with it.
+        let q = &parse(&format!(
+            "{MINIMAL}[queue.push]\nurl = \"http://h/\"\nbreaker_cooldown = \"2m\"\n"
+        ))
+        .unwrap()
+        .queues[0];
+        assert_eq!(
+            q.push.as_ref().unwrap().breaker_cooldown_max,
+            Duration::from_secs(120)
+        );
     }
 
     #[test]

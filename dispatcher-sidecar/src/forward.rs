@@ -432,6 +432,11 @@ impl<S: QueueService> QueueService for Forwarding<S> {
     async fn stats(&self, queue: &str) -> Result<QueueStats, ServiceError> {
         self.local.stats(queue).await
     }
+
+    /// Not forwarded: a pause is this instance's (see `docs/dispatcher.md`).
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
+        self.local.set_paused(queue, paused).await
+    }
 }
 
 #[cfg(test)]

@@ -4,7 +4,9 @@
 //! setup, a consumer per topic, the producer, the dedupe topic); `lease` is
 //! the per-partition lease engine; `queue` drives the engines from Kafka and
 //! implements the [`service::QueueService`] the `api` serves over HTTP and
-//! gRPC; `forward` sends what this instance does not own to the owner.
+//! gRPC; `forward` sends what this instance does not own to the owner;
+//! `push` delivers the queues that have a push subscription to their
+//! endpoints.
 //! [`run`] puts them together.
 
 pub mod api;
@@ -12,6 +14,7 @@ pub mod config;
 pub mod forward;
 pub mod kafka;
 pub mod lease;
+pub mod push;
 pub mod queue;
 pub mod service;
 
@@ -47,6 +50,13 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             return Ok(());
         }
     };
+    let pusher = match push::Pusher::start(dispatcher.clone(), &config.queues) {
+        Ok(p) => p,
+        Err(e) => {
+            dispatcher.shutdown().await;
+            return Err(e.context("starting the push subscriptions"));
+        }
+    };
     let forwarding = Arc::new(forward::Forwarding::new(
         dispatcher.clone(),
         &config,
@@ -72,6 +82,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let servers = match servers {
         Ok(s) => s,
         Err(e) => {
+            pusher.stop().await;
             dispatcher.shutdown().await;
             return Err(e);
         }
@@ -81,6 +92,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     tracing::info!("stopping: finishing requests, committing offsets, leaving the groups");
     let _ = stop_tx.send(());
     let served = servers.wait().await;
+    // Pushes in flight are acked or nacked before the queues stop.
+    pusher.stop().await;
     dispatcher.shutdown().await;
     served
 }

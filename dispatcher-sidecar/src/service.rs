@@ -136,6 +136,8 @@ pub struct QueueStats {
     pub retry_depth: i64,
     pub dlq_depth: i64,
     pub dlq_oldest_age_ms: i64,
+    /// Deliveries are stopped on this instance (`set_paused`).
+    pub paused: bool,
     /// The partitions this instance owns.
     pub partitions: Vec<PartitionStats>,
 }
@@ -189,4 +191,13 @@ pub trait QueueService: Send + Sync + 'static {
     ) -> impl Future<Output = Result<ExtendResult, ServiceError>> + Send;
 
     fn stats(&self, queue: &str) -> impl Future<Output = Result<QueueStats, ServiceError>> + Send;
+
+    /// Pauses (`true`) or resumes (`false`) the queue's deliveries on this
+    /// instance: while paused, receives (pull and push) lease nothing and
+    /// a long poll waits; produce, ack, nack and extend go on. Idempotent.
+    fn set_paused(
+        &self,
+        queue: &str,
+        paused: bool,
+    ) -> impl Future<Output = Result<(), ServiceError>> + Send;
 }

@@ -37,6 +37,7 @@ enum Call {
     Nack(String, NackRequest),
     Extend(String, String, Duration),
     Stats(String),
+    SetPaused(String, bool),
 }
 
 #[derive(Default)]
@@ -85,7 +86,8 @@ fn outcome(receipt: &str) -> ReceiptOutcome {
 }
 
 fn jobs_config() -> QueueConfig {
-    let text = "[[queue]]\nname = \"jobs\"\ntopic = \"jobs-topic\"\n";
+    let text = "[[queue]]\nname = \"jobs\"\ntopic = \"jobs-topic\"\n\
+                [queue.push]\nurl = \"http://user:secret@push.internal:9000/jobs\"\n";
     Config::parse(text, "test.toml", Path::new("."))
         .expect("the test config parses")
         .queues
@@ -181,6 +183,7 @@ impl QueueService for Fake {
             retry_depth: 7,
             dlq_depth: 2,
             dlq_oldest_age_ms: 60_000,
+            paused: true,
             partitions: vec![
                 PartitionStats {
                     partition: 0,
@@ -196,6 +199,11 @@ impl QueueService for Fake {
                 },
             ],
         })
+    }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
+        self.record(Call::SetPaused(queue.into(), paused));
+        self.check(queue)
     }
 }
 
@@ -364,6 +372,10 @@ async fn list_queues_shows_each_queue_with_its_settings() {
             "ordered": false,
             "dedupe_window": "5m",
             "gap_cap": 100000,
+            "push": {
+                "url": "http://push.internal:9000/jobs", "concurrency": 16, "timeout": "30s",
+                "breaker_failures": 5, "breaker_cooldown": "5s", "breaker_cooldown_max": "1m",
+            },
         }]})
     );
     h.shutdown().await;
@@ -378,7 +390,7 @@ async fn stats_route_returns_the_queue_figures() {
         body,
         json!({
             "queue": "jobs", "depth": 42, "in_flight": 3, "oldest_unacked_age_ms": 1500,
-            "retry_depth": 7, "dlq_depth": 2, "dlq_oldest_age_ms": 60000,
+            "retry_depth": 7, "dlq_depth": 2, "dlq_oldest_age_ms": 60000, "paused": true,
             "partitions": [
                 {"partition": 0, "depth": 40, "in_flight": 2, "oldest_unacked_age_ms": 1500},
                 {"partition": 1, "depth": 2, "in_flight": 1, "oldest_unacked_age_ms": 10},
@@ -386,6 +398,61 @@ async fn stats_route_returns_the_queue_figures() {
         })
     );
     assert_eq!(h.fake.calls(), [Call::Stats("jobs".into())]);
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn pause_and_resume_routes_reach_the_service() {
+    let h = start().await;
+    assert_eq!(
+        h.post_raw("/queues/jobs/pause", "").await,
+        (StatusCode::OK, json!({"status": "ok"}))
+    );
+    assert_eq!(
+        h.post("/queues/jobs/resume", json!({})).await,
+        (StatusCode::OK, json!({"status": "ok"}))
+    );
+    assert_error(
+        h.post_raw("/queues/nope/pause", "").await,
+        StatusCode::NOT_FOUND,
+        "unknown_queue",
+    );
+    assert_eq!(
+        h.fake.calls(),
+        [
+            Call::SetPaused("jobs".into(), true),
+            Call::SetPaused("jobs".into(), false),
+            Call::SetPaused("nope".into(), true),
+        ]
+    );
+    let mut client = h.grpc().await;
+    client
+        .pause(proto::PauseRequest {
+            queue: "jobs".into(),
+        })
+        .await
+        .unwrap();
+    client
+        .resume(proto::ResumeRequest {
+            queue: "jobs".into(),
+        })
+        .await
+        .unwrap();
+    let unknown = client
+        .pause(proto::PauseRequest {
+            queue: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    assert_eq!(
+        h.fake.calls()[3..],
+        [
+            Call::SetPaused("jobs".into(), true),
+            Call::SetPaused("jobs".into(), false),
+            Call::SetPaused("nope".into(), true),
+        ]
+    );
     h.shutdown().await;
 }
 
@@ -723,6 +790,8 @@ fn queue_requests(queue: &str) -> Vec<(&'static str, String, Value)> {
             format!("/queues/{queue}/extend"),
             json!({"receipt": "ok", "lease_seconds": 1}),
         ),
+        ("POST", format!("/queues/{queue}/pause"), Value::Null),
+        ("POST", format!("/queues/{queue}/resume"), Value::Null),
     ]
 }
 
@@ -1167,10 +1236,22 @@ async fn requests_and_answers_match_the_documented_schemas() {
             "/queues/jobs/extend",
             json!({"receipt": "stale-1", "lease_seconds": 30}),
         ),
+        (
+            "POST",
+            "/queues/{q}/pause",
+            "/queues/jobs/pause",
+            Value::Null,
+        ),
+        (
+            "POST",
+            "/queues/{q}/resume",
+            "/queues/nope/resume",
+            Value::Null,
+        ),
     ];
     for (method, template, path, body) in cases {
         let at = format!("{method} {path}");
-        if method == "POST" {
+        if method == "POST" && !body.is_null() {
             let schema = documented_schema(&doc, method, template, None);
             check_schema(&doc, schema, &body, &format!("{at} request"));
         }
@@ -1226,6 +1307,18 @@ async fn grpc_serves_every_rpc() {
     assert_eq!(
         queues[0].retry_tiers_ms,
         [10_000, 60_000, 600_000, 3_600_000]
+    );
+    assert_eq!(
+        queues[0].push,
+        Some(proto::PushSettings {
+            url: "http://push.internal:9000/jobs".into(),
+            grpc: String::new(),
+            concurrency: 16,
+            timeout_ms: 30_000,
+            breaker_failures: 5,
+            breaker_cooldown_ms: 5_000,
+            breaker_cooldown_max_ms: 60_000,
+        })
     );
 
     let binary: Vec<u8> = (0..=255).collect();
@@ -1368,6 +1461,7 @@ async fn grpc_serves_every_rpc() {
         .unwrap()
         .into_inner();
     assert_eq!((stats.depth, stats.in_flight, stats.dlq_depth), (42, 3, 2));
+    assert!(stats.paused);
     assert_eq!(stats.partitions.len(), 2);
     assert_eq!(stats.partitions[1].oldest_unacked_age_ms, 10);
 

@@ -725,6 +725,54 @@ async fn a_record_from_a_plain_kafka_producer_is_served() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_queue_leases_nothing_takes_produces_and_a_resume_wakes_a_long_poll() {
+    let (_broker, config) = setup(45128, "paused", 1, "lease = \"30s\"").await;
+    let d: Arc<Dispatcher> = Dispatcher::start(&config).await.unwrap();
+    produce(&d, &["before"]).await;
+    let first = receive_one(&d).await;
+    d.set_paused(Q, true).await.unwrap();
+    d.set_paused(Q, true).await.unwrap(); // idempotent
+    assert!(d.stats(Q).await.unwrap().paused);
+    // Produce, ack and the stats go on; receives lease nothing.
+    produce(&d, &["during"]).await;
+    assert_eq!(
+        d.ack(Q, vec![first.receipt]).await.unwrap(),
+        vec![ReceiptOutcome::Ok]
+    );
+    let waited = Instant::now();
+    let got = d
+        .receive(Q, request(10, Duration::from_secs(2)))
+        .await
+        .unwrap();
+    assert!(got.is_empty(), "a paused queue delivered {got:?}");
+    assert!(
+        waited.elapsed() >= Duration::from_millis(1900),
+        "the long poll waited"
+    );
+    // A long poll waiting during the pause answers once resumed.
+    let poll = {
+        let d = Arc::clone(&d);
+        tokio::spawn(async move { d.receive(Q, request(10, Duration::from_secs(15))).await })
+    };
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(!poll.is_finished(), "the long poll waits while paused");
+    d.set_paused(Q, false).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(10), poll)
+        .await
+        .expect("the resume wakes the long poll")
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(got[0].payload, &b"during"[..]);
+    assert!(!d.stats(Q).await.unwrap().paused);
+    assert!(matches!(
+        d.set_paused("nope", true).await,
+        Err(dispatcher_sidecar::service::ServiceError::UnknownQueue(_))
+    ));
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_instance_takes_half_and_the_first_keeps_its_leases_on_the_rest() {
     let (_broker, config) = setup(45122, "shared", 2, "lease = \"30s\"").await;
     let one = Dispatcher::start(&config).await.unwrap();

@@ -8,7 +8,7 @@ use std::time::Duration;
 use tonic::{Request, Response, Status};
 
 use super::edge;
-use crate::config::QueueConfig;
+use crate::config::{PushEndpoint, QueueConfig};
 use crate::service::{
     Delivery, NewMessage, PartitionStats, ProduceResult, ProduceStatus, QueueService, QueueStats,
     ReceiptOutcome, ServiceError,
@@ -182,6 +182,30 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         let stats = self.service.stats(&request.queue).await.map_err(status)?;
         Ok(Response::new(stats_response(stats)))
     }
+
+    async fn pause(
+        &self,
+        request: Request<proto::PauseRequest>,
+    ) -> Result<Response<proto::PauseResponse>, Status> {
+        let request = request.into_inner();
+        self.service
+            .set_paused(&request.queue, true)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::PauseResponse {}))
+    }
+
+    async fn resume(
+        &self,
+        request: Request<proto::ResumeRequest>,
+    ) -> Result<Response<proto::ResumeResponse>, Status> {
+        let request = request.into_inner();
+        self.service
+            .set_paused(&request.queue, false)
+            .await
+            .map_err(status)?;
+        Ok(Response::new(proto::ResumeResponse {}))
+    }
 }
 
 fn millis(d: Duration) -> u64 {
@@ -189,7 +213,24 @@ fn millis(d: Duration) -> u64 {
 }
 
 fn queue(q: QueueConfig) -> proto::Queue {
+    let push = q.push.as_ref().map(|p| {
+        let endpoint = p.endpoint.redacted();
+        let (url, grpc) = match p.endpoint {
+            PushEndpoint::Http(_) => (endpoint, String::new()),
+            PushEndpoint::Grpc(_) => (String::new(), endpoint),
+        };
+        proto::PushSettings {
+            url,
+            grpc,
+            concurrency: p.concurrency,
+            timeout_ms: millis(p.timeout),
+            breaker_failures: p.breaker_failures,
+            breaker_cooldown_ms: millis(p.breaker_cooldown),
+            breaker_cooldown_max_ms: millis(p.breaker_cooldown_max),
+        }
+    });
     proto::Queue {
+        push,
         lease_ms: millis(q.lease),
         max_lease_ms: millis(q.max_lease),
         retry_tiers_ms: q.retry_tiers.iter().copied().map(millis).collect(),
@@ -256,6 +297,7 @@ fn stats_response(s: QueueStats) -> proto::StatsResponse {
         retry_depth: s.retry_depth,
         dlq_depth: s.dlq_depth,
         dlq_oldest_age_ms: s.dlq_oldest_age_ms,
+        paused: s.paused,
         partitions: s.partitions.into_iter().map(partition_stats).collect(),
     }
 }

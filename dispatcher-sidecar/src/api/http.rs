@@ -52,6 +52,8 @@ enum Endpoint {
     Ack,
     Nack,
     Extend,
+    Pause,
+    Resume,
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> HttpRoute {
@@ -73,6 +75,8 @@ pub const HTTP_ROUTES: &[HttpRoute] = &[
     route("POST", "/queues/{q}/ack", Endpoint::Ack),
     route("POST", "/queues/{q}/nack", Endpoint::Nack),
     route("POST", "/queues/{q}/extend", Endpoint::Extend),
+    route("POST", "/queues/{q}/pause", Endpoint::Pause),
+    route("POST", "/queues/{q}/resume", Endpoint::Resume),
 ];
 
 /// What every handler sees.
@@ -113,6 +117,8 @@ fn method_router<S: QueueService>(route: &HttpRoute) -> MethodRouter<Arc<ApiStat
         Endpoint::Ack => on(filter, ack::<S>),
         Endpoint::Nack => on(filter, nack::<S>),
         Endpoint::Extend => on(filter, extend::<S>),
+        Endpoint::Pause => on(filter, pause::<S>),
+        Endpoint::Resume => on(filter, resume::<S>),
     }
 }
 
@@ -247,6 +253,23 @@ async fn extend<S: QueueService>(
     let lease = edge::lease_duration("lease_seconds", body.lease_seconds)?;
     let result = state.service.extend(&queue, body.receipt, lease).await?;
     Ok(json(StatusCode::OK, &ExtendResponse::from(result)))
+}
+
+/// Any body is ignored: the route is the whole request.
+async fn pause<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+) -> Result<Response, ApiError> {
+    state.service.set_paused(&queue, true).await?;
+    Ok(json(StatusCode::OK, &StatusResponse { status: "ok" }))
+}
+
+async fn resume<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+) -> Result<Response, ApiError> {
+    state.service.set_paused(&queue, false).await?;
+    Ok(json(StatusCode::OK, &StatusResponse { status: "ok" }))
 }
 
 async fn no_route() -> ApiError {

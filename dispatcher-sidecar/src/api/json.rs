@@ -15,7 +15,7 @@ use base64::Engine as _;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize, Serializer};
 
-use crate::config::{format_duration, QueueConfig};
+use crate::config::{format_duration, PushConfig, PushEndpoint, QueueConfig};
 use crate::service::{
     Delivery, ExtendResult, NewMessage, PartitionStats, ProduceResult, ProduceStatus, QueueStats,
     ReceiptOutcome, ServiceError,
@@ -320,11 +320,47 @@ pub(crate) struct QueueOut {
     ordered: bool,
     dedupe_window: String,
     gap_cap: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    push: Option<PushOut>,
+}
+
+/// A queue's push subscription; the endpoint is `url` or `grpc`.
+#[derive(Debug, Serialize)]
+pub(crate) struct PushOut {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    url: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    grpc: Option<String>,
+    concurrency: u32,
+    timeout: String,
+    breaker_failures: u32,
+    breaker_cooldown: String,
+    breaker_cooldown_max: String,
+}
+
+impl From<&PushConfig> for PushOut {
+    fn from(p: &PushConfig) -> Self {
+        let endpoint = p.endpoint.redacted();
+        let (url, grpc) = match p.endpoint {
+            PushEndpoint::Http(_) => (Some(endpoint), None),
+            PushEndpoint::Grpc(_) => (None, Some(endpoint)),
+        };
+        PushOut {
+            url,
+            grpc,
+            concurrency: p.concurrency,
+            timeout: format_duration(p.timeout),
+            breaker_failures: p.breaker_failures,
+            breaker_cooldown: format_duration(p.breaker_cooldown),
+            breaker_cooldown_max: format_duration(p.breaker_cooldown_max),
+        }
+    }
 }
 
 impl From<QueueConfig> for QueueOut {
     fn from(q: QueueConfig) -> Self {
         QueueOut {
+            push: q.push.as_ref().map(PushOut::from),
             retry_topics: q.retry_topics(),
             lease: format_duration(q.lease),
             max_lease: format_duration(q.max_lease),
@@ -352,6 +388,7 @@ pub(crate) struct StatsResponse {
     retry_depth: i64,
     dlq_depth: i64,
     dlq_oldest_age_ms: i64,
+    paused: bool,
     partitions: Vec<PartitionStatsOut>,
 }
 
@@ -373,6 +410,7 @@ impl StatsResponse {
             retry_depth: s.retry_depth,
             dlq_depth: s.dlq_depth,
             dlq_oldest_age_ms: s.dlq_oldest_age_ms,
+            paused: s.paused,
             partitions: s
                 .partitions
                 .into_iter()

@@ -338,4 +338,9 @@ impl QueueService for Dispatcher {
     async fn stats(&self, queue: &str) -> Result<QueueStats, ServiceError> {
         self.queue(queue)?.stats().await
     }
+
+    async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
+        self.queue(queue)?.set_paused(paused);
+        Ok(())
+    }
 }

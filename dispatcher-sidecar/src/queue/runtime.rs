@@ -195,6 +195,8 @@ pub(crate) struct QueueRuntime {
     /// partitions straight back, and one nobody touched meanwhile resumes
     /// with its leases (no redelivery).
     parked: Mutex<HashMap<QueuePartition, Parked>>,
+    /// Receives lease nothing while set (`set_paused`).
+    paused: AtomicBool,
 }
 
 /// A revoked partition's state and what proves nobody changed it since.
@@ -284,7 +286,29 @@ impl QueueRuntime {
             assigning: tokio::sync::Mutex::new(()),
             unserved: Mutex::new(BTreeSet::new()),
             parked: Mutex::new(HashMap::new()),
+            paused: AtomicBool::new(false),
         })
+    }
+
+    /// Stops or restarts deliveries. A resume wakes the receives waiting in
+    /// a long poll.
+    pub(crate) fn set_paused(&self, paused: bool) {
+        let was = self.paused.swap(paused, Ordering::SeqCst);
+        metrics::gauge!("dispatcher_queue_paused", "queue" => self.name()).set(if paused {
+            1.0
+        } else {
+            0.0
+        });
+        if was != paused {
+            tracing::info!(queue = %self.config.name, paused, "deliveries paused or resumed");
+        }
+        if !paused {
+            self.ready.notify_waiters();
+        }
+    }
+
+    pub(crate) fn paused(&self) -> bool {
+        self.paused.load(Ordering::SeqCst)
     }
 
     fn name(&self) -> String {

@@ -190,6 +190,11 @@ impl QueueRuntime {
         }
         metrics::gauge!("dispatcher_dlq_depth", "queue" => name.clone())
             .set(measure.dlq_depth as f64);
+        metrics::gauge!("dispatcher_queue_paused", "queue" => name.clone()).set(if self.paused() {
+            1.0
+        } else {
+            0.0
+        });
         let dlq_age = measure.dlq_oldest_ms.map_or(0, |ts| (now - ts).max(0));
         metrics::gauge!("dispatcher_dlq_oldest_age_seconds", "queue" => name)
             .set(dlq_age as f64 / 1000.0);

@@ -39,7 +39,13 @@ impl QueueRuntime {
             let notified = self.ready.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            let (deliveries, pending, next_due_ms) = self.try_lease(max, slot, lease_ms);
+            // Paused: nothing is leased, and a long poll waits for the
+            // resume (which notifies `ready`) or its end.
+            let (deliveries, pending, next_due_ms) = if self.paused() {
+                (Vec::new(), Pending::default(), None)
+            } else {
+                self.try_lease(max, slot, lease_ms)
+            };
             if !deliveries.is_empty() {
                 // Not awaited: a lease lost with this owner only means a
                 // redelivery, and the ownership's generation (written at the

@@ -79,6 +79,7 @@ impl QueueRuntime {
         let mut stats = QueueStats {
             dlq_depth: measure.dlq_depth,
             dlq_oldest_age_ms: measure.dlq_oldest_ms.map_or(0, |ts| (now - ts).max(0)),
+            paused: self.paused(),
             ..QueueStats::default()
         };
         for part in self.owned() {
