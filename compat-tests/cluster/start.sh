@@ -70,6 +70,7 @@ ENV
 load_cluster "$CLUSTER_DATA"
 
 kafka_java_opts="-Xms256m -Xmx768m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true"
+# Passed as --cluster-id=<id>: it starts with '-' one time in 64.
 cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
 format_pids=()
 for ((i = 1; i <= n; i++)); do
@@ -121,7 +122,7 @@ for ((i = 1; i <= n; i++)); do
   if [[ $kind == kafka && ! -f "$dir/data/meta.properties" ]]; then
     # With controller.quorum.voters (static quorum) format needs no --standalone.
     timeout 120 java $kafka_java_opts -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool format \
-      --config "$dir/server.properties" --cluster-id "$cluster_id" >"$dir/format.out" 2>&1 &
+      --config "$dir/server.properties" --cluster-id="$cluster_id" >"$dir/format.out" 2>&1 &
     format_pids+=($!)
   fi
 done

@@ -60,9 +60,11 @@ java_opts+=("${extra_java_opts[@]}")
 
 if [[ ! -f "$datadir/logs/meta.properties" ]]; then
   # A random cluster id: 16 bytes in URL-safe base64 without padding, as Kafka writes it.
+  # It starts with '-' one time in 64, so it is passed as --cluster-id=<id>: as a
+  # separate word, argparse would take it for an option and refuse the format.
   cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
   timeout --foreground 60 java "${java_opts[@]}" -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool format \
-    --config "$config" --cluster-id "$cluster_id" --standalone >"$datadir/format.out" 2>&1 \
+    --config "$config" --cluster-id="$cluster_id" --standalone >"$datadir/format.out" 2>&1 \
     || { cat "$datadir/format.out" >&2; die "formatting $datadir failed"; }
 fi
 
