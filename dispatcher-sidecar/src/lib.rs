@@ -93,10 +93,28 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let _ = stop_tx.send(());
     let served = servers.wait().await;
     // Pushes in flight are acked or nacked before the queues stop.
-    pusher.stop().await;
-    dispatcher.shutdown().await;
+    let stopped = tokio::time::timeout(STOP_GRACE, async {
+        pusher.stop().await;
+        dispatcher.shutdown().await;
+    })
+    .await;
+    if stopped.is_err() {
+        // Kafka did not answer (its final commits or the group leave): dropping
+        // the clients now would wait for it again, so they are left to the
+        // process exit. Nothing acked is lost: the commit point is in the ack
+        // log, and the leases in flight come back as after a crash.
+        std::mem::forget(dispatcher);
+        anyhow::bail!(
+            "stopping took longer than {STOP_GRACE:?} (is Kafka reachable?): exiting \
+             without the final offset commits and group leave"
+        );
+    }
     served
 }
+
+/// How long the final offset commits, the group leave and the producer's
+/// flush may take once the dispatcher is told to stop.
+pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// The address peers forward to: `advertised_http`, else `http_listen` when
 /// it names one host and port. Otherwise `None`: this instance is not

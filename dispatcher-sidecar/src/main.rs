@@ -47,7 +47,11 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(dispatcher_sidecar::run(config)) {
+    let result = runtime.block_on(dispatcher_sidecar::run(config));
+    // A blocking call still waiting for Kafka (a commit to a coordinator that
+    // is gone) must not hold the exit up.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(2));
+    match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("dispatcher stopped: {e:#}");

@@ -28,6 +28,9 @@ use rdkafka::message::{Message, OwnedMessage};
 use rdkafka::{ClientContext, Offset, TopicPartitionList};
 use tokio::sync::{mpsc, Notify};
 
+/// How long [`QueueConsumer::commit`] waits for the group coordinator.
+pub const COMMIT_TIMEOUT: Duration = Duration::from_secs(15);
+
 /// What [`QueueConsumer::fetch`] makes of each record: the caller's own
 /// form, decoded straight from librdkafka's buffer, so that a record's
 /// payload is copied once on its way to a client rather than first into an
@@ -281,9 +284,16 @@ impl QueueConsumer {
             tpl.add_partition_offset(&self.topic, p, Offset::Offset(o))?;
         }
         let consumer = Arc::clone(&self.consumer);
-        tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync))
-            .await
-            .expect("commit task does not panic")
+        let commit = tokio::task::spawn_blocking(move || consumer.commit(&tpl, CommitMode::Sync));
+        // librdkafka's synchronous commit waits for the coordinator without
+        // a bound; a caller gets an answer within COMMIT_TIMEOUT (the commit
+        // may still land later).
+        match tokio::time::timeout(COMMIT_TIMEOUT, commit).await {
+            Ok(done) => done.expect("commit task does not panic"),
+            Err(_) => Err(KafkaError::ConsumerCommit(
+                rdkafka::types::RDKafkaErrorCode::OperationTimedOut,
+            )),
+        }
     }
 
     /// The group's committed offsets of `partitions` (`None`: nothing
