@@ -1,0 +1,3 @@
+module kafka-rs/bench/push/pushbench
+
+go 1.22
