@@ -335,9 +335,9 @@ impl<S: QueueService> QueueService for Forwarding<S> {
     async fn ack(
         &self,
         queue: &str,
-        receipts: Vec<String>,
+        receipts: &[String],
     ) -> Result<Vec<ReceiptOutcome>, ServiceError> {
-        let mut outcomes = self.local.ack(queue, receipts.clone()).await?;
+        let mut outcomes = self.local.ack(queue, receipts).await?;
         let mut by_owner: HashMap<String, Vec<usize>> = HashMap::new();
         for (i, o) in outcomes.iter().enumerate() {
             if *o == ReceiptOutcome::NotOwner {

@@ -174,7 +174,7 @@ pub trait QueueService: Send + Sync + 'static {
     fn ack(
         &self,
         queue: &str,
-        receipts: Vec<String>,
+        receipts: &[String],
     ) -> impl Future<Output = Result<Vec<ReceiptOutcome>, ServiceError>> + Send;
 
     fn nack(

@@ -139,9 +139,9 @@ impl QueueService for Fake {
     async fn ack(
         &self,
         queue: &str,
-        receipts: Vec<String>,
+        receipts: &[String],
     ) -> Result<Vec<ReceiptOutcome>, ServiceError> {
-        self.record(Call::Ack(queue.into(), receipts.clone()));
+        self.record(Call::Ack(queue.into(), receipts.to_vec()));
         self.check(queue)?;
         Ok(receipts.iter().map(|r| outcome(r)).collect())
     }

@@ -195,7 +195,7 @@ async fn an_unacked_message_comes_back_as_attempt_2_and_its_old_receipt_is_stale
     );
     assert_eq!(second.enqueued_at_ms, first.enqueued_at_ms);
     assert_eq!(
-        d.ack(Q, vec![first.receipt.clone(), second.receipt.clone()])
+        d.ack(Q, &[first.receipt.clone(), second.receipt.clone()])
             .await
             .unwrap(),
         vec![ReceiptOutcome::Stale, ReceiptOutcome::Ok]
@@ -221,7 +221,7 @@ async fn stale_garbled_and_forged_receipts_are_rejected() {
     assert_eq!(
         d.ack(
             Q,
-            vec![
+            &[
                 m.receipt.clone(),
                 m.receipt.clone(),
                 "garbage".into(),
@@ -391,7 +391,7 @@ async fn the_group_commit_advances_past_acked_messages() {
     assert!(stats.oldest_unacked_age_ms >= 0);
     let receipts: Vec<String> = got.iter().map(|m| m.receipt.clone()).collect();
     assert!(d
-        .ack(Q, receipts)
+        .ack(Q, &receipts)
         .await
         .unwrap()
         .iter()
@@ -477,7 +477,7 @@ async fn a_delayed_message_is_not_delivered_before_its_delay() {
     );
     assert!(m.headers.is_empty());
     assert_eq!(
-        d.ack(Q, vec![m.receipt]).await.unwrap(),
+        d.ack(Q, &[m.receipt]).await.unwrap(),
         vec![ReceiptOutcome::Ok]
     );
     let too_long = d
@@ -505,13 +505,13 @@ async fn a_new_owner_rebuilds_acked_as_done_and_in_flight_as_leasable() {
     let by_offset = |o: i64| got.iter().find(|m| m.offset == o).unwrap().clone();
     let acks = vec![by_offset(0).receipt, by_offset(2).receipt];
     assert_eq!(
-        first.ack(Q, acks).await.unwrap(),
+        first.ack(Q, &acks).await.unwrap(),
         vec![ReceiptOutcome::Ok; 2]
     );
     first.shutdown().await;
     // The stopped instance owns nothing: it cannot answer for the receipt.
     assert_eq!(
-        first.ack(Q, vec![by_offset(1).receipt]).await.unwrap(),
+        first.ack(Q, &[by_offset(1).receipt]).await.unwrap(),
         vec![ReceiptOutcome::NotOwner]
     );
     drop(first);
@@ -530,13 +530,13 @@ async fn a_new_owner_rebuilds_acked_as_done_and_in_flight_as_leasable() {
         "a crash does not count an attempt"
     );
     assert_eq!(
-        second.ack(Q, vec![by_offset(1).receipt]).await.unwrap(),
+        second.ack(Q, &[by_offset(1).receipt]).await.unwrap(),
         vec![ReceiptOutcome::Stale],
         "the previous owner's receipt names an older lease"
     );
     let receipts: Vec<String> = again.iter().map(|m| m.receipt.clone()).collect();
     assert_eq!(
-        second.ack(Q, receipts).await.unwrap(),
+        second.ack(Q, &receipts).await.unwrap(),
         vec![ReceiptOutcome::Ok; 2]
     );
     let nothing = second
@@ -559,9 +559,9 @@ async fn the_gap_cap_forces_the_stuck_message_to_retry() {
         next.iter().map(|m| m.offset).collect::<Vec<_>>(),
         vec![1, 2]
     );
-    let receipts = next.iter().map(|m| m.receipt.clone()).collect();
+    let receipts: Vec<String> = next.iter().map(|m| m.receipt.clone()).collect();
     assert_eq!(
-        d.ack(Q, receipts).await.unwrap(),
+        d.ack(Q, &receipts).await.unwrap(),
         vec![ReceiptOutcome::Ok; 2]
     );
     // Offsets 3 and 4 are past the window until the stuck message moves;
@@ -576,7 +576,7 @@ async fn the_gap_cap_forces_the_stuck_message_to_retry() {
     offsets.sort();
     assert_eq!(offsets, vec![0, 3, 4]);
     assert_eq!(
-        d.ack(Q, vec![stuck.receipt]).await.unwrap(),
+        d.ack(Q, &[stuck.receipt]).await.unwrap(),
         vec![ReceiptOutcome::Stale]
     );
     d.shutdown().await;
@@ -718,7 +718,7 @@ async fn a_record_from_a_plain_kafka_producer_is_served() {
     assert_eq!((m.attempt, m.message_id.as_str()), (1, "plain-0-0"));
     assert!(m.enqueued_at_ms > 0);
     assert_eq!(
-        d.ack(Q, vec![m.receipt]).await.unwrap(),
+        d.ack(Q, &[m.receipt]).await.unwrap(),
         vec![ReceiptOutcome::Ok]
     );
     d.shutdown().await;
@@ -736,7 +736,7 @@ async fn a_paused_queue_leases_nothing_takes_produces_and_a_resume_wakes_a_long_
     // Produce, ack and the stats go on; receives lease nothing.
     produce(&d, &["during"]).await;
     assert_eq!(
-        d.ack(Q, vec![first.receipt]).await.unwrap(),
+        d.ack(Q, &[first.receipt]).await.unwrap(),
         vec![ReceiptOutcome::Ok]
     );
     let waited = Instant::now();
@@ -813,13 +813,13 @@ async fn a_second_instance_takes_half_and_the_first_keeps_its_leases_on_the_rest
     // The partition handed away: the first instance is not its owner, and
     // the new owner released those leases (a new generation each).
     assert!(one
-        .ack(Q, receipts(&theirs))
+        .ack(Q, &receipts(&theirs))
         .await
         .unwrap()
         .iter()
         .all(|o| *o == ReceiptOutcome::NotOwner));
     assert!(two
-        .ack(Q, receipts(&theirs))
+        .ack(Q, &receipts(&theirs))
         .await
         .unwrap()
         .iter()
@@ -831,7 +831,7 @@ async fn a_second_instance_takes_half_and_the_first_keeps_its_leases_on_the_rest
     // The partition the rebalance handed straight back resumed with its
     // leases: the receipts still hold.
     assert!(one
-        .ack(Q, receipts(&mine))
+        .ack(Q, &receipts(&mine))
         .await
         .unwrap()
         .iter()

@@ -146,9 +146,7 @@ async fn the_runtime_emits_the_contracted_metrics() {
     }
     let (a, b) = (got[0].receipt.clone(), got[1].receipt.clone());
     assert_eq!(
-        d.ack(Q, vec![a.clone(), a, "garbage".into()])
-            .await
-            .unwrap(),
+        d.ack(Q, &[a.clone(), a, "garbage".into()]).await.unwrap(),
         vec![
             ReceiptOutcome::Ok,
             ReceiptOutcome::Stale,
@@ -179,7 +177,7 @@ async fn the_runtime_emits_the_contracted_metrics() {
     assert_eq!(attempt_of_c[1].attempt, 2);
     let receipt = attempt_of_c[1].receipt.clone();
     assert_eq!(
-        d.ack(Q, vec![receipt]).await.unwrap(),
+        d.ack(Q, &[receipt]).await.unwrap(),
         vec![ReceiptOutcome::Ok]
     );
 

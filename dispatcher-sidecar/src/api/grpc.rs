@@ -114,7 +114,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         edge::check_receipts(&request.receipts).map_err(status)?;
         let outcomes = self
             .service
-            .ack(&request.queue, request.receipts.clone())
+            .ack(&request.queue, &request.receipts)
             .await
             .map_err(status)?;
         if outcomes.len() != request.receipts.len() {

@@ -209,7 +209,7 @@ async fn ack<S: QueueService>(
     JsonBody(body): JsonBody<AckBody>,
 ) -> Result<Response, ApiError> {
     edge::check_receipts(&body.receipts)?;
-    let outcomes = state.service.ack(&queue, body.receipts.clone()).await?;
+    let outcomes = state.service.ack(&queue, &body.receipts).await?;
     if outcomes.len() != body.receipts.len() {
         return Err(ApiError::internal(format!(
             "the service answered {} receipts with {} outcomes",

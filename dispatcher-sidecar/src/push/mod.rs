@@ -313,7 +313,10 @@ async fn push_one<S: QueueService>(
         .record(probe, outcome.endpoint_failed(), now_ms());
     lane.transition(changed);
     match outcome {
-        Outcome::Ack => match service.ack(&lane.queue, vec![d.receipt.clone()]).await {
+        Outcome::Ack => match service
+            .ack(&lane.queue, std::slice::from_ref(&d.receipt))
+            .await
+        {
             Ok(results) if results.first() == Some(&crate::service::ReceiptOutcome::Ok) => {}
             Ok(results) => settle_failed(&lane, &d, &format!("ack answered {results:?}")),
             Err(e) => settle_failed(&lane, &d, &e.to_string()),

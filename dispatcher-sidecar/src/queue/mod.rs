@@ -313,7 +313,7 @@ impl QueueService for Dispatcher {
     async fn ack(
         &self,
         queue: &str,
-        receipts: Vec<String>,
+        receipts: &[String],
     ) -> Result<Vec<ReceiptOutcome>, ServiceError> {
         self.queue(queue)?.ack(receipts).await
     }

@@ -191,7 +191,7 @@ impl QueueRuntime {
 
     pub(crate) async fn ack(
         &self,
-        receipts: Vec<String>,
+        receipts: &[String],
     ) -> Result<Vec<ReceiptOutcome>, ServiceError> {
         if receipts.len() > MAX_ACK_RECEIPTS {
             return Err(ServiceError::InvalidArgument(format!(
