@@ -31,9 +31,6 @@ use dispatcher_sidecar::service::{NewMessage, ProduceStatus, QueueService};
 use metrics_exporter_prometheus::PrometheusHandle;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{BaseConsumer, Consumer};
-use rdkafka::message::{Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -374,28 +371,10 @@ async fn wait_drained(d: &Dispatcher, queue: &str) {
 
 /// The DLQ records of `topic` (one partition), waiting for `want`.
 fn dlq(config: &Config, topic: &str, want: usize) -> Vec<RetryEnvelope> {
-    let consumer: BaseConsumer = kafka::admin_config(config)
-        .set("group.id", "push-test-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, 0, Offset::Beginning)
-        .unwrap();
-    consumer.assign(&tpl).unwrap();
-    let deadline = Instant::now() + TIMEOUT;
-    let mut got = Vec::new();
-    while got.len() < want && Instant::now() < deadline {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
-            let headers: Vec<(String, Vec<u8>)> = m
-                .headers()
-                .unwrap()
-                .iter()
-                .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
-                .collect();
-            got.push(RetryEnvelope::from_headers(&headers).unwrap().unwrap());
-        }
-    }
+    let got: Vec<RetryEnvelope> = common::read_all(config, topic, 1, want)
+        .iter()
+        .map(common::envelope_of)
+        .collect();
     assert_eq!(got.len(), want, "{topic}: DLQ records");
     got
 }

@@ -9,10 +9,9 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::Broker;
+use common::{envelope_of, read_all, Broker};
 use dispatcher_sidecar::config::Config;
 use dispatcher_sidecar::kafka;
-use dispatcher_sidecar::lease::RetryEnvelope;
 use dispatcher_sidecar::queue::Dispatcher;
 use dispatcher_sidecar::service::{
     Delivery, NackRequest, NewMessage, ProduceStatus, QueueService, ReceiptOutcome, ReceiveRequest,
@@ -133,45 +132,6 @@ async fn nack(
     )
     .await
     .unwrap()
-}
-
-/// Every record of `topic` (one partition is enough for these tests: all
-/// of them read every partition).
-fn read_all(
-    config: &Config,
-    topic: &str,
-    partitions: i32,
-    want: usize,
-) -> Vec<rdkafka::message::OwnedMessage> {
-    let consumer: BaseConsumer = kafka::admin_config(config)
-        .set("group.id", "test-reader")
-        .set("enable.auto.commit", "false")
-        .create()
-        .unwrap();
-    let mut tpl = TopicPartitionList::new();
-    for p in 0..partitions {
-        tpl.add_partition_offset(topic, p, Offset::Beginning)
-            .unwrap();
-    }
-    consumer.assign(&tpl).unwrap();
-    let deadline = Instant::now() + TIMEOUT;
-    let mut got = Vec::new();
-    while got.len() < want && Instant::now() < deadline {
-        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
-            got.push(m.detach());
-        }
-    }
-    got
-}
-
-fn envelope_of(m: &rdkafka::message::OwnedMessage) -> RetryEnvelope {
-    let headers: Vec<(String, Vec<u8>)> = m
-        .headers()
-        .unwrap()
-        .iter()
-        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
-        .collect();
-    RetryEnvelope::from_headers(&headers).unwrap().unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

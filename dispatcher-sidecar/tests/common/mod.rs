@@ -22,6 +22,11 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use dispatcher_sidecar::config::Config;
+use dispatcher_sidecar::kafka;
+use dispatcher_sidecar::lease::RetryEnvelope;
+use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
 
 static BUILD: Mutex<()> = Mutex::new(());
 
@@ -138,4 +143,47 @@ impl Drop for Broker {
             let _ = child.wait();
         }
     }
+}
+
+/// How long [`read_all`] waits for the records it wants.
+const READ_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The records of `topic`'s partitions `0..partitions`, read from the
+/// beginning outside any group until `want` came or 30 s passed.
+pub fn read_all(
+    config: &Config,
+    topic: &str,
+    partitions: i32,
+    want: usize,
+) -> Vec<rdkafka::message::OwnedMessage> {
+    let consumer: BaseConsumer = kafka::admin_config(config)
+        .set("group.id", "test-reader")
+        .set("enable.auto.commit", "false")
+        .create()
+        .unwrap();
+    let mut tpl = TopicPartitionList::new();
+    for p in 0..partitions {
+        tpl.add_partition_offset(topic, p, Offset::Beginning)
+            .unwrap();
+    }
+    consumer.assign(&tpl).unwrap();
+    let deadline = Instant::now() + READ_TIMEOUT;
+    let mut got = Vec::new();
+    while got.len() < want && Instant::now() < deadline {
+        if let Some(Ok(m)) = consumer.poll(Duration::from_millis(100)) {
+            got.push(m.detach());
+        }
+    }
+    got
+}
+
+/// The retry envelope a retry or DLQ copy carries in its headers.
+pub fn envelope_of(m: &rdkafka::message::OwnedMessage) -> RetryEnvelope {
+    let headers: Vec<(String, Vec<u8>)> = m
+        .headers()
+        .unwrap()
+        .iter()
+        .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+        .collect();
+    RetryEnvelope::from_headers(&headers).unwrap().unwrap()
 }
