@@ -32,6 +32,13 @@ pub const DEFAULT_RETRY_TIERS: [Duration; 4] = [
 pub const DEFAULT_MAX_ATTEMPTS: u32 = 5;
 pub const DEFAULT_DEDUPE_WINDOW: Duration = Duration::from_secs(300);
 pub const DEFAULT_GAP_CAP: u64 = 100_000;
+/// Leases out at once on one instance, across its queues, unless
+/// `max_in_flight` says: each holds its message in memory until it ends.
+pub const DEFAULT_MAX_IN_FLIGHT: usize = 50_000;
+/// The largest `max_in_flight`.
+pub const MAX_MAX_IN_FLIGHT: usize = 10_000_000;
+/// The largest queue `weight`.
+pub const MAX_WEIGHT: u32 = 1000;
 /// Push requests in flight per queue unless `push.concurrency` says.
 pub const DEFAULT_PUSH_CONCURRENCY: u32 = 16;
 /// The most `push.concurrency` may be.
@@ -77,6 +84,10 @@ pub struct Config {
     /// Extra librdkafka properties given to every Kafka client (e.g.
     /// `security.protocol`), minus the reserved ones.
     pub librdkafka: BTreeMap<String, String>,
+    /// Leases out at once on this instance, all queues together; when they
+    /// are, receives wait and the freed room is shared by the queues'
+    /// weights (`queue::fair`).
+    pub max_in_flight: usize,
     pub queues: Vec<QueueConfig>,
 }
 
@@ -103,6 +114,9 @@ pub struct QueueConfig {
     #[serde(serialize_with = "ser_duration")]
     pub dedupe_window: Duration,
     pub gap_cap: u64,
+    /// The queue's share of the instance's in-flight budget when it is
+    /// spent, relative to the other queues' weights.
+    pub weight: u32,
     /// `[queue.push]`: deliver to an endpoint instead of (or besides) pull
     /// receives.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -362,6 +376,18 @@ impl Config {
         }
         let receipt_secret = top.receipt_secret(base_dir)?;
         let librdkafka = top.client_properties("librdkafka")?;
+        let max_in_flight = top
+            .integer("max_in_flight")?
+            .unwrap_or(DEFAULT_MAX_IN_FLIGHT as i64);
+        let max_in_flight = match usize::try_from(max_in_flight) {
+            Ok(n) if (1..=MAX_MAX_IN_FLIGHT).contains(&n) => n,
+            _ => {
+                return Err(top.invalid(
+                    "max_in_flight",
+                    &format!("{max_in_flight} is not a lease count (1 to {MAX_MAX_IN_FLIGHT})"),
+                ))
+            }
+        };
         let queue_tables = top.array_of_tables("queue")?;
         top.finish()?;
         if queue_tables.is_empty() {
@@ -415,6 +441,7 @@ impl Config {
             advertised_http,
             receipt_secret,
             librdkafka,
+            max_in_flight,
             queues,
         })
     }
@@ -518,6 +545,16 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
             ))
         }
     };
+    let weight = keys.integer("weight")?.unwrap_or(1);
+    let weight = match u32::try_from(weight) {
+        Ok(n) if (1..=MAX_WEIGHT).contains(&n) => n,
+        _ => {
+            return Err(keys.invalid(
+                "weight",
+                &format!("{weight} is not a weight (1 to {MAX_WEIGHT})"),
+            ))
+        }
+    };
     let push = match keys.table("push")? {
         None => None,
         Some(table) => {
@@ -547,6 +584,7 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
         ordered,
         dedupe_window,
         gap_cap,
+        weight,
         push,
     })
 }
@@ -1055,6 +1093,7 @@ mod tests {
                 ordered: false,
                 dedupe_window: Duration::from_secs(300),
                 gap_cap: 100_000,
+                weight: 1,
                 push: None,
             }
         );
@@ -1261,6 +1300,21 @@ ordered = false
             .unwrap()
             .queues[0];
         assert_eq!(q.retry_topics(), ["jobs.retry.90s"]);
+    }
+
+    #[test]
+    fn in_flight_budget_and_weights() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(c.max_in_flight, DEFAULT_MAX_IN_FLIGHT);
+        assert_eq!(c.queues[0].weight, 1);
+        let c = parse(&format!("max_in_flight = 20\n{MINIMAL}weight = 3\n")).unwrap();
+        assert_eq!((c.max_in_flight, c.queues[0].weight), (20, 3));
+        assert_eq!(
+            error(&format!("max_in_flight = 0\n{MINIMAL}")),
+            "dispatcher.toml: key \"max_in_flight\": 0 is not a lease count (1 to 10000000)"
+        );
+        assert!(error(&format!("{MINIMAL}weight = 0\n")).contains("key \"weight\": 0 is not"));
+        assert!(error(&format!("{MINIMAL}weight = 1001\n")).contains("key \"weight\""));
     }
 
     #[test]

@@ -244,6 +244,7 @@ fn queue(q: QueueConfig) -> proto::Queue {
         dedupe_topic: q.dedupe_topic,
         ordered: q.ordered,
         gap_cap: q.gap_cap,
+        weight: q.weight,
     }
 }
 

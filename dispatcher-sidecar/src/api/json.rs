@@ -320,6 +320,7 @@ pub(crate) struct QueueOut {
     ordered: bool,
     dedupe_window: String,
     gap_cap: u64,
+    weight: u32,
     #[serde(skip_serializing_if = "Option::is_none")]
     push: Option<PushOut>,
 }
@@ -375,6 +376,7 @@ impl From<QueueConfig> for QueueOut {
             dedupe_topic: q.dedupe_topic,
             ordered: q.ordered,
             gap_cap: q.gap_cap,
+            weight: q.weight,
         }
     }
 }

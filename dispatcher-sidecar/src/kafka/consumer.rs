@@ -330,12 +330,28 @@ impl QueueConsumer {
     }
 }
 
+/// How long closing waits for the group to take the assignment back after
+/// unsubscribing.
+const UNSUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Dropping blocks until the consumer has left the group; from async code
 /// use `close`, which does it off the runtime's threads.
 impl Drop for QueueConsumer {
     fn drop(&mut self) {
         // Whoever drops the consumer cannot also release the final revoke.
         self.shared.closing.store(true, Ordering::SeqCst);
+        // librdkafka's close can wait forever in `rd_kafka_assign` when it
+        // has to revoke an assignment itself (confluentinc/librdkafka#4884;
+        // seen here in tests shutting down). So leave the group first, with
+        // the poll thread still serving the revoke, and close once nothing
+        // is assigned (or after a bound: then close as before).
+        self.consumer.unsubscribe();
+        let deadline = std::time::Instant::now() + UNSUBSCRIBE_TIMEOUT;
+        while std::time::Instant::now() < deadline
+            && self.consumer.assignment().is_ok_and(|tpl| tpl.count() > 0)
+        {
+            std::thread::sleep(Duration::from_millis(10));
+        }
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.poll_thread.take() {
             let _ = t.join();

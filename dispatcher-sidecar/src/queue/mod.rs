@@ -30,6 +30,7 @@
 //! [`PartitionLeases`]: crate::lease::PartitionLeases
 
 pub mod dedupe;
+pub mod fair;
 pub mod message;
 pub mod partition;
 mod reader;
@@ -111,7 +112,15 @@ impl Dispatcher {
         let mut queues = HashMap::new();
         let mut tasks = Vec::new();
         let reader_config = crate::kafka::admin_config(config);
-        for queue in &config.queues {
+        let fair = Arc::new(fair::FairShare::new(
+            config.max_in_flight,
+            &config
+                .queues
+                .iter()
+                .map(|q| (q.name.clone(), q.weight))
+                .collect::<Vec<_>>(),
+        ));
+        for (lane, queue) in config.queues.iter().enumerate() {
             let counts = partition_counts(&reader_config, queue).await?;
             let mut consumers = Vec::new();
             let mut event_streams = Vec::new();
@@ -144,6 +153,8 @@ impl Dispatcher {
                 producer: producer.clone(),
                 consumers,
                 reader_config: reader_config.clone(),
+                fair: fair.clone(),
+                lane,
             })?);
             runtime.follow_dedupe(&reader_config).await?;
             for (t, events) in event_streams.into_iter().enumerate() {

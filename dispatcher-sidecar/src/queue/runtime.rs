@@ -30,6 +30,7 @@ use crate::service::{
 };
 
 use super::dedupe::Dedupe;
+use super::fair::FairShare;
 use super::message::{
     tier_for_delay, validate_produce, Buffered, ConsumerNames, MESSAGE_ID_HEADER,
 };
@@ -74,7 +75,13 @@ fn unavailable(e: impl std::fmt::Display) -> ServiceError {
 /// One owned partition of one of the queue's topics.
 pub(crate) struct Partition {
     pub qp: QueuePartition,
-    pub state: Mutex<PartitionState>,
+    /// Locked through [`Partition::lock`], which reports in-flight changes
+    /// to the instance's budget.
+    state: Mutex<PartitionState>,
+    /// The instance's in-flight budget (`super::fair`).
+    fair: Arc<FairShare>,
+    /// This partition's leases as last reported to `fair`.
+    counted: AtomicUsize,
     /// Woken when leasing or acking made room under the prefetch bound.
     space: Notify,
     /// Revoked or shut down: its fetch task stops.
@@ -197,6 +204,10 @@ pub(crate) struct QueueRuntime {
     parked: Mutex<HashMap<QueuePartition, Parked>>,
     /// Receives lease nothing while set (`set_paused`).
     paused: AtomicBool,
+    /// The instance's in-flight budget, shared by its queues; `lane` is this
+    /// queue's index in it.
+    fair: Arc<FairShare>,
+    lane: usize,
 }
 
 /// A revoked partition's state and what proves nobody changed it since.
@@ -231,6 +242,8 @@ pub(crate) struct RuntimeParts {
     pub producer: FutureProducer,
     pub consumers: Vec<Arc<QueueConsumer>>,
     pub reader_config: rdkafka::config::ClientConfig,
+    pub fair: Arc<FairShare>,
+    pub lane: usize,
 }
 
 impl QueueRuntime {
@@ -287,6 +300,8 @@ impl QueueRuntime {
             unserved: Mutex::new(BTreeSet::new()),
             parked: Mutex::new(HashMap::new()),
             paused: AtomicBool::new(false),
+            fair: parts.fair,
+            lane: parts.lane,
         })
     }
 
@@ -359,7 +374,76 @@ impl QueueRuntime {
     }
 }
 
+/// A partition's state, locked. On unlock it reports how the engine's
+/// in-flight count changed to the budget, so every lease, ack, nack, expiry
+/// and rebuild is counted wherever it happens.
+pub(crate) struct StateGuard<'a> {
+    state: std::sync::MutexGuard<'a, PartitionState>,
+    part: &'a Partition,
+}
+
+impl std::ops::Deref for StateGuard<'_> {
+    type Target = PartitionState;
+    fn deref(&self) -> &PartitionState {
+        &self.state
+    }
+}
+
+impl std::ops::DerefMut for StateGuard<'_> {
+    fn deref_mut(&mut self) -> &mut PartitionState {
+        &mut self.state
+    }
+}
+
+impl Drop for StateGuard<'_> {
+    fn drop(&mut self) {
+        let now = self.state.engine.in_flight_len();
+        let before = self.part.counted.swap(now, Ordering::Relaxed);
+        if now != before {
+            self.part
+                .fair
+                .in_flight_changed(now as isize - before as isize);
+        }
+    }
+}
+
+impl Drop for Partition {
+    /// Its leases leave the budget with it (a revoked partition's leases
+    /// count until it is dropped or taken back).
+    fn drop(&mut self) {
+        let counted = *self.counted.get_mut();
+        if counted > 0 {
+            self.fair.in_flight_changed(-(counted as isize));
+        }
+    }
+}
+
 impl Partition {
+    pub(crate) fn new(
+        qp: QueuePartition,
+        state: PartitionState,
+        committed: i64,
+        fair: Arc<FairShare>,
+    ) -> Partition {
+        Partition {
+            qp,
+            state: Mutex::new(state),
+            fair,
+            counted: AtomicUsize::new(0),
+            space: Notify::new(),
+            closed: AtomicBool::new(false),
+            last_commit: AtomicI64::new(committed),
+            fetch_task: Mutex::new(None),
+        }
+    }
+
+    pub(crate) fn lock(&self) -> StateGuard<'_> {
+        StateGuard {
+            state: self.state.lock().unwrap(),
+            part: self,
+        }
+    }
+
     /// Stops the fetch task and waits until it is gone.
     async fn close(&self) {
         self.closed.store(true, Ordering::SeqCst);

@@ -145,14 +145,7 @@ impl QueueRuntime {
             let mut state = PartitionState::rebuilt(rebuilt, acked);
             // The ownership's generation, written before the first lease.
             floors.merge(self.write_events(&mut state));
-            rebuilt_parts.push(Arc::new(Partition {
-                qp,
-                last_commit: AtomicI64::new(base),
-                state: Mutex::new(state),
-                space: Notify::new(),
-                closed: AtomicBool::new(false),
-                fetch_task: Mutex::new(None),
-            }));
+            rebuilt_parts.push(Arc::new(Partition::new(qp, state, base, self.fair.clone())));
         }
         floors.wait().await.map_err(|e| {
             anyhow::anyhow!("writing the partitions' generations to the ack log: {e}")
@@ -221,7 +214,7 @@ impl QueueRuntime {
         let committed: Vec<(Arc<Partition>, i64)> = gone
             .into_iter()
             .filter_map(|part| {
-                let committed = part.state.lock().unwrap().engine.committed_offset();
+                let committed = part.lock().engine.committed_offset();
                 (part.last_commit.load(Ordering::SeqCst) == committed).then_some((part, committed))
             })
             .collect();
@@ -313,7 +306,7 @@ impl QueueRuntime {
     pub(super) async fn commit(&self, parts: &[Arc<Partition>], force: bool) {
         let mut by_topic: BTreeMap<u16, Vec<(Arc<Partition>, i64)>> = BTreeMap::new();
         for part in parts {
-            let committed = part.state.lock().unwrap().engine.committed_offset();
+            let committed = part.lock().engine.committed_offset();
             if force || committed != part.last_commit.load(Ordering::SeqCst) {
                 by_topic
                     .entry(part.qp.topic)
@@ -369,7 +362,7 @@ impl QueueRuntime {
                 let space = part.space.notified();
                 tokio::pin!(space);
                 space.as_mut().enable();
-                let room = part.state.lock().unwrap().prefetch_room();
+                let room = part.lock().prefetch_room();
                 if room == 0 {
                     let _ = tokio::time::timeout(Duration::from_millis(500), space).await;
                     continue;
@@ -399,7 +392,7 @@ impl QueueRuntime {
             tracing::debug!(queue = %self.config.name, partition = %part.qp, n = batch.len(),
                 first = batch[0].0, "fetched");
             let (pending, routable) = {
-                let mut state = part.state.lock().unwrap();
+                let mut state = part.lock();
                 if part.closed.load(Ordering::SeqCst) {
                     return;
                 }

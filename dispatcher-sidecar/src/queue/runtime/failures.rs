@@ -7,7 +7,7 @@ impl QueueRuntime {
     /// Writes the copies of the partition's failures (retry tier or DLQ),
     /// and once each copy is acknowledged, marks its offset done.
     pub(super) async fn route(&self, part: &Arc<Partition>) {
-        let jobs = part.state.lock().unwrap().take_routable();
+        let jobs = part.lock().take_routable();
         if jobs.is_empty() {
             return;
         }
@@ -64,7 +64,7 @@ impl QueueRuntime {
             }
         }
         let (pending, wake) = {
-            let mut state = part.state.lock().unwrap();
+            let mut state = part.lock();
             for (failure, _) in &jobs {
                 if ok.contains(&failure.offset) {
                     state.routed(failure.offset);
@@ -94,7 +94,7 @@ impl QueueRuntime {
         let now = now_ms();
         for part in self.owned() {
             let (pending, expired, routable) = {
-                let mut state = part.state.lock().unwrap();
+                let mut state = part.lock();
                 let mut failures = state.engine.expire(now);
                 failures.extend(state.engine.enforce_gap_cap(now));
                 let expired = failures
@@ -143,7 +143,7 @@ impl QueueRuntime {
                 continue;
             };
             let (lost, pending) = {
-                let mut state = part.state.lock().unwrap();
+                let mut state = part.lock();
                 let lost = state.left_retention(low);
                 (lost, self.write_events(&mut state))
             };
@@ -166,7 +166,7 @@ impl QueueRuntime {
         let mut retry_depth = vec![0i64; self.topics.len()];
         for part in owned {
             let (in_flight, committed, oldest) = {
-                let s = part.state.lock().unwrap();
+                let s = part.lock();
                 (
                     s.engine.in_flight_len(),
                     s.engine.committed_offset(),

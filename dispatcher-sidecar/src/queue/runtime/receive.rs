@@ -44,7 +44,15 @@ impl QueueRuntime {
             let (deliveries, pending, next_due_ms) = if self.paused() {
                 (Vec::new(), Pending::default(), None)
             } else {
-                self.try_lease(max, slot, lease_ms)
+                // The instance's in-flight budget, shared fairly by the
+                // queues: when it is spent this waits for its turn.
+                let granted = self.fair.acquire(self.lane, max, deadline).await;
+                if granted == 0 {
+                    return Ok(Vec::new());
+                }
+                let leased = self.try_lease(granted, slot, lease_ms);
+                self.fair.release(granted);
+                leased
             };
             if !deliveries.is_empty() {
                 // Not awaited: a lease lost with this owner only means a
@@ -122,7 +130,7 @@ impl QueueRuntime {
                 break;
             }
             let part = &parts[(start + i) % parts.len()];
-            let mut state = part.state.lock().unwrap();
+            let mut state = part.lock();
             let grants = state.lease(max - deliveries.len(), slot, lease_ms, now);
             let leased = !grants.is_empty();
             for (grant, m, crashed) in grants {
@@ -213,7 +221,7 @@ impl QueueRuntime {
         let mut pending = Pending::default();
         let mut wake = false;
         for (part, list) in by_partition.values() {
-            let mut state = part.state.lock().unwrap();
+            let mut state = part.lock();
             for (i, r) in list {
                 outcomes[*i] = match state.engine.ack(r) {
                     Ok(()) => {
@@ -252,7 +260,7 @@ impl QueueRuntime {
         let retry_after_ms = request.retry_after.map(ms);
         let error = request.error.as_deref().unwrap_or("nacked");
         let pending = {
-            let mut state = part.state.lock().unwrap();
+            let mut state = part.lock();
             match state
                 .engine
                 .nack(&receipt, retry_after_ms, error, request.permanent, now_ms())
@@ -287,12 +295,7 @@ impl QueueRuntime {
                 });
             }
         };
-        let result = part
-            .state
-            .lock()
-            .unwrap()
-            .engine
-            .extend(&receipt, ms(lease), now_ms());
+        let result = part.lock().engine.extend(&receipt, ms(lease), now_ms());
         Ok(match result {
             Ok(extended) => ExtendResult {
                 outcome: ReceiptOutcome::Ok,

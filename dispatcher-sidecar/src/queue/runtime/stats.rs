@@ -84,7 +84,7 @@ impl QueueRuntime {
         };
         for part in self.owned() {
             let (in_flight, committed, oldest) = {
-                let s = part.state.lock().unwrap();
+                let s = part.lock();
                 (
                     s.engine.in_flight_len() as u64,
                     s.engine.committed_offset(),
