@@ -22,6 +22,8 @@ pub enum TopicRole {
     Dlq,
     AckLog,
     Dedupe,
+    /// Ordered queues: a parked key's later messages (issue 8).
+    Hold,
 }
 
 /// The primary topic as the cluster describes it.
@@ -99,6 +101,15 @@ pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
         TopicRole::Dlq,
         BTreeMap::from([("retention.ms".to_string(), retention(0, 2))]),
     ));
+    if queue.ordered {
+        // Held messages wait for their key's release as long as its DLQ
+        // record can be redriven: the DLQ's retention.
+        specs.push(spec(
+            queue.hold_topic(),
+            TopicRole::Hold,
+            BTreeMap::from([("retention.ms".to_string(), retention(0, 2))]),
+        ));
+    }
     specs.push(spec(
         queue.ack_log_topic.clone(),
         TopicRole::AckLog,

@@ -102,7 +102,8 @@ impl QueueRuntime {
                     &self.topics[tier + 1]
                 }
             };
-            // By key with librdkafka's default partitioner; without a key its
+            // By key with the producer's partitioner (murmur2, as Java
+            // clients, unless `[librdkafka]` names another); without a key its
             // sticky partitioner spreads batches over the partitions.
             let mut record = FutureRecord::to(topic)
                 .payload(&m.payload[..])
