@@ -1,7 +1,9 @@
 //! Ordered queues (issue 8) against our broker: one message in flight per
 //! key, retries kept in the partition so a key's later messages never
-//! overtake a retried one, the DLQ copy's history, and a restart that keeps
-//! a retrying key busy. Ports 45300-45349.
+//! overtake a retried one, the DLQ copy's history, a restart that keeps a
+//! retrying key busy, parked keys (hold, commit point, skip, redrive, a
+//! restart while parked and mid-replay), and the issue's 10k messages over
+//! 50 keys with one poison message. Ports 45300-45349.
 
 mod common;
 
@@ -13,7 +15,8 @@ use dispatcher_sidecar::config::Config;
 use dispatcher_sidecar::kafka;
 use dispatcher_sidecar::queue::Dispatcher;
 use dispatcher_sidecar::service::{
-    Delivery, NackRequest, NewMessage, ProduceStatus, QueueService, ReceiptOutcome, ReceiveRequest,
+    Delivery, NackRequest, NewMessage, ParkedKeyInfo, ProduceStatus, QueueService, ReceiptOutcome,
+    ReceiveRequest, SkipOutcome, SkipRequest,
 };
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -286,4 +289,363 @@ async fn a_restart_keeps_a_retrying_key_busy_with_its_attempt_and_history() {
     let errors: Vec<&str> = env.errors.iter().map(|e| e.error.as_str()).collect();
     assert_eq!(errors, ["before restart", "after restart", "third"]);
     second.shutdown().await;
+}
+
+/// Polls `parked` until `check` holds for the list (or the timeout).
+async fn parked_until(
+    d: &Dispatcher,
+    what: &str,
+    check: impl Fn(&[ParkedKeyInfo]) -> bool,
+) -> Vec<ParkedKeyInfo> {
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let parked = d.parked(Q).await.unwrap();
+        if check(&parked) {
+            return parked;
+        }
+        assert!(Instant::now() < deadline, "{what}: parked = {parked:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+async fn nack_permanent(d: &Dispatcher, m: &Delivery) {
+    let outcome = d
+        .nack(
+            Q,
+            NackRequest {
+                receipt: m.receipt.clone(),
+                retry_after: None,
+                error: Some("poison".into()),
+                permanent: true,
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(outcome, ReceiptOutcome::Ok);
+}
+
+/// Receives and acks until `n` messages came, checking that no receive
+/// hands out two messages of one key; returns the payloads in order.
+async fn drain_in_order(d: &Dispatcher, n: usize) -> Vec<String> {
+    let deadline = Instant::now() + TIMEOUT;
+    let mut got = Vec::new();
+    while got.len() < n {
+        assert!(Instant::now() < deadline, "only {got:?}");
+        let batch = receive(d, 10, Duration::from_secs(2)).await;
+        let mut keys: Vec<String> = batch.iter().map(key_of).collect();
+        keys.sort();
+        let before = keys.len();
+        keys.dedup();
+        assert_eq!(keys.len(), before, "two messages of one key out at once");
+        for m in batch {
+            got.push(text(&m));
+            ack(d, &m).await;
+        }
+    }
+    got
+}
+
+/// The queue's depth (log end minus commit point) over its partitions.
+async fn depth(d: &Dispatcher) -> i64 {
+    d.stats(Q).await.unwrap().depth
+}
+
+/// Produces the redrive of a DLQ record as the agreed interface says: to
+/// the origin partition of the queue's topic, with the record's key,
+/// payload and user headers, the envelope rewritten to attempt 1 without a
+/// due time, and the redrive job's two headers.
+async fn redrive(config: &Config, topic: &str, dlq_record: &rdkafka::message::OwnedMessage) {
+    use rdkafka::message::{Header, Headers, OwnedHeaders};
+    use rdkafka::producer::{FutureProducer, FutureRecord};
+    let mut env = envelope_of(dlq_record);
+    env.attempt = dispatcher_sidecar::lease::Attempt(1);
+    env.due_ms = None;
+    let mut headers: Vec<(String, Vec<u8>)> = dlq_record
+        .headers()
+        .map(|h| {
+            h.iter()
+                .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
+                .collect()
+        })
+        .unwrap_or_default();
+    env.write_into(&mut headers);
+    headers.push(("dispatcher.redrive-job".into(), b"job-1".to_vec()));
+    headers.push(("dispatcher.redriven-ms".into(), b"1".to_vec()));
+    let owned = headers.iter().fold(OwnedHeaders::new(), |h, (k, v)| {
+        h.insert(Header {
+            key: k,
+            value: Some(v),
+        })
+    });
+    let producer: FutureProducer = kafka::producer_config(config).create().unwrap();
+    producer
+        .send(
+            FutureRecord::to(topic)
+                .partition(env.origin_partition)
+                .key(dlq_record.key().unwrap())
+                .payload(dlq_record.payload().unwrap())
+                .headers(owned),
+            TIMEOUT,
+        )
+        .await
+        .unwrap();
+}
+
+/// K0 is poison: K is parked, K1 and K2 go to the hold and the commit point
+/// passes them, other keys flow; `release` (a skip or a redrive) then
+/// delivers K1, K2 and the K3 produced meanwhile in order, before K4.
+async fn parked_key_then(port: u16, topic: &str, redriven: bool) {
+    let (_broker, config) = setup(port, topic, 1, "lease = \"30s\"").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    let mut messages = Vec::new();
+    for i in 0..3 {
+        messages.push(keyed("K", &format!("K{i}")));
+        messages.push(keyed("A", &format!("A{i}")));
+    }
+    produce(&d, messages).await;
+    let deadline = Instant::now() + TIMEOUT;
+    let mut others = Vec::new();
+    let mut poison_id = None;
+    while others.len() < 3 || poison_id.is_none() {
+        assert!(Instant::now() < deadline, "got {others:?}");
+        for m in receive(&d, 10, Duration::from_secs(2)).await {
+            match text(&m).as_str() {
+                "K0" => {
+                    poison_id = Some(m.message_id.clone());
+                    nack_permanent(&d, &m).await;
+                }
+                t if t.starts_with('A') => {
+                    others.push(t.to_owned());
+                    ack(&d, &m).await;
+                }
+                t => panic!("{t} delivered while K is parked"),
+            }
+        }
+    }
+    assert_eq!(others, ["A0", "A1", "A2"]);
+    let poison_id = poison_id.unwrap();
+    let parked = parked_until(&d, "K1 and K2 held", |p| p.len() == 1 && p[0].held == 2).await;
+    assert_eq!(
+        (
+            parked[0].partition,
+            parked[0].key.as_slice(),
+            parked[0].message_id.as_str()
+        ),
+        (0, &b"K"[..], poison_id.as_str())
+    );
+    assert_eq!(parked[0].released_by, None);
+    // The commit point passed the held messages.
+    let until = Instant::now() + TIMEOUT;
+    while depth(&d).await != 0 {
+        assert!(Instant::now() < until, "the commit point is stuck");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert!(
+        receive(&d, 10, Duration::from_secs(1)).await.is_empty(),
+        "a parked key's message was delivered"
+    );
+    let hold = read_all(&config, &format!("{topic}.hold"), 1, 2);
+    let held: Vec<&[u8]> = hold.iter().filter_map(|m| m.payload()).collect();
+    assert_eq!(held, [&b"K1"[..], b"K2"]);
+    assert_eq!(envelope_of(&hold[0]).origin_offset, 2);
+    let dlq = read_all(&config, &format!("{topic}.dlq"), 1, 1);
+    assert_eq!(envelope_of(&dlq[0]).errors[0].error, "poison");
+
+    produce(&d, vec![keyed("K", "K3")]).await;
+    parked_until(&d, "K3 held", |p| p.len() == 1 && p[0].held == 3).await;
+    if redriven {
+        redrive(&config, topic, &dlq[0]).await;
+        let again = drain_in_order(&d, 1).await;
+        assert_eq!(again, ["K0"], "the redriven message comes first");
+    } else {
+        let wrong = d
+            .skip(
+                Q,
+                SkipRequest {
+                    partition: 0,
+                    key: b"K".to_vec(),
+                    message_id: "not-it".into(),
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(wrong, SkipOutcome::OtherMessage);
+        let none = d
+            .skip(
+                Q,
+                SkipRequest {
+                    partition: 0,
+                    key: b"Z".to_vec(),
+                    message_id: poison_id.clone(),
+                },
+            )
+            .await
+            .unwrap();
+        assert_eq!(none, SkipOutcome::NotParked);
+        let skip = SkipRequest {
+            partition: 0,
+            key: b"K".to_vec(),
+            message_id: poison_id.clone(),
+        };
+        assert_eq!(
+            d.skip(Q, skip.clone()).await.unwrap(),
+            SkipOutcome::Released
+        );
+        assert_eq!(d.skip(Q, skip).await.unwrap(), SkipOutcome::AlreadyReleased);
+    }
+    let replayed = drain_in_order(&d, 1).await;
+    produce(&d, vec![keyed("K", "K4")]).await;
+    let rest = drain_in_order(&d, 3).await;
+    assert_eq!(
+        [replayed, rest].concat(),
+        ["K1", "K2", "K3", "K4"],
+        "held messages in order, before the newer one"
+    );
+    parked_until(&d, "K released", |p| p.is_empty()).await;
+    assert!(receive(&d, 10, Duration::from_secs(1)).await.is_empty());
+    d.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_poison_message_parks_its_key_until_a_skip_replays_the_hold_in_order() {
+    parked_key_then(45303, "ord-skip", false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_redrive_of_the_poison_message_releases_its_key_and_comes_first() {
+    parked_key_then(45304, "ord-redrive", true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_keeps_a_parked_key_parked_and_loses_none_of_its_messages() {
+    let (_broker, config) = setup(45305, "ord-park-restart", 1, "lease = \"30s\"").await;
+    let first = Dispatcher::start(&config).await.unwrap();
+    produce(
+        &first,
+        vec![keyed("K", "K0"), keyed("K", "K1"), keyed("K", "K2")],
+    )
+    .await;
+    let deadline = Instant::now() + TIMEOUT;
+    let k0 = loop {
+        assert!(Instant::now() < deadline);
+        if let Some(m) = receive(&first, 10, Duration::from_secs(2)).await.pop() {
+            break m;
+        }
+    };
+    assert_eq!(text(&k0), "K0");
+    nack_permanent(&first, &k0).await;
+    parked_until(&first, "K1 and K2 held", |p| p.len() == 1 && p[0].held == 2).await;
+    first.shutdown().await;
+    drop(first);
+
+    let second = Dispatcher::start(&config).await.unwrap();
+    let parked = parked_until(&second, "still parked", |p| p.len() == 1).await;
+    assert_eq!(parked[0].held, 2);
+    assert_eq!(parked[0].message_id, k0.message_id);
+    produce(&second, vec![keyed("K", "K3")]).await;
+    parked_until(&second, "K3 held", |p| p.len() == 1 && p[0].held == 3).await;
+    assert!(
+        receive(&second, 10, Duration::from_secs(1))
+            .await
+            .is_empty(),
+        "a parked key's message was delivered after the restart"
+    );
+    let released = second
+        .skip(
+            Q,
+            SkipRequest {
+                partition: 0,
+                key: b"K".to_vec(),
+                message_id: k0.message_id.clone(),
+            },
+        )
+        .await
+        .unwrap();
+    assert_eq!(released, SkipOutcome::Released);
+    // A restart in the middle of the replay: it goes on where it was.
+    let one = drain_in_order(&second, 1).await;
+    assert_eq!(one, ["K1"]);
+    second.shutdown().await;
+    drop(second);
+    let third = Dispatcher::start(&config).await.unwrap();
+    let rest = drain_in_order(&third, 2).await;
+    assert_eq!(rest, ["K2", "K3"], "nothing lost, nothing repeated");
+    parked_until(&third, "K released", |p| p.is_empty()).await;
+    third.shutdown().await;
+}
+
+/// The issue's case: 10k messages over 50 keys in 4 partitions, one poison
+/// message of key K. Every other key's messages come in order; K's later
+/// messages come in order after the poison message's redrive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ten_thousand_messages_over_fifty_keys_with_one_poison_message() {
+    let (_broker, config) = setup(45306, "ord-10k", 4, "lease = \"60s\"").await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    const KEYS: usize = 50;
+    const N: usize = 10_000;
+    let poison = ("k7".to_string(), 30usize);
+    let mut all: Vec<NewMessage> = (0..N)
+        .map(|i| keyed(&format!("k{}", i % KEYS), &format!("{}", i / KEYS)))
+        .collect();
+    while !all.is_empty() {
+        let rest = all.split_off(all.len().min(500));
+        produce(&d, std::mem::replace(&mut all, rest)).await;
+    }
+    let mut seen: HashMap<String, Vec<usize>> = HashMap::new();
+    let deadline = Instant::now() + Duration::from_secs(600);
+    let mut dlq_record = None;
+    // Everything but K's messages after the poison one (which is delivered).
+    let expected_before_release = N - (N / KEYS - poison.1 - 1);
+    let mut count = 0;
+    while count < expected_before_release {
+        assert!(Instant::now() < deadline, "only {count} delivered");
+        let batch = receive(&d, 100, Duration::from_secs(2)).await;
+        let mut acks = Vec::new();
+        for m in batch {
+            let key = key_of(&m);
+            let seq: usize = text(&m).parse().unwrap();
+            if key == poison.0 && seq == poison.1 {
+                nack_permanent(&d, &m).await;
+                count += 1;
+                continue;
+            }
+            if key == poison.0 {
+                assert!(seq < poison.1, "{key} {seq} delivered while parked");
+            }
+            seen.entry(key).or_default().push(seq);
+            acks.push(m.receipt);
+            count += 1;
+        }
+        if !acks.is_empty() {
+            let outcomes = d.ack(Q, &acks).await.unwrap();
+            assert!(outcomes.iter().all(|o| *o == ReceiptOutcome::Ok));
+        }
+    }
+    for (key, seqs) in &seen {
+        let want: Vec<usize> = if *key == poison.0 {
+            (0..poison.1).collect()
+        } else {
+            (0..N / KEYS).collect()
+        };
+        assert_eq!(seqs, &want, "{key} out of order");
+    }
+    assert_eq!(seen.len(), KEYS);
+    let held = (N / KEYS - poison.1 - 1) as u64;
+    let parked = parked_until(&d, "K's later messages held", |p| {
+        p.len() == 1 && p[0].held == held
+    })
+    .await;
+    let partition = parked[0].partition;
+    let dlq = read_all(&config, "ord-10k.dlq", 4, 1);
+    dlq_record.get_or_insert(dlq[0].clone());
+    assert_eq!(envelope_of(&dlq[0]).origin_partition, partition);
+    redrive(&config, "ord-10k", dlq_record.as_ref().unwrap()).await;
+    let rest = drain_in_order(&d, N / KEYS - poison.1).await;
+    let want: Vec<String> = (poison.1..N / KEYS).map(|s| s.to_string()).collect();
+    assert_eq!(
+        rest, want,
+        "the redriven message, then K's held ones in order"
+    );
+    parked_until(&d, "K released", |p| p.is_empty()).await;
+    d.shutdown().await;
 }

@@ -1332,6 +1332,271 @@ mod tests {
         );
     }
 
+    /// A hold copy as the runtime writes it (read back by the replay).
+    fn hold_copy(s: &PartitionState, offset: i64) -> Buffered {
+        let m = s.message(offset).unwrap();
+        let mut headers = m.headers.clone();
+        headers.push((
+            super::super::ordered::HELD_FROM_HEADER.into(),
+            offset.to_string().into_bytes(),
+        ));
+        Buffered::new(
+            "t.hold",
+            0,
+            offset,
+            m.key.clone(),
+            m.payload.clone(),
+            headers,
+            0,
+            false,
+        )
+    }
+
+    fn hold_receipt(hold_offset: i64) -> crate::lease::Receipt {
+        crate::lease::Receipt {
+            partition: QueuePartition {
+                topic: HOLD_TOPIC,
+                partition: 0,
+            },
+            offset: hold_offset,
+            generation: crate::lease::Generation(0),
+        }
+    }
+
+    /// Parks `a` by its record at 0 (dead-lettered) with `a` at 1 and 3
+    /// and `b` at 2.
+    fn parked_a() -> PartitionState {
+        let mut s = ordered_state(ordered_config());
+        for (o, k) in [(0, "a"), (1, "a"), (2, "b"), (3, "a")] {
+            s.offer(o, keyed(o, k));
+        }
+        assert_eq!(leased(&mut s, 0), vec![(0, 1), (2, 1)]);
+        let f = s
+            .engine
+            .nack(&receipt(0, 0), None, "poison", true, 0)
+            .unwrap();
+        s.fail(f);
+        s.take_routable();
+        s.routed(0);
+        let a = bytes::Bytes::from_static(b"a");
+        assert!(s.park(&a, "m-a0", 10));
+        s
+    }
+
+    #[test]
+    fn a_parked_keys_records_go_to_the_hold_in_order_and_the_commit_point_passes_them() {
+        let mut s = parked_a();
+        assert_eq!(leased(&mut s, 0), vec![], "a is parked, b is in flight");
+        let first = s.take_holdable();
+        assert_eq!(
+            first.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+            vec![1],
+            "one copy per key at a time"
+        );
+        assert!(s.take_holdable().is_empty());
+        s.held(1, 100);
+        let second = s.take_holdable();
+        assert_eq!(second.iter().map(|(o, _)| *o).collect::<Vec<_>>(), vec![3]);
+        s.held(3, 101);
+        s.engine.ack(&receipt(2, 0)).unwrap();
+        s.done(2);
+        assert_eq!(s.engine.committed_offset(), 4, "past the held records");
+        let p = &s.parked_keys()[0];
+        assert_eq!(
+            (
+                p.message_id.as_str(),
+                p.held,
+                p.first_hold,
+                p.last_hold,
+                p.last_held_origin
+            ),
+            ("m-a0", 2, Some(100), Some(101), 3)
+        );
+        let records = s.take_ordered_out();
+        assert!(matches!(records.last(), Some(OrderedRecord::Parked(p)) if p.held == 2));
+    }
+
+    #[test]
+    fn a_skip_replays_the_hold_one_at_a_time_then_unparks_the_key() {
+        let mut s = parked_a();
+        for o in [1, 3] {
+            let h = s.take_holdable();
+            assert_eq!(h[0].0, o);
+            s.held(o, 99 + o);
+        }
+        let a = bytes::Bytes::from_static(b"a");
+        assert_eq!(
+            s.skip(&a, "m-other", 20),
+            Err(SkipRefused::OtherMessage("m-a0".into()))
+        );
+        assert_eq!(
+            s.skip(&bytes::Bytes::from_static(b"z"), "m-a0", 20),
+            Err(SkipRefused::NotParked)
+        );
+        assert_eq!(s.skip(&a, "m-a0", 20), Ok(()));
+        assert_eq!(s.skip(&a, "m-a0", 20), Err(SkipRefused::Released));
+        // A later record of the key, during the replay, is held too.
+        s.offer(4, keyed(4, "a"));
+        assert_eq!(leased(&mut s, 0), vec![], "b is in flight, a waits");
+        assert_eq!(s.take_holdable()[0].0, 4);
+        s.held(4, 105);
+        let wanted = s.replay_wanted();
+        assert_eq!(wanted, vec![(a.clone(), 100, 105, -1)]);
+        assert!(s.replay_wanted().is_empty(), "one read at a time");
+        // The hold copies as the reader finds them (origin 1, then 3, 4).
+        let copies: Vec<(i64, Buffered)> = [(100, 1), (102, 3), (105, 4)]
+            .iter()
+            .map(|&(h, o)| {
+                let mut m = keyed(o, "a");
+                m.headers.push((
+                    super::super::ordered::HELD_FROM_HEADER.into(),
+                    o.to_string().into_bytes(),
+                ));
+                (h, m)
+            })
+            .collect();
+        let mut order = Vec::new();
+        for (hold_offset, copy) in copies {
+            s.replay_wanted();
+            s.replay_loaded(&a, Some((hold_offset, copy)), Some(hold_offset));
+            let got = s.lease(10, ConsumerSlot(1), 1_000, 0);
+            let hold: Vec<_> = got
+                .iter()
+                .filter(|(g, _, _)| g.receipt.partition.topic == HOLD_TOPIC)
+                .map(|(g, m, _)| (g.receipt.offset, super::super::ordered::held_from(m)))
+                .collect();
+            assert_eq!(hold, vec![(hold_offset, hold[0].1)], "one copy out");
+            order.push(hold[0].1);
+            assert!(s.lease(10, ConsumerSlot(1), 1_000, 0).is_empty());
+            assert_eq!(
+                s.replay_ack(&hold_receipt(hold_offset + 1)),
+                Err(LeaseError::StaleReceipt {
+                    offset: hold_offset + 1
+                })
+            );
+            s.replay_ack(&hold_receipt(hold_offset)).unwrap();
+        }
+        assert_eq!(order, vec![1, 3, 4]);
+        assert!(s.parked_keys().is_empty(), "nothing left: unparked");
+        assert!(matches!(
+            s.take_ordered_out().last(),
+            Some(OrderedRecord::Unparked(k)) if k == b"a"
+        ));
+        s.offer(5, keyed(5, "a"));
+        assert_eq!(leased(&mut s, 0), vec![(5, 1)], "a flows again");
+    }
+
+    #[test]
+    fn a_replayed_copy_that_fails_retries_then_parks_the_key_again() {
+        let mut s = ordered_state(LeaseConfig {
+            max_attempts: 2,
+            ..ordered_config()
+        });
+        s.offer(0, keyed(0, "a"));
+        leased(&mut s, 0);
+        let f = s.engine.nack(&receipt(0, 0), None, "x", true, 0).unwrap();
+        s.fail(f);
+        s.take_routable();
+        s.routed(0);
+        let a = bytes::Bytes::from_static(b"a");
+        s.park(&a, "m0", 0);
+        s.offer(1, keyed(1, "a"));
+        s.offer(2, keyed(2, "a"));
+        for (o, h) in [(1, 10), (2, 11)] {
+            let copy = hold_copy(&s, o);
+            assert_eq!(s.take_holdable()[0].0, o);
+            s.held(o, h);
+            let _ = copy;
+        }
+        s.skip(&a, "m0", 0).unwrap();
+        s.replay_wanted();
+        let mut copy = keyed(1, "a");
+        copy.headers.push((
+            super::super::ordered::HELD_FROM_HEADER.into(),
+            b"1".to_vec(),
+        ));
+        s.replay_loaded(&a, Some((10, copy)), Some(10));
+        assert_eq!(s.lease(1, ConsumerSlot(1), 1_000, 0).len(), 1);
+        let dead = s.replay_fail(&a, FailureCause::Nacked, 0, "first", None, 0);
+        assert!(dead.is_none(), "retried");
+        assert!(
+            s.lease(1, ConsumerSlot(1), 1_000, 999).is_empty(),
+            "not due"
+        );
+        let again = s.lease(1, ConsumerSlot(1), 1_000, 1_000);
+        assert_eq!(again[0].0.attempt, Attempt(2));
+        let dead = s
+            .replay_fail(&a, FailureCause::Nacked, 0, "second", None, 1_000)
+            .expect("the last attempt: DLQ");
+        let env = dead.envelope.unwrap();
+        let errors: Vec<&str> = env.errors.iter().map(|e| e.error.as_str()).collect();
+        assert_eq!(errors, ["first", "second"]);
+        s.replay_dead_lettered(&a, 1_000);
+        let p = &s.parked_keys()[0];
+        assert_eq!(
+            (p.release.is_none(), p.held, p.first_hold, p.replayed_origin),
+            (true, 1, Some(11), 1),
+            "parked again by the copy; the rest of the hold waits"
+        );
+    }
+
+    #[test]
+    fn a_rebuild_keeps_a_key_parked_and_does_not_hold_a_record_twice() {
+        let mut old = parked_a();
+        let h = old.take_holdable();
+        old.held(h[0].0, 100);
+        let records = old.take_ordered_out();
+        let mut s = ordered_state(ordered_config());
+        s.set_ordered(OrderedKeys::new(records, 0));
+        assert_eq!(s.parked_keys().len(), 1);
+        for (o, k) in [(1, "a"), (2, "b"), (3, "a")] {
+            s.offer(o, keyed(o, k));
+        }
+        assert_eq!(leased(&mut s, 0), vec![(2, 1)], "a still parked");
+        let again = s.take_holdable();
+        assert_eq!(
+            again.iter().map(|(o, _)| *o).collect::<Vec<_>>(),
+            vec![3],
+            "offset 1 was held before the rebuild"
+        );
+    }
+
+    #[test]
+    fn the_redrive_of_the_poison_message_releases_the_key_and_is_leased_first() {
+        let mut s = parked_a();
+        for o in [1, 3] {
+            s.take_holdable();
+            s.held(o, 99 + o);
+        }
+        let mut redriven = keyed(10, "a");
+        redriven.message_id = "m-a0".into();
+        redriven
+            .headers
+            .push((REDRIVE_JOB_HEADER.into(), b"job".to_vec()));
+        let mut other = keyed(9, "a");
+        other.message_id = "m-a0".into();
+        s.offer(9, other);
+        assert_eq!(
+            s.take_holdable()[0].0,
+            9,
+            "same id without the header: held"
+        );
+        s.held(9, 110);
+        s.offer(10, redriven);
+        s.offer(11, keyed(11, "a"));
+        assert_eq!(
+            s.parked_keys()[0].release.as_ref().map(|r| r.by.as_str()),
+            Some("redrive")
+        );
+        assert!(s.replay_wanted().is_empty(), "the redriven record first");
+        assert_eq!(leased(&mut s, 0), vec![(10, 1)]);
+        assert_eq!(s.take_holdable()[0].0, 11, "newer records are held");
+        s.held(11, 111);
+        s.engine.ack(&receipt(10, 0)).unwrap();
+        s.done(10);
+        assert_eq!(s.replay_wanted().len(), 1, "then the hold");
+    }
+
     #[test]
     fn records_that_left_retention_are_counted_once() {
         let mut s = state();
