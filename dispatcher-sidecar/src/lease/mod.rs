@@ -647,6 +647,16 @@ impl PartitionLeases {
         self.mark_done(offset);
     }
 
+    /// The gap-cap window is full: nothing beyond it is leased until the
+    /// commit point moves.
+    pub fn window_full(&self) -> bool {
+        self.head - self.committed >= i64::from(self.config.gap_cap)
+    }
+
+    pub fn is_in_flight(&self, offset: i64) -> bool {
+        self.in_flight.contains_key(&offset)
+    }
+
     /// This ownership's generation (ordered queues sign replayed hold
     /// copies' receipts with it).
     pub fn generation(&self) -> Generation {

@@ -109,6 +109,10 @@ pub struct ParkedKey {
     pub replayed_origin: i64,
     /// Set once the key is released: the replay's progress.
     pub release: Option<Release>,
+    /// Parked by the gap cap (its stuck message is the first held copy):
+    /// released by itself at this time, the message's due time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auto_release_at_ms: Option<i64>,
 }
 
 impl ParkedKey {

@@ -498,6 +498,10 @@ impl PartitionState {
         self.ordered.as_mut().expect("an ordered partition")
     }
 
+    pub fn has_ordered_out(&self) -> bool {
+        self.ordered.as_ref().is_some_and(|k| !k.out.is_empty())
+    }
+
     /// The ordered-queue records to write to the ack log, in order.
     pub fn take_ordered_out(&mut self) -> Vec<OrderedRecord> {
         self.ordered
@@ -524,7 +528,9 @@ impl PartitionState {
             last_held_origin: -1,
             replayed_origin: -1,
             release: None,
+            auto_release_at_ms: None,
         });
+        p.auto_release_at_ms = None;
         p.message_id = message_id.to_owned();
         p.parked_at_ms = now_ms;
         p.release = None;
@@ -919,6 +925,102 @@ impl PartitionState {
         keys.out.push(record);
         keys.check_finished(key);
         Ok(())
+    }
+
+    /// The gap cap (issue 8, decision 4): when the window above the commit
+    /// point is full and the record at the commit point is a keyed record
+    /// retried in place, it is moved to the hold, its key parked by it and
+    /// released by itself at its due time, so the commit point moves on.
+    /// Returns it, marked as being copied (not for a key parked already, nor
+    /// when the table of parked keys is full).
+    pub fn take_stuck(&mut self) -> Option<(i64, Buffered)> {
+        let keys = self.ordered.as_ref()?;
+        if !self.engine.window_full() {
+            return None;
+        }
+        let offset = self.engine.committed_offset();
+        keys.retry(offset)?;
+        let m = self.msgs.get(&offset)?;
+        let key = m.key.as_ref()?;
+        if self.engine.is_in_flight(offset)
+            || keys.holding.contains(&offset)
+            || keys.parked.contains_key(key)
+            || keys.parked.len() >= MAX_PARKED_KEYS
+        {
+            return None;
+        }
+        let m = m.clone();
+        self.keys_mut().holding.insert(offset);
+        self.ready.retain(|&o| o != offset);
+        Some((offset, m))
+    }
+
+    /// The stuck record at `offset` is in the hold at `hold_offset`.
+    pub fn stuck_held(&mut self, offset: i64, hold_offset: i64, now_ms: i64) {
+        let Some(m) = self.msgs.get(&offset) else {
+            return;
+        };
+        let (Some(key), id) = (m.key.clone(), m.message_id.clone()) else {
+            return;
+        };
+        let due_ms = m.due_ms.unwrap_or(now_ms);
+        self.keys_mut().holding.remove(&offset);
+        self.engine.settle(offset);
+        self.remove_msg(offset);
+        self.trim();
+        if !self.park(&key, &id, now_ms) {
+            return;
+        }
+        let keys = self.keys_mut();
+        if let Some(p) = keys.parked.get_mut(&key) {
+            p.auto_release_at_ms = Some(due_ms);
+            p.held += 1;
+            if !p.hold_left() {
+                p.first_hold = Some(hold_offset);
+            }
+            p.last_hold = Some(hold_offset);
+            p.last_held_origin = p.last_held_origin.max(offset);
+            let record = OrderedRecord::Parked(p.clone());
+            keys.out.push(record);
+        }
+    }
+
+    /// Writing the stuck record's hold copy failed: it waits as before.
+    pub fn stuck_hold_failed(&mut self, offset: i64) {
+        self.keys_mut().holding.remove(&offset);
+        if self.msgs.contains_key(&offset) {
+            let at = self.ready.partition_point(|&o| o < offset);
+            self.ready.insert(at, offset);
+        }
+    }
+
+    /// Releases the keys the gap cap parked whose message is due.
+    pub fn auto_release(&mut self, now_ms: i64) {
+        let Some(keys) = &mut self.ordered else {
+            return;
+        };
+        let due: Vec<bytes::Bytes> = keys
+            .parked
+            .iter()
+            .filter(|(_, p)| {
+                p.release.is_none() && p.auto_release_at_ms.is_some_and(|t| t <= now_ms)
+            })
+            .map(|(k, _)| k.clone())
+            .collect();
+        for key in due {
+            if let Some(p) = keys.parked.get_mut(&key) {
+                p.auto_release_at_ms = None;
+                p.release = Some(Release {
+                    by: "gap_cap".into(),
+                    at_ms: now_ms,
+                    primary_offset: None,
+                    item: None,
+                });
+                let record = OrderedRecord::Parked(p.clone());
+                keys.out.push(record);
+            }
+            keys.check_finished(&key);
+        }
     }
 
     /// The parked keys, for the API.
@@ -1595,6 +1697,57 @@ mod tests {
         s.engine.ack(&receipt(10, 0)).unwrap();
         s.done(10);
         assert_eq!(s.replay_wanted().len(), 1, "then the hold");
+    }
+
+    #[test]
+    fn the_gap_cap_moves_a_stuck_retry_to_the_hold_and_releases_its_key_when_due() {
+        let mut s = ordered_state(LeaseConfig {
+            gap_cap: 4,
+            ..config()
+        });
+        for (o, k) in [(0, "a"), (1, "c1"), (2, "c2")] {
+            s.offer(o, keyed(o, k));
+        }
+        assert_eq!(leased(&mut s, 0).len(), 3);
+        let f = s
+            .engine
+            .nack(&receipt(0, 0), None, "slow", false, 0)
+            .unwrap();
+        s.fail(f.clone());
+        s.take_routable();
+        let record = retry_record(&s, &f);
+        s.retry_in_place(record);
+        assert!(s.take_stuck().is_none(), "the window has room");
+        s.offer(3, keyed(3, "c3"));
+        assert_eq!(leased(&mut s, 0), vec![(3, 1)]);
+        for o in 1..4 {
+            s.engine.ack(&receipt(o, 0)).unwrap();
+            s.done(o);
+        }
+        s.offer(4, keyed(4, "a"));
+        s.offer(5, keyed(5, "d"));
+        assert_eq!(leased(&mut s, 0), vec![], "the window is full");
+        let (offset, m) = s.take_stuck().expect("a stuck retry at the commit point");
+        assert_eq!((offset, m.attempt), (0, Attempt(2)));
+        s.stuck_held(0, 50, 10);
+        assert_eq!(s.engine.committed_offset(), 4, "the commit point moves on");
+        assert_eq!(leased(&mut s, 10), vec![(5, 1)], "other keys flow");
+        let p = &s.parked_keys()[0];
+        assert_eq!(
+            (p.auto_release_at_ms, p.held, p.first_hold),
+            (Some(1_000), 1, Some(50))
+        );
+        assert_eq!(
+            s.take_holdable()[0].0,
+            4,
+            "a's next record is held after it"
+        );
+        s.held(4, 51);
+        s.auto_release(999);
+        assert!(s.replay_wanted().is_empty(), "not due yet");
+        s.auto_release(1_000);
+        let a = bytes::Bytes::from_static(b"a");
+        assert_eq!(s.replay_wanted(), vec![(a, 50, 51, -1)]);
     }
 
     #[test]

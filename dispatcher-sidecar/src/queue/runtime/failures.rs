@@ -141,6 +141,7 @@ impl QueueRuntime {
                 self.route(&part).await;
             }
             self.expire_replays(&part).await;
+            self.hold_stuck(&part).await;
             self.hold(&part).await;
             self.load_replays(&part).await;
         }

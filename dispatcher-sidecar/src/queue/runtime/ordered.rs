@@ -154,43 +154,13 @@ impl QueueRuntime {
             if jobs.is_empty() {
                 return;
             }
-            let mut sends = Vec::with_capacity(jobs.len());
-            for (offset, m) in &jobs {
-                let envelope = m.envelope.clone().unwrap_or_else(|| RetryEnvelope {
-                    origin_topic: self.config.topic.clone(),
-                    origin_partition: part.qp.partition,
-                    origin_offset: *offset,
-                    message_id: m.message_id.clone(),
-                    attempt: Attempt::FIRST,
-                    first_enqueued_ms: m.timestamp_ms,
-                    due_ms: None,
-                    errors: Vec::new(),
-                });
-                let mut headers = m.headers.clone();
-                envelope.write_into(&mut headers);
-                headers.push((
-                    ordered::HELD_FROM_HEADER.to_owned(),
-                    offset.to_string().into_bytes(),
-                ));
-                let mut record = FutureRecord::to(&topic)
-                    .partition(hold_partition)
-                    .payload(&m.payload[..])
-                    .headers(owned_headers(&headers));
-                if let Some(k) = &m.key {
-                    record = record.key(&k[..]);
-                }
-                sends.push(self.producer.send_result(record).map_err(|(e, _)| e));
-            }
+            let sends: Vec<_> = jobs
+                .iter()
+                .map(|(offset, m)| self.send_hold_copy(&topic, hold_partition, part, *offset, m))
+                .collect();
             let mut results = Vec::with_capacity(jobs.len());
             for send in sends {
-                results.push(match send {
-                    Ok(f) => match f.await {
-                        Ok(Ok(d)) => Ok(d.offset),
-                        Ok(Err((e, _))) => Err(e.to_string()),
-                        Err(_) => Err("the producer went away".to_string()),
-                    },
-                    Err(e) => Err(e.to_string()),
-                });
+                results.push(Self::hold_offset(send).await);
             }
             let mut held = 0u64;
             let pending = {
@@ -220,6 +190,102 @@ impl QueueRuntime {
                 return;
             }
         }
+    }
+
+    /// Hands the hold copy of the record at `offset` to the producer: key,
+    /// payload and headers as they are, the envelope (origin, message id,
+    /// attempt and history), and the primary offset in `HELD_FROM_HEADER`.
+    fn send_hold_copy(
+        &self,
+        topic: &str,
+        hold_partition: i32,
+        part: &Partition,
+        offset: i64,
+        m: &Buffered,
+    ) -> Result<DeliveryFuture, rdkafka::error::KafkaError> {
+        let envelope = m.envelope.clone().unwrap_or_else(|| RetryEnvelope {
+            origin_topic: self.config.topic.clone(),
+            origin_partition: part.qp.partition,
+            origin_offset: offset,
+            message_id: m.message_id.clone(),
+            attempt: Attempt::FIRST,
+            first_enqueued_ms: m.timestamp_ms,
+            due_ms: None,
+            errors: Vec::new(),
+        });
+        let mut headers = m.headers.clone();
+        envelope.write_into(&mut headers);
+        headers.push((
+            ordered::HELD_FROM_HEADER.to_owned(),
+            offset.to_string().into_bytes(),
+        ));
+        let mut record = FutureRecord::to(topic)
+            .partition(hold_partition)
+            .payload(&m.payload[..])
+            .headers(owned_headers(&headers));
+        if let Some(k) = &m.key {
+            record = record.key(&k[..]);
+        }
+        self.producer.send_result(record).map_err(|(e, _)| e)
+    }
+
+    /// The hold offset a copy was written at.
+    async fn hold_offset(
+        send: Result<DeliveryFuture, rdkafka::error::KafkaError>,
+    ) -> Result<i64, String> {
+        match send {
+            Ok(f) => match f.await {
+                Ok(Ok(d)) => Ok(d.offset),
+                Ok(Err((e, _))) => Err(e.to_string()),
+                Err(_) => Err("the producer went away".to_string()),
+            },
+            Err(e) => Err(e.to_string()),
+        }
+    }
+
+    /// The gap cap for ordered keyed messages (`PartitionState::take_stuck`):
+    /// a record retried in place that holds the commit point while the
+    /// window is full goes to the hold, its key parked until its due time.
+    /// Also releases the keys so parked whose time has come.
+    pub(super) async fn hold_stuck(&self, part: &Arc<Partition>) {
+        if !self.is_ordered_primary(part) {
+            return;
+        }
+        let stuck = {
+            let mut state = part.state.lock().unwrap();
+            state.auto_release(now_ms());
+            state.take_stuck()
+        };
+        let changed = stuck.is_some() || part.state.lock().unwrap().has_ordered_out();
+        if let Some((offset, m)) = stuck {
+            let topic = self.config.hold_topic();
+            let hold_partition = part.qp.partition % self.hold_partitions;
+            let send = self.send_hold_copy(&topic, hold_partition, part, offset, &m);
+            match Self::hold_offset(send).await {
+                Ok(hold_offset) => {
+                    part.state
+                        .lock()
+                        .unwrap()
+                        .stuck_held(offset, hold_offset, now_ms());
+                    tracing::info!(queue = %self.config.name, partition = %part.qp, offset,
+                        "gap cap: a message retried in place moved to the hold, its key parked until it is due");
+                    metrics::counter!("dispatcher_held_total", "queue" => self.name()).increment(1);
+                }
+                Err(e) => {
+                    tracing::warn!(queue = %self.config.name, partition = %part.qp, offset,
+                        "writing a stuck message's hold copy: {e}");
+                    part.state.lock().unwrap().stuck_hold_failed(offset);
+                }
+            }
+        }
+        if !changed {
+            return;
+        }
+        let pending = self.write_events(&mut part.state.lock().unwrap());
+        if let Err(e) = pending.wait().await {
+            tracing::warn!(queue = %self.config.name, partition = %part.qp, "ack-log write: {e}");
+        }
+        self.ready.notify_waiters();
     }
 
     /// Reads the next hold copy of each released key whose replay wants one.
