@@ -165,8 +165,10 @@ pub fn hold_consumer(base: &ClientConfig) -> anyhow::Result<BaseConsumer> {
 
 /// The next hold copy of `key` in `topic`/`partition` from offset `from`
 /// up to `last` (inclusive) whose primary offset (`ordered::held_from`) is
-/// above `after` (a lower one was replayed already: a duplicate copy). Returns
-/// it with its offset, or `None` and the offset after `last`.
+/// above `after` (a lower one was replayed already: a duplicate copy).
+/// Returns it with its offset, or `None` and where the next read resumes
+/// (after `last` when the scan got there, before it when `timeout` ran out
+/// first).
 #[allow(clippy::too_many_arguments)]
 pub fn next_held(
     consumer: &BaseConsumer,
@@ -182,16 +184,23 @@ pub fn next_held(
     tpl.add_partition_offset(topic, partition, Offset::Offset(from))?;
     consumer.assign(&tpl)?;
     let deadline = Instant::now() + timeout;
+    // Where the next read resumes: a long scan past other keys' copies
+    // keeps its progress across calls.
+    let mut next = from;
     let result = (|| loop {
-        anyhow::ensure!(
-            Instant::now() < deadline,
-            "reading the hold {topic}/{partition} from {from} took over {timeout:?}"
-        );
+        if Instant::now() >= deadline {
+            anyhow::ensure!(
+                next > from,
+                "reading the hold {topic}/{partition} from {from} took over {timeout:?}"
+            );
+            return Ok((None, next));
+        }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
                 if m.offset() > last {
                     return Ok((None, last + 1));
                 }
+                next = m.offset() + 1;
                 if m.key() == Some(key) {
                     let b = super::message::Buffered::from_record(&m, false);
                     let origin = ordered::held_from(&b);
