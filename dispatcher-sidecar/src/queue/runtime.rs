@@ -353,17 +353,11 @@ impl QueueRuntime {
     /// Hands the partition's drained engine events to the producer, in order.
     fn write_events(&self, state: &mut PartitionState) -> Pending {
         let mut pending = Pending::default();
-        let events = state.engine.drain_events();
         let partition = state.engine.partition().partition % self.ack_log_partitions;
-        for event in &events {
-            let r = state.engine.encode(event);
-            let record = FutureRecord::to(&self.config.ack_log_topic)
-                .partition(partition)
-                .key(&r.key[..])
-                .payload(&r.value[..]);
-            pending.sent(self.producer.send_result(record));
-        }
-        // Ordered queues' records, after the engine's of the same change.
+        // Ordered queues' records first: one naming a record as held (or a
+        // key as parked) must not be lost while the event that makes the
+        // record done survives (the producer keeps their order, and a
+        // later record of a partition is never written after a failed one).
         let ring = state.engine.config().gap_cap;
         let qp = state.engine.partition();
         for record in state.take_ordered_out() {
@@ -375,6 +369,15 @@ impl QueueRuntime {
                 out = out.payload(&r.value[..]);
             }
             pending.sent(self.producer.send_result(out));
+        }
+        let events = state.engine.drain_events();
+        for event in &events {
+            let r = state.engine.encode(event);
+            let record = FutureRecord::to(&self.config.ack_log_topic)
+                .partition(partition)
+                .key(&r.key[..])
+                .payload(&r.value[..]);
+            pending.sent(self.producer.send_result(record));
         }
         pending
     }

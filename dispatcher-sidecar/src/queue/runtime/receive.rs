@@ -248,6 +248,13 @@ impl QueueRuntime {
             .wait()
             .await
             .map_err(|e| unavailable(format!("ack log: {e}")))?;
+        // Ordered queues: a replayed copy acked, read the key's next one now
+        // rather than at the next tick.
+        for (qp, (part, _)) in &by_partition {
+            if qp.topic == crate::queue::ordered::HOLD_TOPIC {
+                self.load_replays(part).await;
+            }
+        }
         let acked = outcomes
             .iter()
             .filter(|o| **o == ReceiptOutcome::Ok)
