@@ -394,6 +394,19 @@ mod tests {
     }
 
     #[test]
+    fn an_ordered_queue_gets_a_hold_topic_shaped_like_its_dlq() {
+        assert!(!plan(&queue(""), &primary(1_000))
+            .iter()
+            .any(|s| s.role == TopicRole::Hold));
+        let specs = plan(&queue("ordered = true"), &primary(1_000));
+        let hold = by_name(&specs, "jobs.hold");
+        assert_eq!(hold.role, TopicRole::Hold);
+        assert_eq!((hold.partitions, hold.replication_factor), (6, 3));
+        assert_eq!(hold.configs["retention.ms"], "2000");
+        assert_eq!(hold.configs["min.insync.replicas"], "2");
+    }
+
+    #[test]
     fn the_dlq_keeps_messages_twice_as_long_as_the_primary() {
         let specs = plan(&queue(""), &primary(604_800_000));
         assert_eq!(
