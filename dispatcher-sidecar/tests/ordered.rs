@@ -175,6 +175,15 @@ async fn one_message_per_key_is_out_and_a_retried_message_is_not_overtaken() {
         Some(5),
         "A's messages all flowed while K0 waited for its retry"
     );
+    // A keyed message cannot be delayed (it would leave its key's order).
+    let mut delayed = keyed("K", "late");
+    delayed.delay = Some(Duration::from_secs(1));
+    match d.produce(Q, vec![delayed]).await {
+        Err(dispatcher_sidecar::service::ServiceError::InvalidArgument(e)) => {
+            assert!(e.contains("cannot be delayed"), "{e}")
+        }
+        other => panic!("a delayed keyed message was accepted: {other:?}"),
+    }
     // The retry stayed in the partition: no retry-tier copy was written.
     let tier = read_all(&config, "ord-retry.retry.1s", 2, 1);
     assert!(tier.is_empty(), "an ordered keyed retry went to a tier");
