@@ -663,3 +663,196 @@ async fn ten_thousand_messages_over_fifty_keys_with_one_poison_message() {
     parked_until(&d, "K released", |p| p.is_empty()).await;
     d.shutdown().await;
 }
+
+/// A `dispatcher` binary serving the ordered queue `fwd` over HTTP.
+struct Instance {
+    child: std::process::Child,
+    http: String,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_instance(broker: &Broker, dir: &std::path::Path, name: &str, port: u16) -> Instance {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "bootstrap_servers = \"{}\"\n\
+             http_listen = \"127.0.0.2:{port}\"\n\
+             grpc_listen = \"127.0.0.2:{}\"\n\
+             receipt_secret = \"ordered-test-secret-0123456789\"\n\
+             [librdkafka]\n\
+             \"heartbeat.interval.ms\" = 300\n\
+             \"session.timeout.ms\" = 6000\n\
+             [[queue]]\nname = \"fwd\"\ntopic = \"ord-fwd\"\nlease = \"30s\"\nordered = true\n",
+            broker.addr,
+            port + 1
+        ),
+    )
+    .unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+        .args(["--config", path.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("the dispatcher binary starts");
+    Instance {
+        child,
+        http: format!("http://127.0.0.2:{port}"),
+    }
+}
+
+/// A skip sent to the instance that does not own the key's partition is
+/// forwarded to the owner; the parked list is each instance's own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_sent_to_another_instance_reaches_the_partition_owner() {
+    use serde_json::{json, Value};
+    let broker = Broker::start(45310);
+    let config = broker.config("");
+    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new("ord-fwd", 2, TopicReplication::Fixed(1))],
+            &AdminOptions::new().request_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let a = start_instance(&broker, dir.path(), "a", 45311);
+    let b = start_instance(&broker, dir.path(), "b", 45313);
+    let http = reqwest::Client::new();
+    let get = |url: String| {
+        let http = http.clone();
+        async move {
+            match http.get(&url).send().await {
+                Ok(r) if r.status().is_success() => r.json::<Value>().await.unwrap(),
+                _ => Value::Null,
+            }
+        }
+    };
+    // Both instances own a partition.
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let mut owned = Vec::new();
+        for i in [&a, &b] {
+            let stats = get(format!("{}/queues/fwd", i.http)).await;
+            owned.push(stats["partitions"].as_array().map_or(0, |p| p.len()));
+        }
+        if owned == [1, 1] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "owned {owned:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let produced = http
+        .post(format!("{}/queues/fwd/messages", a.http))
+        .json(&json!({"messages": [{"key": "K", "payload": "K0"}, {"key": "K", "payload": "K1"}]}))
+        .send()
+        .await
+        .unwrap();
+    assert!(produced.status().is_success());
+    // Receive K0 from its owner, dead-letter it there.
+    let (owner, other, k0) = 'found: loop {
+        assert!(Instant::now() < deadline, "K0 never delivered");
+        for (i, o) in [(&a, &b), (&b, &a)] {
+            let got = http
+                .post(format!("{}/queues/fwd/receive", i.http))
+                .json(&json!({"max_messages": 10, "wait_seconds": 1}))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap();
+            if let Some(m) = got["messages"].as_array().and_then(|m| m.first()) {
+                break 'found (i, o, m.clone());
+            }
+        }
+    };
+    assert_eq!(k0["payload"], "K0");
+    let nacked = http
+        .post(format!("{}/queues/fwd/nack", owner.http))
+        .json(&json!({"receipt": k0["receipt"], "permanent": true, "error": "poison"}))
+        .send()
+        .await
+        .unwrap();
+    assert!(nacked.status().is_success());
+    let partition = k0["partition"].clone();
+    loop {
+        let parked = get(format!("{}/queues/fwd/parked", owner.http)).await;
+        if parked["parked"][0]["held"] == 1 {
+            assert_eq!(parked["parked"][0]["key"], "K");
+            assert_eq!(parked["parked"][0]["partition"], partition);
+            assert_eq!(parked["parked"][0]["message_id"], k0["message_id"]);
+            break;
+        }
+        assert!(Instant::now() < deadline, "K1 not held: {parked}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    assert_eq!(
+        get(format!("{}/queues/fwd/parked", other.http)).await,
+        json!({"parked": []}),
+        "answered per instance"
+    );
+    let skip = |body: Value| {
+        http.post(format!("{}/queues/fwd/skip", other.http))
+            .json(&body)
+            .send()
+    };
+    let wrong = skip(json!({"partition": partition, "key": "K", "message_id": "nope"}))
+        .await
+        .unwrap();
+    assert_eq!(wrong.status(), reqwest::StatusCode::CONFLICT);
+    let unknown = skip(json!({"partition": partition, "key_base64": "Wg==", "message_id": "x"}))
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), reqwest::StatusCode::NOT_FOUND);
+    let released =
+        skip(json!({"partition": partition, "key": "K", "message_id": k0["message_id"]}))
+            .await
+            .unwrap();
+    assert_eq!(released.status(), reqwest::StatusCode::OK);
+    // K1 comes back from the hold, through its owner.
+    loop {
+        assert!(Instant::now() < deadline, "K1 not replayed");
+        let got = http
+            .post(format!("{}/queues/fwd/receive", owner.http))
+            .json(&json!({"max_messages": 10, "wait_seconds": 1}))
+            .send()
+            .await
+            .unwrap()
+            .json::<Value>()
+            .await
+            .unwrap();
+        if let Some(m) = got["messages"].as_array().and_then(|m| m.first()) {
+            assert_eq!(m["payload"], "K1");
+            // Acked through the other instance: forwarded like any receipt.
+            let acked = http
+                .post(format!("{}/queues/fwd/ack", other.http))
+                .json(&json!({"receipts": [m["receipt"]]}))
+                .send()
+                .await
+                .unwrap()
+                .json::<Value>()
+                .await
+                .unwrap();
+            assert_eq!(acked["results"][0]["status"], "ok");
+            break;
+        }
+    }
+    loop {
+        let parked = get(format!("{}/queues/fwd/parked", owner.http)).await;
+        if parked == json!({"parked": []}) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "K not released: {parked}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
