@@ -714,7 +714,7 @@ fn start_instance(broker: &Broker, dir: &std::path::Path, name: &str, port: u16)
 async fn a_skip_sent_to_another_instance_reaches_the_partition_owner() {
     use serde_json::{json, Value};
     let broker = Broker::start(45310);
-    let config = broker.config("");
+    let config = broker.config("[[queue]]\nname = \"fwd\"\ntopic = \"ord-fwd\"\n");
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
     let created = admin
         .create_topics(
