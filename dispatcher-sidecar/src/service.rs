@@ -152,7 +152,8 @@ pub struct ParkedKeyInfo {
     pub parked_at_ms: i64,
     /// Messages of the key in the hold topic, not replayed yet.
     pub held: u64,
-    /// `skip` or `redrive` once released (its hold is replaying).
+    /// `skip`, `redrive`, `gap_cap` or `spill` once released (its hold is
+    /// replaying, after the message named by the release if any).
     pub released_by: Option<String>,
 }
 

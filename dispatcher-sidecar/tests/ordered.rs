@@ -33,9 +33,14 @@ async fn setup(port: u16, topic: &str, partitions: i32, extra: &str) -> (Broker,
         .with_test_writer()
         .try_init();
     let broker = Broker::start(port);
+    let tiers = if extra.contains("retry_tiers") {
+        ""
+    } else {
+        "retry_tiers = [\"1s\", \"2s\"]\n"
+    };
     let config = broker.config(&format!(
         "[[queue]]\nname = \"{Q}\"\ntopic = \"{topic}\"\ngroup = \"{topic}-dispatcher\"\n\
-         ordered = true\nretry_tiers = [\"1s\", \"2s\"]\n{extra}\n"
+         ordered = true\n{tiers}{extra}\n"
     ));
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
     let r = admin
@@ -855,4 +860,52 @@ async fn a_skip_sent_to_another_instance_reaches_the_partition_owner() {
         assert!(Instant::now() < deadline, "K not released: {parked}");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+}
+
+/// A hot key whose head message waits for a long retry: its 2,500 later
+/// messages would fill the partition's prefetch and stop the other keys;
+/// the key is spilled to the hold instead, and the other keys flow.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_key_behind_a_long_retry_does_not_stop_the_other_keys() {
+    let (_broker, config) = setup(
+        45307,
+        "ord-spill",
+        1,
+        "lease = \"30s\"\nretry_tiers = [\"1s\", \"30s\"]",
+    )
+    .await;
+    let d = Dispatcher::start(&config).await.unwrap();
+    produce(&d, vec![keyed("H", "H0")]).await;
+    let deadline = Instant::now() + TIMEOUT;
+    let h0 = loop {
+        assert!(Instant::now() < deadline);
+        if let Some(m) = receive(&d, 1, Duration::from_secs(2)).await.pop() {
+            break m;
+        }
+    };
+    nack(&d, &h0, "slow dependency", Some(Duration::from_secs(30))).await;
+    let nacked = Instant::now();
+    for batch in 0..5 {
+        let hot = (0..500)
+            .map(|i| keyed("H", &format!("H{}", 1 + batch * 500 + i)))
+            .collect();
+        produce(&d, hot).await;
+    }
+    produce(&d, (0..10).map(|i| keyed("A", &format!("A{i}"))).collect()).await;
+    let got = drain_in_order(&d, 10).await;
+    let want: Vec<String> = (0..10).map(|i| format!("A{i}")).collect();
+    assert_eq!(got, want, "the other key flowed, in order");
+    assert!(
+        nacked.elapsed() < Duration::from_secs(25),
+        "the other key waited for the hot key's retry"
+    );
+    let parked = parked_until(&d, "H spilled", |p| {
+        p.len() == 1 && p[0].held > 0 && p[0].released_by.as_deref() == Some("spill")
+    })
+    .await;
+    assert_eq!(
+        parked[0].message_id, h0.message_id,
+        "named by its busy message"
+    );
+    d.shutdown().await;
 }

@@ -127,11 +127,11 @@ impl ParkedKey {
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Release {
-    /// `skip` or `redrive`.
+    /// `skip`, `redrive`, `gap_cap` or `spill`.
     pub by: String,
     pub at_ms: i64,
-    /// A redrive: the redriven message's primary offset, delivered before
-    /// the hold.
+    /// A redrive (the redriven message) or a spill (the busy message): its
+    /// primary offset, delivered before the hold.
     pub primary_offset: Option<i64>,
     /// The copy being replayed, when it failed before: its next attempt,
     /// due time and history.

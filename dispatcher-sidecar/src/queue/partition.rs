@@ -7,7 +7,7 @@
 //! lock, and writes the engine's drained events to the ack log in the order
 //! they were drained.
 
-use std::collections::{BTreeMap, BTreeSet, HashSet, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet, VecDeque};
 
 use crate::lease::{
     Attempt, Available, ConsumerSlot, Failure, Grant, LeaseEvent, PartitionLeases, Rebuilt,
@@ -542,6 +542,60 @@ impl PartitionState {
             keys.to_hold.insert(o);
         }
         self.ready.retain(|o| !offsets.contains(o));
+        true
+    }
+
+    /// Ordered queues: when the prefetch is full of records waiting behind
+    /// busy keys (a head message in flight or retrying), the key with the
+    /// most waiting records is spilled: parked, with its head message still
+    /// served here first (as a redriven one is) and its other records
+    /// copied to the hold, to be replayed once the head is acked (if the
+    /// head is dead-lettered, the key stays parked by it). The prefetch is
+    /// then free for the other keys. Returns whether a key was spilled.
+    pub fn spill(&mut self, now_ms: i64) -> bool {
+        let Some(keys) = &self.ordered else {
+            return false;
+        };
+        if self.ready.len() < PREFETCH_MAX || keys.parked.len() >= MAX_PARKED_KEYS {
+            return false;
+        }
+        let mut waiting: HashMap<bytes::Bytes, usize> = HashMap::new();
+        for o in &self.ready {
+            if let Some(key) = self.msgs.get(o).and_then(|m| m.key.as_ref()) {
+                if !keys.is_first(key, *o) && !keys.parked.contains_key(key) {
+                    *waiting.entry(key.clone()).or_default() += 1;
+                }
+            }
+        }
+        let Some((key, _)) = waiting.into_iter().max_by_key(|&(_, n)| n) else {
+            return false;
+        };
+        let Some(&head) = keys.offsets_of(&key).first() else {
+            return false;
+        };
+        let Some(id) = self.msgs.get(&head).map(|m| m.message_id.clone()) else {
+            return false;
+        };
+        let head_ready = self.ready.contains(&head);
+        if !self.park(&key, &id, now_ms) {
+            return false;
+        }
+        let keys = self.keys_mut();
+        keys.to_hold.remove(&head);
+        if let Some(p) = keys.parked.get_mut(&key) {
+            p.release = Some(Release {
+                by: "spill".into(),
+                at_ms: now_ms,
+                primary_offset: Some(head),
+                item: None,
+            });
+            let record = OrderedRecord::Parked(p.clone());
+            keys.out.push(record);
+        }
+        if head_ready {
+            let at = self.ready.partition_point(|&o| o < head);
+            self.ready.insert(at, head);
+        }
         true
     }
 
@@ -1748,6 +1802,55 @@ mod tests {
         s.auto_release(1_000);
         let a = bytes::Bytes::from_static(b"a");
         assert_eq!(s.replay_wanted(), vec![(a, 50, 51, -1)]);
+    }
+
+    #[test]
+    fn a_full_prefetch_behind_a_busy_key_spills_the_key_to_the_hold() {
+        let mut s = ordered_state(LeaseConfig {
+            gap_cap: 100_000,
+            ..config()
+        });
+        let total = PREFETCH_MAX as i64 + 1;
+        for o in 0..total {
+            s.offer(o, keyed(o, "hot"));
+        }
+        assert_eq!(leased(&mut s, 0), vec![(0, 1)]);
+        assert_eq!(
+            s.prefetch_room(),
+            0,
+            "the hot key's records fill the prefetch"
+        );
+        assert!(s.spill(5));
+        assert!(s.prefetch_room() > 0, "room for the other keys");
+        assert_eq!(
+            s.take_holdable()[0].0,
+            1,
+            "the hot key's later records are held"
+        );
+        let p = &s.parked_keys()[0];
+        assert_eq!(
+            p.release
+                .as_ref()
+                .map(|r| (r.by.as_str(), r.primary_offset)),
+            Some(("spill", Some(0)))
+        );
+        // The head message is still served first: retried in place, then acked.
+        let f = s.engine.nack(&receipt(0, 0), None, "x", false, 10).unwrap();
+        s.fail(f.clone());
+        s.take_routable();
+        let record = retry_record(&s, &f);
+        s.retry_in_place(record);
+        s.offer(total, keyed(total, "other"));
+        assert_eq!(leased(&mut s, 1_010), vec![(0, 2), (total, 1)]);
+        s.held(1, 500);
+        s.engine.ack(&receipt(0, 0)).unwrap();
+        s.done(0);
+        let hot = bytes::Bytes::from_static(b"hot");
+        assert_eq!(
+            s.replay_wanted(),
+            vec![(hot, 500, 500, -1)],
+            "the head acked: the hold is replayed"
+        );
     }
 
     #[test]

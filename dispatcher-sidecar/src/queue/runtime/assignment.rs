@@ -385,7 +385,16 @@ impl QueueRuntime {
                 let space = part.space.notified();
                 tokio::pin!(space);
                 space.as_mut().enable();
-                let room = part.state.lock().unwrap().prefetch_room();
+                let (room, spilled) = {
+                    let mut state = part.state.lock().unwrap();
+                    let spilled = state.prefetch_room() == 0 && state.spill(now_ms());
+                    (state.prefetch_room(), spilled)
+                };
+                if spilled {
+                    // Ordered queues: a busy key's records leave the
+                    // prefetch for the hold.
+                    self.hold(&part).await;
+                }
                 if room == 0 {
                     let _ = tokio::time::timeout(Duration::from_millis(500), space).await;
                     continue;
