@@ -402,6 +402,18 @@ impl PartitionState {
             for (offset, m) in below {
                 if let Some(key) = &m.key {
                     keys.remove(key, offset);
+                    keys.to_hold.remove(&offset);
+                    // A released key's first record gone (left retention):
+                    // its hold is next.
+                    if let Some(p) = keys.parked.get_mut(key) {
+                        if let Some(r) = &mut p.release {
+                            if r.primary_offset == Some(offset) {
+                                r.primary_offset = None;
+                                keys.out.push(OrderedRecord::Parked(p.clone()));
+                                keys.check_finished(key);
+                            }
+                        }
+                    }
                 }
             }
             keys.trim(committed);
