@@ -871,7 +871,7 @@ async fn a_hot_key_behind_a_long_retry_does_not_stop_the_other_keys() {
         45307,
         "ord-spill",
         1,
-        "lease = \"30s\"\nretry_tiers = [\"1s\", \"30s\"]",
+        "lease = \"30s\"\nretry_tiers = [\"1s\", \"2m\"]",
     )
     .await;
     let d = Dispatcher::start(&config).await.unwrap();
@@ -883,8 +883,8 @@ async fn a_hot_key_behind_a_long_retry_does_not_stop_the_other_keys() {
             break m;
         }
     };
-    nack(&d, &h0, "slow dependency", Some(Duration::from_secs(30))).await;
-    let nacked = Instant::now();
+    // H0 comes back in 2 minutes: the A messages must not wait for it.
+    nack(&d, &h0, "slow dependency", Some(Duration::from_secs(120))).await;
     for batch in 0..5 {
         let hot = (0..500)
             .map(|i| keyed("H", &format!("H{}", 1 + batch * 500 + i)))
@@ -894,10 +894,9 @@ async fn a_hot_key_behind_a_long_retry_does_not_stop_the_other_keys() {
     produce(&d, (0..10).map(|i| keyed("A", &format!("A{i}"))).collect()).await;
     let got = drain_in_order(&d, 10).await;
     let want: Vec<String> = (0..10).map(|i| format!("A{i}")).collect();
-    assert_eq!(got, want, "the other key flowed, in order");
-    assert!(
-        nacked.elapsed() < Duration::from_secs(25),
-        "the other key waited for the hot key's retry"
+    assert_eq!(
+        got, want,
+        "the other key flowed, in order, before H0's retry"
     );
     let parked = parked_until(&d, "H spilled", |p| {
         p.len() == 1 && p[0].held > 0 && p[0].released_by.as_deref() == Some("spill")
