@@ -110,6 +110,8 @@ pub struct QueueConfig {
     /// (and followed) so the dedupe window survives restarts and spans
     /// instances.
     pub dedupe_topic: String,
+    /// Per-key order (issue 8, `queue::ordered`): one message in flight per
+    /// key per primary partition, retries kept in the partition.
     pub ordered: bool,
     #[serde(serialize_with = "ser_duration")]
     pub dedupe_window: Duration,
@@ -190,6 +192,12 @@ impl QueueConfig {
     /// The topic of the retry tier with this delay: `<topic>.retry.<tier>`.
     pub fn retry_topic(&self, tier: Duration) -> String {
         format!("{}.retry.{}", self.topic, format_duration(tier))
+    }
+
+    /// Ordered queues: the topic a parked key's later messages are held
+    /// in until the key is released (issue 8).
+    pub fn hold_topic(&self) -> String {
+        format!("{}.hold", self.topic)
     }
 
     /// Every retry tier's topic, in tier order.
@@ -524,14 +532,6 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
         .string("dedupe_topic")?
         .unwrap_or_else(|| format!("{topic}.dedupe"));
     let ordered = keys.boolean("ordered")?.unwrap_or(false);
-    if ordered {
-        // Refused rather than ignored: a queue configured for per-key order
-        // must not silently deliver out of order.
-        return Err(keys.invalid(
-            "ordered",
-            "ordered queues are not supported yet (issue 8); remove the key or set it to false",
-        ));
-    }
     let dedupe_window = keys
         .duration("dedupe_window")?
         .unwrap_or(DEFAULT_DEDUPE_WINDOW);
@@ -1157,6 +1157,11 @@ ordered = false
         assert_eq!(e.lease, Duration::from_secs(30));
         assert!(!e.ordered);
         assert_eq!(e.retry_topics(), ["emails.retry.5s", "emails.retry.30s"]);
+        let ordered = parse(&format!("{MINIMAL}ordered = true\n")).unwrap();
+        assert!(
+            ordered.queues[0].ordered,
+            "ordered queues are built (issue 8)"
+        );
     }
 
     #[test]
@@ -1222,11 +1227,6 @@ ordered = false
         assert_eq!(
             error(&format!("{MINIMAL}max_attempts = \"5\"\n")),
             "dispatcher.toml: queue \"jobs\": key \"max_attempts\": expected an integer, found a string"
-        );
-        assert_eq!(
-            error(&format!("{MINIMAL}ordered = true\n")),
-            "dispatcher.toml: queue \"jobs\": key \"ordered\": ordered queues are not supported yet \
-             (issue 8); remove the key or set it to false"
         );
         assert_eq!(
             error(&format!("{MINIMAL}ordered = 1\n")),

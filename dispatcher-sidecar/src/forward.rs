@@ -32,8 +32,8 @@ use serde::{Deserialize, Serialize};
 use crate::config::{Config, QueueConfig};
 use crate::lease::ReceiptCodec;
 use crate::service::{
-    Delivery, ExtendResult, NackRequest, NewMessage, ProduceResult, QueueService, QueueStats,
-    ReceiptOutcome, ReceiveRequest, ServiceError,
+    Delivery, ExtendResult, NackRequest, NewMessage, ParkedKeyInfo, ProduceResult, QueueService,
+    QueueStats, ReceiptOutcome, ReceiveRequest, ServiceError, SkipOutcome, SkipRequest,
 };
 
 /// The path prefix of the routes that serve the local service only.
@@ -188,10 +188,17 @@ impl QueueRoute {
         }
     }
 
-    /// The topic and partition a valid receipt names.
+    /// The topic and partition a valid receipt names (a replayed hold
+    /// copy's, of an ordered queue, is served by the primary partition's
+    /// owner).
     fn place(&self, receipt: &str) -> Option<(&str, i32)> {
         let r = self.codec.decode(receipt).ok()?;
-        let topic = self.topics.get(usize::from(r.partition.topic))?;
+        let index = if r.partition.topic == crate::queue::ordered::HOLD_TOPIC {
+            0
+        } else {
+            usize::from(r.partition.topic)
+        };
+        let topic = self.topics.get(index)?;
         Some((topic, r.partition.partition))
     }
 }
@@ -437,6 +444,79 @@ impl<S: QueueService> QueueService for Forwarding<S> {
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
         self.local.set_paused(queue, paused).await
     }
+
+    /// Not merged: each instance lists the parked keys of the partitions it
+    /// owns (see `docs/dispatcher.md`).
+    async fn parked(&self, queue: &str) -> Result<Vec<ParkedKeyInfo>, ServiceError> {
+        self.local.parked(queue).await
+    }
+
+    /// Sent to the owner of the partition, as acks are.
+    async fn skip(&self, queue: &str, request: SkipRequest) -> Result<SkipOutcome, ServiceError> {
+        let local = self.local.skip(queue, request.clone()).await?;
+        if local != SkipOutcome::NotOwner {
+            return Ok(local);
+        }
+        let Some(route) = self.routes.get(queue) else {
+            return Ok(local);
+        };
+        let Some(owner) = self
+            .owners
+            .owner(&route.group, &route.topics[0], request.partition, &self.me)
+            .await
+        else {
+            return Ok(local);
+        };
+        let url = format!("http://{owner}{INTERNAL_PREFIX}/queues/{queue}/skip");
+        let body = SkipBody {
+            partition: request.partition,
+            key_base64: base64::Engine::encode(
+                &base64::engine::general_purpose::STANDARD,
+                &request.key,
+            ),
+            message_id: &request.message_id,
+        };
+        let answer = match self.http.post(&url).json(&body).send().await {
+            Ok(answer) => answer,
+            Err(e) => {
+                tracing::warn!(%owner, "forwarding a skip: {e:#}");
+                return Ok(local);
+            }
+        };
+        let status = answer.status();
+        if status.is_success() {
+            return Ok(SkipOutcome::Released);
+        }
+        let code = answer
+            .json::<ErrorAnswer>()
+            .await
+            .map(|e| e.error.code)
+            .unwrap_or_default();
+        Ok(match code.as_str() {
+            "not_parked" => SkipOutcome::NotParked,
+            "other_message" => SkipOutcome::OtherMessage,
+            "already_released" => SkipOutcome::AlreadyReleased,
+            _ => {
+                tracing::warn!(%owner, %status, code, "forwarding a skip");
+                local
+            }
+        })
+    }
+}
+
+#[derive(Serialize)]
+struct SkipBody<'a> {
+    partition: i32,
+    key_base64: String,
+    message_id: &'a str,
+}
+#[derive(Deserialize)]
+struct ErrorAnswer {
+    error: ErrorCode,
+}
+#[derive(Deserialize)]
+struct ErrorCode {
+    code: String,
 }
 
 #[cfg(test)]

@@ -142,6 +142,41 @@ pub struct QueueStats {
     pub partitions: Vec<PartitionStats>,
 }
 
+/// A parked key of an ordered queue (issue 8).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ParkedKeyInfo {
+    pub partition: i32,
+    pub key: Vec<u8>,
+    /// The dead-lettered message the key is parked by.
+    pub message_id: String,
+    pub parked_at_ms: i64,
+    /// Messages of the key in the hold topic, not replayed yet.
+    pub held: u64,
+    /// `skip`, `redrive`, `gap_cap` or `spill` once released (its hold is
+    /// replaying, after the message named by the release if any).
+    pub released_by: Option<String>,
+}
+
+/// Releases a parked key without a redrive.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SkipRequest {
+    pub partition: i32,
+    pub key: Vec<u8>,
+    /// The message the key is parked by (as `GET parked` shows it).
+    pub message_id: String,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum SkipOutcome {
+    Released,
+    NotParked,
+    /// The key is parked by another message (`parked` shows which).
+    OtherMessage,
+    AlreadyReleased,
+    /// The partition is not owned by this instance.
+    NotOwner,
+}
+
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ServiceError {
     #[error("no queue named {0:?}")]
@@ -200,4 +235,18 @@ pub trait QueueService: Send + Sync + 'static {
         queue: &str,
         paused: bool,
     ) -> impl Future<Output = Result<(), ServiceError>> + Send;
+
+    /// An ordered queue's parked keys in the partitions this instance owns.
+    fn parked(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<Vec<ParkedKeyInfo>, ServiceError>> + Send;
+
+    /// Releases a parked key: its held messages are delivered, in order,
+    /// before its newer ones. The DLQ record stays.
+    fn skip(
+        &self,
+        queue: &str,
+        request: SkipRequest,
+    ) -> impl Future<Output = Result<SkipOutcome, ServiceError>> + Send;
 }

@@ -21,6 +21,7 @@ use dispatcher_sidecar::service::{
     Delivery, ExtendResult, NackRequest, NewMessage, PartitionStats, ProduceResult, ProduceStatus,
     QueueService, QueueStats, ReceiptOutcome, ReceiveRequest, ServiceError,
 };
+use dispatcher_sidecar::service::{ParkedKeyInfo, SkipOutcome, SkipRequest};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -38,6 +39,8 @@ enum Call {
     Extend(String, String, Duration),
     Stats(String),
     SetPaused(String, bool),
+    Parked(String),
+    Skip(String, SkipRequest),
 }
 
 #[derive(Default)]
@@ -204,6 +207,42 @@ impl QueueService for Fake {
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
         self.record(Call::SetPaused(queue.into(), paused));
         self.check(queue)
+    }
+
+    async fn parked(&self, queue: &str) -> Result<Vec<ParkedKeyInfo>, ServiceError> {
+        self.record(Call::Parked(queue.into()));
+        self.check(queue)?;
+        Ok(vec![
+            ParkedKeyInfo {
+                partition: 1,
+                key: b"K".to_vec(),
+                message_id: "m-1".into(),
+                parked_at_ms: 0,
+                held: 3,
+                released_by: None,
+            },
+            ParkedKeyInfo {
+                partition: 0,
+                key: vec![0xff, 0x00],
+                message_id: "m-2".into(),
+                parked_at_ms: 1_000,
+                held: 0,
+                released_by: Some("skip".into()),
+            },
+        ])
+    }
+
+    async fn skip(&self, queue: &str, request: SkipRequest) -> Result<SkipOutcome, ServiceError> {
+        self.record(Call::Skip(queue.into(), request.clone()));
+        self.check(queue)?;
+        Ok(
+            match (request.key.as_slice(), request.message_id.as_str()) {
+                (b"K", "m-1") => SkipOutcome::Released,
+                (b"K", _) => SkipOutcome::OtherMessage,
+                (b"R", _) => SkipOutcome::AlreadyReleased,
+                _ => SkipOutcome::NotParked,
+            },
+        )
     }
 }
 
@@ -399,6 +438,60 @@ async fn stats_route_returns_the_queue_figures() {
     );
     assert_eq!(h.fake.calls(), [Call::Stats("jobs".into())]);
     h.shutdown().await;
+}
+
+#[tokio::test]
+async fn parked_keys_list_utf8_or_base64_keys_and_skip_maps_refusals_to_404_and_409() {
+    let h = start().await;
+    assert_eq!(
+        h.get("/queues/jobs/parked").await,
+        (
+            StatusCode::OK,
+            json!({"parked": [
+                {"partition": 1, "key": "K", "message_id": "m-1",
+                 "parked_at": "1970-01-01T00:00:00.000Z", "held": 3},
+                {"partition": 0, "key_base64": "/wA=", "message_id": "m-2",
+                 "parked_at": "1970-01-01T00:00:01.000Z", "held": 0, "released_by": "skip"},
+            ]})
+        )
+    );
+    let skip = |body: Value| h.post("/queues/jobs/skip", body);
+    assert_eq!(
+        skip(json!({"partition": 1, "key": "K", "message_id": "m-1"})).await,
+        (StatusCode::OK, json!({"status": "released"}))
+    );
+    assert_eq!(
+        skip(json!({"partition": 1, "key_base64": "Sw==", "message_id": "m-1"})).await,
+        (StatusCode::OK, json!({"status": "released"})),
+        "key_base64 names the same key"
+    );
+    assert_error(
+        skip(json!({"partition": 1, "key": "K", "message_id": "m-9"})).await,
+        StatusCode::CONFLICT,
+        "other_message",
+    );
+    assert_error(
+        skip(json!({"partition": 1, "key": "R", "message_id": "m-1"})).await,
+        StatusCode::CONFLICT,
+        "already_released",
+    );
+    assert_error(
+        skip(json!({"partition": 1, "key": "X", "message_id": "m-1"})).await,
+        StatusCode::NOT_FOUND,
+        "not_parked",
+    );
+    for bad in [
+        json!({"partition": 1, "message_id": "m-1"}),
+        json!({"partition": 1, "key": "K", "key_base64": "Sw==", "message_id": "m-1"}),
+        json!({"partition": 1, "key_base64": "%%", "message_id": "m-1"}),
+        json!({"partition": 1, "key": "K", "message_id": ""}),
+    ] {
+        assert_error(
+            skip(bad.clone()).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+        );
+    }
 }
 
 #[tokio::test]
@@ -792,6 +885,12 @@ fn queue_requests(queue: &str) -> Vec<(&'static str, String, Value)> {
         ),
         ("POST", format!("/queues/{queue}/pause"), Value::Null),
         ("POST", format!("/queues/{queue}/resume"), Value::Null),
+        ("GET", format!("/queues/{queue}/parked"), Value::Null),
+        (
+            "POST",
+            format!("/queues/{queue}/skip"),
+            json!({"partition": 1, "key": "K", "message_id": "m-1"}),
+        ),
     ]
 }
 

@@ -24,7 +24,8 @@ use super::json::{
     ExtendBody, ExtendResponse, MessageIn, NackBody, ProduceBody, ProduceResponse, QueueOut,
     QueuesResponse, ReceiveBody, ReceiveResponse, StatsResponse, StatusResponse,
 };
-use crate::service::{QueueService, ServiceError};
+use super::json::{ParkedResponse, SkipBody};
+use crate::service::{QueueService, ServiceError, SkipOutcome};
 
 /// The largest request body accepted (413 above it): a full 1 MiB produce
 /// batch written in base64 (4/3 of its size) plus the JSON around 500
@@ -54,6 +55,8 @@ enum Endpoint {
     Extend,
     Pause,
     Resume,
+    Parked,
+    Skip,
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> HttpRoute {
@@ -77,6 +80,8 @@ pub const HTTP_ROUTES: &[HttpRoute] = &[
     route("POST", "/queues/{q}/extend", Endpoint::Extend),
     route("POST", "/queues/{q}/pause", Endpoint::Pause),
     route("POST", "/queues/{q}/resume", Endpoint::Resume),
+    route("GET", "/queues/{q}/parked", Endpoint::Parked),
+    route("POST", "/queues/{q}/skip", Endpoint::Skip),
 ];
 
 /// What every handler sees.
@@ -119,6 +124,8 @@ fn method_router<S: QueueService>(route: &HttpRoute) -> MethodRouter<Arc<ApiStat
         Endpoint::Extend => on(filter, extend::<S>),
         Endpoint::Pause => on(filter, pause::<S>),
         Endpoint::Resume => on(filter, resume::<S>),
+        Endpoint::Parked => on(filter, parked::<S>),
+        Endpoint::Skip => on(filter, skip::<S>),
     }
 }
 
@@ -253,6 +260,52 @@ async fn extend<S: QueueService>(
     let lease = edge::lease_duration("lease_seconds", body.lease_seconds)?;
     let result = state.service.extend(&queue, body.receipt, lease).await?;
     Ok(json(StatusCode::OK, &ExtendResponse::from(result)))
+}
+
+/// Ordered queues: the parked keys of the partitions this instance owns.
+async fn parked<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+) -> Result<Response, ApiError> {
+    let parked = state.service.parked(&queue).await?;
+    Ok(json(
+        StatusCode::OK,
+        &ParkedResponse {
+            parked: parked.into_iter().map(Into::into).collect(),
+        },
+    ))
+}
+
+/// Ordered queues: releases a parked key without a redrive.
+async fn skip<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    JsonBody(body): JsonBody<SkipBody>,
+) -> Result<Response, ApiError> {
+    let request = body.into_request()?;
+    match state.service.skip(&queue, request).await? {
+        SkipOutcome::Released => Ok(json(StatusCode::OK, &StatusResponse { status: "released" })),
+        SkipOutcome::NotParked => Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "not_parked",
+            "that key is not parked in that partition".into(),
+        )),
+        SkipOutcome::OtherMessage => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "other_message",
+            "the key is parked by another message (GET /queues/{q}/parked shows which)".into(),
+        )),
+        SkipOutcome::AlreadyReleased => Err(ApiError::new(
+            StatusCode::CONFLICT,
+            "already_released",
+            "the key is released already; its held messages are being delivered".into(),
+        )),
+        SkipOutcome::NotOwner => Err(ApiError::new(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "unavailable",
+            "the partition's owner could not be reached (a rebalance?); retry".into(),
+        )),
+    }
 }
 
 /// Any body is ignored: the route is the whole request.

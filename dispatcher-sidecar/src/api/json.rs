@@ -555,3 +555,76 @@ mod tests {
         assert_eq!(forced["headers"][0]["value"], "dg==");
     }
 }
+
+// ---- ordered queues: parked keys and skip (issue 8) --------------------
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ParkedResponse {
+    pub parked: Vec<ParkedKeyOut>,
+}
+
+#[derive(Debug, Serialize)]
+pub(crate) struct ParkedKeyOut {
+    partition: i32,
+    /// The key when it is UTF-8, else `key_base64`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    key_base64: Option<String>,
+    message_id: String,
+    parked_at: String,
+    held: u64,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    released_by: Option<String>,
+}
+
+impl From<crate::service::ParkedKeyInfo> for ParkedKeyOut {
+    fn from(p: crate::service::ParkedKeyInfo) -> Self {
+        let (key, key_base64) = match String::from_utf8(p.key) {
+            Ok(text) => (Some(text), None),
+            Err(e) => (None, Some(BASE64.encode(e.as_bytes()))),
+        };
+        ParkedKeyOut {
+            partition: p.partition,
+            key,
+            key_base64,
+            message_id: p.message_id,
+            parked_at: rfc3339_ms(p.parked_at_ms),
+            held: p.held,
+            released_by: p.released_by,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct SkipBody {
+    partition: i32,
+    key: Option<String>,
+    key_base64: Option<String>,
+    message_id: String,
+}
+
+impl SkipBody {
+    pub(crate) fn into_request(self) -> Result<crate::service::SkipRequest, ServiceError> {
+        let key = match (self.key, self.key_base64) {
+            (Some(k), None) => k.into_bytes(),
+            (None, Some(k)) => decode("key_base64", k, Encoding::Base64)?,
+            _ => {
+                return Err(ServiceError::InvalidArgument(
+                    "give key (UTF-8) or key_base64, not both".into(),
+                ))
+            }
+        };
+        if self.message_id.is_empty() {
+            return Err(ServiceError::InvalidArgument(
+                "message_id must not be empty".into(),
+            ));
+        }
+        Ok(crate::service::SkipRequest {
+            partition: self.partition,
+            key,
+            message_id: self.message_id,
+        })
+    }
+}

@@ -72,6 +72,13 @@ pub fn producer_config(config: &Config) -> ClientConfig {
         c.set("linger.ms", "0");
     }
     c.set("acks", "all").set("enable.idempotence", "true");
+    // Java clients place a key by murmur2; librdkafka's default
+    // (`consistent_random`) hashes by CRC32, so the same key would land in
+    // another partition than a Java producer's, and per-key order (ordered
+    // queues, issue 8) holds only within a partition.
+    if !config.librdkafka.contains_key("partitioner") {
+        c.set("partitioner", "murmur2_random");
+    }
     c
 }
 
@@ -114,6 +121,17 @@ mod tests {
         assert_eq!(p.get("enable.idempotence"), Some("true"));
         assert_eq!(p.get("linger.ms"), Some("0"));
         assert_eq!(p.get("allow.auto.create.topics"), Some("false"));
+        assert_eq!(
+            p.get("partitioner"),
+            Some("murmur2_random"),
+            "as Java clients"
+        );
+        let own = producer_config(&config("[librdkafka]\npartitioner = \"fnv1a\""));
+        assert_eq!(
+            own.get("partitioner"),
+            Some("fnv1a"),
+            "the user's choice stays"
+        );
     }
 
     #[test]

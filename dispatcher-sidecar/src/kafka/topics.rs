@@ -22,6 +22,8 @@ pub enum TopicRole {
     Dlq,
     AckLog,
     Dedupe,
+    /// Ordered queues: a parked key's later messages (issue 8).
+    Hold,
 }
 
 /// The primary topic as the cluster describes it.
@@ -99,6 +101,15 @@ pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
         TopicRole::Dlq,
         BTreeMap::from([("retention.ms".to_string(), retention(0, 2))]),
     ));
+    if queue.ordered {
+        // Held messages wait for their key's release as long as its DLQ
+        // record can be redriven: the DLQ's retention.
+        specs.push(spec(
+            queue.hold_topic(),
+            TopicRole::Hold,
+            BTreeMap::from([("retention.ms".to_string(), retention(0, 2))]),
+        ));
+    }
     specs.push(spec(
         queue.ack_log_topic.clone(),
         TopicRole::AckLog,
@@ -380,6 +391,19 @@ mod tests {
             .iter()
             .all(|s| s.configs["min.insync.replicas"] == "2"));
         assert_eq!(specs[1].role, TopicRole::RetryTier(Duration::from_secs(60)));
+    }
+
+    #[test]
+    fn an_ordered_queue_gets_a_hold_topic_shaped_like_its_dlq() {
+        assert!(!plan(&queue(""), &primary(1_000))
+            .iter()
+            .any(|s| s.role == TopicRole::Hold));
+        let specs = plan(&queue("ordered = true"), &primary(1_000));
+        let hold = by_name(&specs, "jobs.hold");
+        assert_eq!(hold.role, TopicRole::Hold);
+        assert_eq!((hold.partitions, hold.replication_factor), (6, 3));
+        assert_eq!(hold.configs["retention.ms"], "2000");
+        assert_eq!(hold.configs["min.insync.replicas"], "2");
     }
 
     #[test]

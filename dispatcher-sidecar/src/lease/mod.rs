@@ -18,10 +18,12 @@
 //! obligation. A retry tier's partition runs the same engine; its messages
 //! come in with the attempt their envelope names.
 //!
-//! Ordered queues (issue 8, busy and parked keys) are not built. The seam: the
-//! caller filters [`Available`] candidates by key before [`PartitionLeases::lease`]
-//! and learns from every ack, [`Failure`] and expiry which offset (so which
-//! key) is released; a key set can live beside this struct without changing it.
+//! Ordered queues (issue 8): the caller (`queue::ordered`) filters
+//! [`Available`] candidates by key before [`PartitionLeases::lease`] and
+//! learns from every ack, [`Failure`] and expiry which offset (so which key)
+//! is released. Its one hook here is [`PartitionLeases::retry_in_place`]: an
+//! ordered keyed message's failure is retried in its own partition (its key
+//! stays busy) rather than routed to a tier.
 
 mod acked;
 mod envelope;
@@ -615,6 +617,62 @@ impl PartitionLeases {
         }
         self.mark_done(offset);
         Ok(())
+    }
+
+    /// Ordered queues (issue 8): the failure waiting at `offset` is retried
+    /// in this partition instead of being copied to a retry tier. The caller
+    /// has persisted the retry state (attempt, due time, history) in its own
+    /// ack-log record; the offset is leasable again (the caller offers it
+    /// with the next attempt and its due time). Emits nothing: the `Failed`
+    /// record stays the offset's latest, and a rebuild returns it as a
+    /// pending route, which the caller recognizes by its retry record.
+    pub fn retry_in_place(&mut self, offset: i64) -> Result<(), LeaseError> {
+        if self.pending.remove(&offset).is_none() {
+            return Err(LeaseError::NotPendingRoute { offset });
+        }
+        Ok(())
+    }
+
+    /// Ordered queues: the record at `offset` is done without a lease (its
+    /// key is parked and the record was copied to the hold topic). Records
+    /// an ack like any done offset.
+    pub fn settle(&mut self, offset: i64) {
+        if offset < self.committed
+            || self.in_flight.contains_key(&offset)
+            || self.pending.contains_key(&offset)
+            || self.acked.contains(offset)
+        {
+            return;
+        }
+        self.mark_done(offset);
+    }
+
+    /// The gap-cap window is full: nothing beyond it is leased until the
+    /// commit point moves.
+    pub fn window_full(&self) -> bool {
+        self.head - self.committed >= i64::from(self.config.gap_cap)
+    }
+
+    pub fn is_in_flight(&self, offset: i64) -> bool {
+        self.in_flight.contains_key(&offset)
+    }
+
+    /// This ownership's generation (ordered queues sign replayed hold
+    /// copies' receipts with it).
+    pub fn generation(&self) -> Generation {
+        self.generation
+    }
+
+    /// Where a failure of `attempt` goes (the rule `nack` and `expire`
+    /// apply), for failures the caller tracks itself (replayed hold copies).
+    pub fn route_for(
+        &self,
+        attempt: Attempt,
+        cause: FailureCause,
+        retry_after_ms: i64,
+        now_ms: i64,
+    ) -> Route {
+        self.route(attempt, cause, retry_after_ms, now_ms)
     }
 
     /// Offsets in `[from, to)` hold nothing to deliver (transaction markers,

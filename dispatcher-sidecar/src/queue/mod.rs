@@ -32,6 +32,7 @@
 pub mod dedupe;
 pub mod fair;
 pub mod message;
+pub mod ordered;
 pub mod partition;
 mod reader;
 mod runtime;
@@ -52,8 +53,8 @@ use crate::config::{Config, QueueConfig};
 use crate::kafka::consumer::{Assignment, QueueConsumer};
 use crate::lease::{QueuePartition, ReceiptCodec};
 use crate::service::{
-    Delivery, ExtendResult, NackRequest, NewMessage, ProduceResult, QueueService, QueueStats,
-    ReceiptOutcome, ReceiveRequest, ServiceError,
+    Delivery, ExtendResult, NackRequest, NewMessage, ParkedKeyInfo, ProduceResult, QueueService,
+    QueueStats, ReceiptOutcome, ReceiveRequest, ServiceError, SkipOutcome, SkipRequest,
 };
 
 pub use runtime::MAX_ACK_RECEIPTS;
@@ -150,6 +151,7 @@ impl Dispatcher {
                     .collect(),
                 dlq_partitions: counts.get(&queue.dlq_topic).copied().unwrap_or(1),
                 ack_log_partitions: counts.get(&queue.ack_log_topic).copied().unwrap_or(1),
+                hold_partitions: counts.get(&queue.hold_topic()).copied().unwrap_or(1),
                 producer: producer.clone(),
                 consumers,
                 reader_config: reader_config.clone(),
@@ -353,5 +355,13 @@ impl QueueService for Dispatcher {
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
         self.queue(queue)?.set_paused(paused);
         Ok(())
+    }
+
+    async fn parked(&self, queue: &str) -> Result<Vec<ParkedKeyInfo>, ServiceError> {
+        self.queue(queue)?.parked()
+    }
+
+    async fn skip(&self, queue: &str, request: SkipRequest) -> Result<SkipOutcome, ServiceError> {
+        self.queue(queue)?.skip(request).await
     }
 }

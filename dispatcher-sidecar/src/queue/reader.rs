@@ -13,6 +13,15 @@ use rdkafka::{Offset, TopicPartitionList};
 
 use crate::lease::{decode_record, LeaseEvent, QueuePartition};
 
+use super::ordered::{self, OrderedRecord};
+
+/// What an ack-log read returns: the lease engine's events and the ordered
+/// queues' records (`queue::ordered`), each in log order.
+pub type AckLog = (
+    Vec<(QueuePartition, LeaseEvent)>,
+    Vec<(QueuePartition, OrderedRecord)>,
+);
+
 /// A consumer that never joins a group: it is only ever `assign()`ed and
 /// never commits.
 pub fn plain_consumer(base: &ClientConfig, purpose: &str) -> anyhow::Result<BaseConsumer> {
@@ -35,7 +44,7 @@ pub fn read_ack_log(
     topic: &str,
     partitions: &[i32],
     timeout: Duration,
-) -> anyhow::Result<Vec<(QueuePartition, LeaseEvent)>> {
+) -> anyhow::Result<AckLog> {
     let deadline = Instant::now() + timeout;
     let mut ends: HashMap<i32, i64> = HashMap::new();
     let mut tpl = TopicPartitionList::new();
@@ -52,8 +61,9 @@ pub fn read_ack_log(
         }
     }
     let mut events = Vec::new();
+    let mut ordered_records = Vec::new();
     if ends.is_empty() {
-        return Ok(events);
+        return Ok((events, ordered_records));
     }
     consumer.assign(&tpl)?;
     let result = (|| {
@@ -65,10 +75,27 @@ pub fn read_ack_log(
             match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
                     let p = m.partition();
+                    if let (Some(key), None) = (m.key(), m.payload()) {
+                        // A released key's tombstone.
+                        if let Some(r) = ordered::decode_tombstone(key) {
+                            ordered_records.push(r);
+                        }
+                    }
                     if let (Some(key), Some(value)) = (m.key(), m.payload()) {
-                        match decode_record(key, value) {
-                            Ok(e) => events.push(e),
-                            Err(e) => tracing::warn!(topic, p, offset = m.offset(), "ack log: {e}"),
+                        if ordered::is_ordered_key(key) {
+                            match ordered::decode(key, value) {
+                                Ok(r) => ordered_records.push(r),
+                                Err(e) => {
+                                    tracing::warn!(topic, p, offset = m.offset(), "ack log: {e}")
+                                }
+                            }
+                        } else {
+                            match decode_record(key, value) {
+                                Ok(e) => events.push(e),
+                                Err(e) => {
+                                    tracing::warn!(topic, p, offset = m.offset(), "ack log: {e}")
+                                }
+                            }
                         }
                     }
                     if ends.get(&p).is_some_and(|&end| m.offset() + 1 >= end) {
@@ -92,7 +119,7 @@ pub fn read_ack_log(
         Ok(())
     })();
     let _ = consumer.unassign();
-    result.map(|()| events)
+    result.map(|()| (events, ordered_records))
 }
 
 /// The timestamp of the first record at each (partition, offset), the
@@ -126,4 +153,69 @@ pub fn oldest_timestamp_ms(
     }
     let _ = consumer.unassign();
     Ok(oldest)
+}
+
+/// A plain consumer for the hold topic: a key's first held copy may be at
+/// any offset, and one that left retention is read from the log start.
+pub fn hold_consumer(base: &ClientConfig) -> anyhow::Result<BaseConsumer> {
+    let mut c = base.clone();
+    c.set("auto.offset.reset", "earliest");
+    plain_consumer(&c, "hold-reader")
+}
+
+/// The next hold copy of `key` in `topic`/`partition` from offset `from`
+/// up to `last` (inclusive) whose primary offset (`ordered::held_from`) is
+/// above `after` (a lower one was replayed already: a duplicate copy).
+/// Returns it with its offset, or `None` and where the next read resumes
+/// (after `last` when the scan got there, before it when `timeout` ran out
+/// first).
+#[allow(clippy::too_many_arguments)]
+pub fn next_held(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partition: i32,
+    key: &[u8],
+    from: i64,
+    last: i64,
+    after: i64,
+    timeout: Duration,
+) -> anyhow::Result<(Option<(i64, super::message::Buffered)>, i64)> {
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, partition, Offset::Offset(from))?;
+    consumer.assign(&tpl)?;
+    let deadline = Instant::now() + timeout;
+    // Where the next read resumes: a long scan past other keys' copies
+    // keeps its progress across calls.
+    let mut next = from;
+    let result = (|| loop {
+        if Instant::now() >= deadline {
+            anyhow::ensure!(
+                next > from,
+                "reading the hold {topic}/{partition} from {from} took over {timeout:?}"
+            );
+            return Ok((None, next));
+        }
+        match consumer.poll(Duration::from_millis(100)) {
+            Some(Ok(m)) => {
+                if m.offset() > last {
+                    return Ok((None, last + 1));
+                }
+                next = m.offset() + 1;
+                if m.key() == Some(key) {
+                    let b = super::message::Buffered::from_record(&m, false);
+                    let origin = ordered::held_from(&b);
+                    if origin > after {
+                        return Ok((Some((m.offset(), b)), m.offset()));
+                    }
+                }
+                if m.offset() >= last {
+                    return Ok((None, last + 1));
+                }
+            }
+            Some(Err(e)) => return Err(e).context("reading the hold"),
+            None => {}
+        }
+    })();
+    let _ = consumer.unassign();
+    result
 }

@@ -39,6 +39,7 @@ use super::reader;
 
 mod assignment;
 mod failures;
+mod ordered;
 mod produce;
 mod receive;
 mod stats;
@@ -158,6 +159,8 @@ struct Readers {
     ack_log: Mutex<BaseConsumer>,
     meta: Mutex<BaseConsumer>,
     dlq: Mutex<BaseConsumer>,
+    /// Ordered queues: reads the hold topic to replay a released key.
+    hold: Mutex<BaseConsumer>,
 }
 
 /// What the Kafka side says about the owned partitions and the DLQ.
@@ -179,6 +182,7 @@ pub(crate) struct QueueRuntime {
     topic_partitions: Vec<i32>,
     dlq_partitions: i32,
     ack_log_partitions: i32,
+    hold_partitions: i32,
     producer: FutureProducer,
     consumers: RwLock<Vec<Arc<QueueConsumer>>>,
     partitions: RwLock<HashMap<QueuePartition, Arc<Partition>>>,
@@ -239,6 +243,8 @@ pub(crate) struct RuntimeParts {
     pub topic_partitions: Vec<i32>,
     pub dlq_partitions: i32,
     pub ack_log_partitions: i32,
+    /// Ordered queues: the hold topic's.
+    pub hold_partitions: i32,
     pub producer: FutureProducer,
     pub consumers: Vec<Arc<QueueConsumer>>,
     pub reader_config: rdkafka::config::ClientConfig,
@@ -273,6 +279,7 @@ impl QueueRuntime {
             )?),
             meta: Mutex::new(reader::plain_consumer(&parts.reader_config, "stats")?),
             dlq: Mutex::new(reader::plain_consumer(&parts.reader_config, "dlq-reader")?),
+            hold: Mutex::new(reader::hold_consumer(&parts.reader_config)?),
         });
         Ok(QueueRuntime {
             dedupe: Arc::new(Mutex::new(Dedupe::new(
@@ -287,6 +294,7 @@ impl QueueRuntime {
             topic_partitions: parts.topic_partitions,
             dlq_partitions: parts.dlq_partitions.max(1),
             ack_log_partitions: parts.ack_log_partitions.max(1),
+            hold_partitions: parts.hold_partitions.max(1),
             producer: parts.producer,
             consumers: RwLock::new(parts.consumers),
             partitions: RwLock::new(HashMap::new()),
@@ -360,8 +368,24 @@ impl QueueRuntime {
     /// Hands the partition's drained engine events to the producer, in order.
     fn write_events(&self, state: &mut PartitionState) -> Pending {
         let mut pending = Pending::default();
-        let events = state.engine.drain_events();
         let partition = state.engine.partition().partition % self.ack_log_partitions;
+        // Ordered queues' records first: one naming a record as held (or a
+        // key as parked) must not be lost while the event that makes the
+        // record done survives (the producer keeps their order, and a
+        // later record of a partition is never written after a failed one).
+        let ring = state.engine.config().gap_cap;
+        let qp = state.engine.partition();
+        for record in state.take_ordered_out() {
+            let r = crate::queue::ordered::encode(qp, ring, &record);
+            let mut out = FutureRecord::<[u8], [u8]>::to(&self.config.ack_log_topic)
+                .partition(partition)
+                .key(&r.key[..]);
+            if !matches!(record, crate::queue::ordered::OrderedRecord::Unparked(_)) {
+                out = out.payload(&r.value[..]);
+            }
+            pending.sent(self.producer.send_result(out));
+        }
+        let events = state.engine.drain_events();
         for event in &events {
             let r = state.engine.encode(event);
             let record = FutureRecord::to(&self.config.ack_log_topic)

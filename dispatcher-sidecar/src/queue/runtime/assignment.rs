@@ -2,6 +2,7 @@
 //! group commit, resuming parked ones, revokes, commits and fetch tasks.
 
 use super::*;
+use crate::queue::ordered::{OrderedKeys, OrderedRecord};
 
 impl QueueRuntime {
     /// Restores the newly assigned partitions of topic `t` from the ack log
@@ -99,25 +100,35 @@ impl QueueRuntime {
             .filter(|p| committed.get(p).copied().flatten().is_none())
             .collect();
         let started = Instant::now();
-        let (events, lows) = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
-            let events = reader::read_ack_log(
-                &readers.ack_log.lock().unwrap(),
-                &ack_topic,
-                &ack_parts,
-                KAFKA_TIMEOUT * 2,
-            )?;
-            let meta = readers.meta.lock().unwrap();
-            let mut lows = HashMap::new();
-            for p in need_low {
-                lows.insert(p, meta.fetch_watermarks(&topic, p, KAFKA_TIMEOUT)?.0);
-            }
-            Ok((events, lows))
-        })
-        .await??;
+        let ((events, ordered_records), lows) =
+            tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
+                let events = reader::read_ack_log(
+                    &readers.ack_log.lock().unwrap(),
+                    &ack_topic,
+                    &ack_parts,
+                    KAFKA_TIMEOUT * 2,
+                )?;
+                let meta = readers.meta.lock().unwrap();
+                let mut lows = HashMap::new();
+                for p in need_low {
+                    lows.insert(p, meta.fetch_watermarks(&topic, p, KAFKA_TIMEOUT)?.0);
+                }
+                Ok((events, lows))
+            })
+            .await??;
         let mut by_partition: HashMap<i32, Vec<LeaseEvent>> = HashMap::new();
         for (qp, event) in events {
             if qp.topic == t && partitions.contains(&qp.partition) {
                 by_partition.entry(qp.partition).or_default().push(event);
+            }
+        }
+        let mut ordered_by_partition: HashMap<i32, Vec<OrderedRecord>> = HashMap::new();
+        for (qp, record) in ordered_records {
+            if qp.topic == t && partitions.contains(&qp.partition) {
+                ordered_by_partition
+                    .entry(qp.partition)
+                    .or_default()
+                    .push(record);
             }
         }
         let mut floors = Pending::default();
@@ -143,6 +154,11 @@ impl QueueRuntime {
                 pending_routes = rebuilt.pending_routes.len(), event_count,
                 elapsed_ms = started.elapsed().as_millis() as u64, "partition rebuilt");
             let mut state = PartitionState::rebuilt(rebuilt, acked);
+            if self.config.ordered && t == 0 {
+                let records = ordered_by_partition.remove(&p).unwrap_or_default();
+                let committed = state.engine.committed_offset();
+                state.set_ordered(OrderedKeys::new(records, committed));
+            }
             // The ownership's generation, written before the first lease.
             floors.merge(self.write_events(&mut state));
             rebuilt_parts.push(Arc::new(Partition::new(qp, state, base, self.fair.clone())));
@@ -362,7 +378,16 @@ impl QueueRuntime {
                 let space = part.space.notified();
                 tokio::pin!(space);
                 space.as_mut().enable();
-                let room = part.lock().prefetch_room();
+                let (room, spilled) = {
+                    let mut state = part.lock();
+                    let spilled = state.prefetch_room() == 0 && state.spill(now_ms());
+                    (state.prefetch_room(), spilled)
+                };
+                if spilled {
+                    // Ordered queues: a busy key's records leave the
+                    // prefetch for the hold.
+                    self.hold(&part).await;
+                }
                 if room == 0 {
                     let _ = tokio::time::timeout(Duration::from_millis(500), space).await;
                     continue;
@@ -407,6 +432,9 @@ impl QueueRuntime {
             }
             if routable {
                 self.route(&part).await;
+            }
+            if part.lock().has_holdable() {
+                self.hold(&part).await;
             }
         }
     }

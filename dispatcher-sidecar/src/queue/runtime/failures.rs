@@ -8,6 +8,12 @@ impl QueueRuntime {
     /// and once each copy is acknowledged, marks its offset done.
     pub(super) async fn route(&self, part: &Arc<Partition>) {
         let jobs = part.lock().take_routable();
+        let (in_place, jobs): (Vec<_>, Vec<_>) = jobs
+            .into_iter()
+            .partition(|(failure, m)| self.retries_in_place(part, failure, m));
+        if !in_place.is_empty() {
+            self.retry_in_place(part, in_place).await;
+        }
         if jobs.is_empty() {
             return;
         }
@@ -43,6 +49,7 @@ impl QueueRuntime {
         }
         let mut ok = Vec::new();
         let mut dead_lettered = 0u64;
+        let mut parked_overflow = 0u64;
         for ((failure, _), send) in jobs.iter().zip(sends) {
             let result = match send {
                 Ok(f) => match f.await {
@@ -65,9 +72,19 @@ impl QueueRuntime {
         }
         let (pending, wake) = {
             let mut state = part.lock();
-            for (failure, _) in &jobs {
+            for (failure, m) in &jobs {
                 if ok.contains(&failure.offset) {
                     state.routed(failure.offset);
+                    // Ordered queues: a dead-lettered key is parked.
+                    if let (true, Route::Dlq, Some(key)) = (
+                        self.config.ordered && part.qp.topic == 0,
+                        failure.route,
+                        &m.key,
+                    ) {
+                        if !state.park(key, &m.message_id, now_ms()) {
+                            parked_overflow += 1;
+                        }
+                    }
                 } else {
                     state.route_failed(failure.offset);
                 }
@@ -81,6 +98,12 @@ impl QueueRuntime {
         if dead_lettered > 0 {
             metrics::counter!("dispatcher_dead_lettered_total", "queue" => self.name())
                 .increment(dead_lettered);
+        }
+        if parked_overflow > 0 {
+            tracing::warn!(queue = %self.config.name, partition = %part.qp, parked_overflow,
+                "the table of parked keys is full: dead-lettered keys not parked");
+            metrics::counter!("dispatcher_parked_overflow_total", "queue" => self.name())
+                .increment(parked_overflow);
         }
         if let Err(e) = pending.wait().await {
             tracing::warn!(queue = %self.config.name, partition = %part.qp, "ack-log write: {e}");
@@ -117,6 +140,10 @@ impl QueueRuntime {
             if routable {
                 self.route(&part).await;
             }
+            self.expire_replays(&part).await;
+            self.hold_stuck(&part).await;
+            self.hold(&part).await;
+            self.load_replays(&part).await;
         }
         if slow {
             let owned = self.owned();
@@ -161,6 +188,7 @@ impl QueueRuntime {
     }
 
     fn set_gauges(&self, owned: &[Arc<Partition>], measure: &Measure) {
+        self.ordered_gauges(owned);
         let now = now_ms();
         let name = self.name();
         let mut retry_depth = vec![0i64; self.topics.len()];

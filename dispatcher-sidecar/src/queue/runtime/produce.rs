@@ -49,6 +49,19 @@ impl QueueRuntime {
     ) -> Result<Vec<ProduceResult>, ServiceError> {
         validate_produce(&messages, &self.config.retry_tiers)
             .map_err(ServiceError::InvalidArgument)?;
+        if self.config.ordered {
+            // A delayed message waits in a retry tier, outside its key's
+            // partition: it could not keep its place in the key's order.
+            if let Some(i) = messages
+                .iter()
+                .position(|m| m.key.is_some() && m.delay.is_some())
+            {
+                return Err(ServiceError::InvalidArgument(format!(
+                    "messages[{i}]: a keyed message of an ordered queue cannot be delayed \
+                     (it would leave its key's order); drop delay_seconds or the key"
+                )));
+            }
+        }
         let now = now_ms();
         let mut results: Vec<Option<ProduceResult>> = vec![None; messages.len()];
         // (index, id, deduped, the send)
@@ -102,7 +115,8 @@ impl QueueRuntime {
                     &self.topics[tier + 1]
                 }
             };
-            // By key with librdkafka's default partitioner; without a key its
+            // By key with the producer's partitioner (murmur2, as Java
+            // clients, unless `[librdkafka]` names another); without a key its
             // sticky partitioner spreads batches over the partitions.
             let mut record = FutureRecord::to(topic)
                 .payload(&m.payload[..])

@@ -178,13 +178,23 @@ impl QueueRuntime {
                 return Err(ReceiptOutcome::Invalid);
             }
         };
-        match self.partition(receipt.partition) {
+        // A replayed hold copy (ordered queues) is served by the owner of
+        // the primary partition of the same number.
+        let owner = if receipt.partition.topic == crate::queue::ordered::HOLD_TOPIC {
+            QueuePartition {
+                topic: 0,
+                partition: receipt.partition.partition,
+            }
+        } else {
+            receipt.partition
+        };
+        match self.partition(owner) {
             Some(p) => Ok((receipt, p)),
             None => Err(ReceiptOutcome::NotOwner),
         }
     }
 
-    fn stale(&self, e: &LeaseError) -> ReceiptOutcome {
+    pub(super) fn stale(&self, e: &LeaseError) -> ReceiptOutcome {
         if matches!(
             e,
             LeaseError::StaleReceipt { .. } | LeaseError::StaleGeneration { .. }
@@ -223,11 +233,13 @@ impl QueueRuntime {
         for (part, list) in by_partition.values() {
             let mut state = part.lock();
             for (i, r) in list {
-                outcomes[*i] = match state.engine.ack(r) {
-                    Ok(()) => {
-                        state.done(r.offset);
-                        ReceiptOutcome::Ok
-                    }
+                let acked = if r.partition.topic == crate::queue::ordered::HOLD_TOPIC {
+                    state.replay_ack(r)
+                } else {
+                    state.engine.ack(r).map(|()| state.done(r.offset))
+                };
+                outcomes[*i] = match acked {
+                    Ok(()) => ReceiptOutcome::Ok,
                     Err(e) => self.stale(&e),
                 };
             }
@@ -244,6 +256,13 @@ impl QueueRuntime {
             .wait()
             .await
             .map_err(|e| unavailable(format!("ack log: {e}")))?;
+        // Ordered queues: a replayed copy acked, read the key's next one now
+        // rather than at the next tick.
+        for (qp, (part, _)) in &by_partition {
+            if qp.topic == crate::queue::ordered::HOLD_TOPIC {
+                self.load_replays(part).await;
+            }
+        }
         let acked = outcomes
             .iter()
             .filter(|o| **o == ReceiptOutcome::Ok)
@@ -257,6 +276,9 @@ impl QueueRuntime {
             Ok(found) => found,
             Err(outcome) => return Ok(outcome),
         };
+        if receipt.partition.topic == crate::queue::ordered::HOLD_TOPIC {
+            return self.replay_nack(&part, &receipt, &request).await;
+        }
         let retry_after_ms = request.retry_after.map(ms);
         let error = request.error.as_deref().unwrap_or("nacked");
         let pending = {
@@ -295,7 +317,14 @@ impl QueueRuntime {
                 });
             }
         };
-        let result = part.lock().engine.extend(&receipt, ms(lease), now_ms());
+        let result = {
+            let mut state = part.lock();
+            if receipt.partition.topic == crate::queue::ordered::HOLD_TOPIC {
+                state.replay_extend(&receipt, ms(lease), now_ms())
+            } else {
+                state.engine.extend(&receipt, ms(lease), now_ms())
+            }
+        };
         Ok(match result {
             Ok(extended) => ExtendResult {
                 outcome: ReceiptOutcome::Ok,
