@@ -205,6 +205,19 @@ impl QueueService for Fake {
         self.record(Call::SetPaused(queue.into(), paused));
         self.check(queue)
     }
+    /// The fake holds no messages: every valid id is unknown.
+    async fn trace(
+        &self,
+        message_id: &str,
+        queue: Option<&str>,
+    ) -> Result<Vec<dispatcher_sidecar::trace::MessageTrace>, ServiceError> {
+        dispatcher_sidecar::trace::validate_message_id(message_id)
+            .map_err(ServiceError::InvalidArgument)?;
+        if let Some(q) = queue {
+            self.check(q)?;
+        }
+        Ok(Vec::new())
+    }
 }
 
 fn delivery(receipt: &str, key: Option<&[u8]>, payload: &[u8], header: &[u8]) -> Delivery {

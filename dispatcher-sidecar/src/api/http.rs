@@ -54,6 +54,7 @@ enum Endpoint {
     Extend,
     Pause,
     Resume,
+    Trace,
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> HttpRoute {
@@ -77,6 +78,7 @@ pub const HTTP_ROUTES: &[HttpRoute] = &[
     route("POST", "/queues/{q}/extend", Endpoint::Extend),
     route("POST", "/queues/{q}/pause", Endpoint::Pause),
     route("POST", "/queues/{q}/resume", Endpoint::Resume),
+    route("GET", "/messages/{message_id}", Endpoint::Trace),
 ];
 
 /// What every handler sees.
@@ -119,6 +121,7 @@ fn method_router<S: QueueService>(route: &HttpRoute) -> MethodRouter<Arc<ApiStat
         Endpoint::Extend => on(filter, extend::<S>),
         Endpoint::Pause => on(filter, pause::<S>),
         Endpoint::Resume => on(filter, resume::<S>),
+        Endpoint::Trace => on(filter, trace_message::<S>),
     }
 }
 
@@ -270,6 +273,57 @@ async fn resume<S: QueueService>(
 ) -> Result<Response, ApiError> {
     state.service.set_paused(&queue, false).await?;
     Ok(json(StatusCode::OK, &StatusResponse { status: "ok" }))
+}
+
+/// `GET /messages/{message_id}[?queue=q]`: the message's trace in every
+/// queue that knows it (`crate::trace`).
+async fn trace_message<S: QueueService>(
+    State(state): AppState<S>,
+    MessageIdParam(message_id): MessageIdParam,
+    uri: axum::http::Uri,
+) -> Result<Response, ApiError> {
+    let queue = query_param(&uri, "queue");
+    let traces = state.service.trace(&message_id, queue.as_deref()).await?;
+    if traces.is_empty() {
+        let where_ = queue.map_or("no queue of this dispatcher".to_owned(), |q| {
+            format!("queue {q:?}")
+        });
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_message",
+            format!(
+                "{where_} knows a message {message_id:?} (never produced, produced by a plain \
+                 client and never failed under another id, or its index entry left retention)"
+            ),
+        ));
+    }
+    Ok(json(
+        StatusCode::OK,
+        &crate::trace::TraceResponse { message_id, traces },
+    ))
+}
+
+/// The `{message_id}` of `GET /messages/{message_id}`, percent-decoded.
+struct MessageIdParam(String);
+
+impl<St: Send + Sync> FromRequestParts<St> for MessageIdParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("message id in the path: {e}")))?;
+        Ok(MessageIdParam(id))
+    }
+}
+
+/// The first value of `name` in the URI's query string, decoded.
+fn query_param(uri: &axum::http::Uri, name: &str) -> Option<String> {
+    let query = uri.query()?;
+    let url = reqwest::Url::parse(&format!("http://q/?{query}")).ok()?;
+    url.query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
 }
 
 async fn no_route() -> ApiError {

@@ -41,6 +41,7 @@ mod failures;
 mod produce;
 mod receive;
 mod stats;
+mod trace;
 
 /// How long a Kafka metadata, commit or ack-log read may take.
 pub(crate) const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
@@ -197,6 +198,8 @@ pub(crate) struct QueueRuntime {
     parked: Mutex<HashMap<QueuePartition, Parked>>,
     /// Receives lease nothing while set (`set_paused`).
     paused: AtomicBool,
+    /// The message-id index (`crate::trace`).
+    index: trace::IndexParts,
 }
 
 /// A revoked partition's state and what proves nobody changed it since.
@@ -231,6 +234,8 @@ pub(crate) struct RuntimeParts {
     pub producer: FutureProducer,
     pub consumers: Vec<Arc<QueueConsumer>>,
     pub reader_config: rdkafka::config::ClientConfig,
+    /// Partitions of the index topic (`crate::trace::index_topic`).
+    pub index_partitions: i32,
 }
 
 impl QueueRuntime {
@@ -261,7 +266,13 @@ impl QueueRuntime {
             meta: Mutex::new(reader::plain_consumer(&parts.reader_config, "stats")?),
             dlq: Mutex::new(reader::plain_consumer(&parts.reader_config, "dlq-reader")?),
         });
+        let index = trace::IndexParts::new(
+            crate::trace::index_topic(&config.topic),
+            parts.index_partitions,
+            &parts.reader_config,
+        )?;
         Ok(QueueRuntime {
+            index,
             dedupe: Arc::new(Mutex::new(Dedupe::new(
                 ms(config.dedupe_window),
                 MAX_DEDUPE_ENTRIES,
