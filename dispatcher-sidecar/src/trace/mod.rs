@@ -516,6 +516,39 @@ mod tests {
         let json = serde_json::to_string(&events(&found, &dlq)).unwrap();
         let back: Vec<TraceEvent> = serde_json::from_str(&json).unwrap();
         assert_eq!(back, events(&found, &dlq));
+        // The answer an owner sends a forwarding instance reads back whole.
+        let state = CurrentState {
+            status: Status::InFlight,
+            location: Place::from(&dlq),
+            detail: "d".into(),
+            source: Source::Owner,
+            consumer: Some("w".into()),
+            attempt: Some(2),
+            lease_expires_at: Some(1_796_282_040_123),
+            due_at: None,
+            committed_offset: Some(3),
+            log_start_offset: Some(0),
+        };
+        let answer = TraceResponse {
+            message_id: "m".into(),
+            traces: vec![MessageTrace {
+                queue: "q".into(),
+                message_id: "m".into(),
+                events: events(&found, &dlq),
+                state,
+            }],
+        };
+        let json = serde_json::to_value(&answer).unwrap();
+        assert_eq!(
+            json["traces"][0]["state"]["lease_expires_at"],
+            "2026-12-03T07:14:00.123Z"
+        );
+        assert!(json["traces"][0]["state"].get("due_at").is_none());
+        assert_eq!(json["traces"][0]["state"]["status"], "in_flight");
+        assert_eq!(
+            serde_json::from_value::<TraceResponse>(json).unwrap(),
+            answer
+        );
         // A message never moved: produced only.
         let only = loc(LocationKind::Primary, "jobs", 3, 9);
         let plain = Found::default();
