@@ -32,7 +32,7 @@ impl Drop for Instance {
 /// attempts, a 30 s lease.
 async fn setup(port: u16, topic: &str) -> (common::Broker, String) {
     let broker = common::Broker::start(port);
-    let config = broker.config("");
+    let config = client_config(&broker);
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
     let created = admin
         .create_topics(
@@ -47,6 +47,11 @@ async fn setup(port: u16, topic: &str) -> (common::Broker, String) {
          lease = \"30s\"\nretry_tiers = [\"1s\", \"2s\"]\nmax_attempts = 3\n"
     );
     (broker, queue)
+}
+
+/// A config for this broker's plain Kafka clients (the queue is unused).
+fn client_config(broker: &common::Broker) -> dispatcher_sidecar::config::Config {
+    broker.config("[[queue]]\nname = \"unused\"\ntopic = \"unused\"\n")
 }
 
 /// Starts the binary with HTTP on `port` and gRPC on `port + 1`; returns
@@ -223,7 +228,7 @@ async fn a_message_nacked_twice_then_dead_lettered_shows_every_step_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_from_a_plain_client_acked_is_traced_as_acked() {
     let (broker, queue) = setup(45405, "trplain").await;
-    let producer: FutureProducer = kafka::admin_config(&broker.config("")).create().unwrap();
+    let producer: FutureProducer = kafka::admin_config(&client_config(&broker)).create().unwrap();
     let (partition, offset) = producer
         .send(
             FutureRecord::<(), _>::to("trplain").payload("plain"),
