@@ -31,12 +31,16 @@ impl Drop for Instance {
 /// of a dispatcher serving queue `tr` on it: 1 s and 2 s tiers, three
 /// attempts, a 30 s lease.
 async fn setup(port: u16, topic: &str) -> (common::Broker, String) {
+    setup_with(port, topic, 1).await
+}
+
+async fn setup_with(port: u16, topic: &str, partitions: i32) -> (common::Broker, String) {
     let broker = common::Broker::start(port);
     let config = client_config(&broker);
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
     let created = admin
         .create_topics(
-            &[NewTopic::new(topic, 1, TopicReplication::Fixed(1))],
+            &[NewTopic::new(topic, partitions, TopicReplication::Fixed(1))],
             &AdminOptions::new().request_timeout(Some(TIMEOUT)),
         )
         .await
@@ -228,7 +232,9 @@ async fn a_message_nacked_twice_then_dead_lettered_shows_every_step_in_order() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_message_from_a_plain_client_acked_is_traced_as_acked() {
     let (broker, queue) = setup(45405, "trplain").await;
-    let producer: FutureProducer = kafka::admin_config(&client_config(&broker)).create().unwrap();
+    let producer: FutureProducer = kafka::admin_config(&client_config(&broker))
+        .create()
+        .unwrap();
     let (partition, offset) = producer
         .send(
             FutureRecord::<(), _>::to("trplain").payload("plain"),
@@ -411,6 +417,62 @@ async fn the_cli_prints_the_path() {
     assert!(err.contains("HTTP 404"), "{err}");
     let (code, _, _) = run(&[]);
     assert_eq!(code, Some(2));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn any_instance_answers_with_the_owners_view() {
+    let (broker, queue) = setup_with(45430, "trtwo", 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(&broker, dir.path(), &queue, 45431).await;
+    let b = start(&broker, dir.path(), &queue, 45433).await;
+    // Both own one partition (the group settled).
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let mut owned = Vec::new();
+        for i in [&a, &b] {
+            let stats: Value = client()
+                .get(format!("{}/queues/tr", i.http))
+                .send()
+                .await
+                .unwrap()
+                .json()
+                .await
+                .unwrap();
+            owned.push(stats["partitions"].as_array().map_or(0, Vec::len));
+        }
+        if owned == [1, 1] {
+            break;
+        }
+        assert!(Instant::now() < deadline, "owned {owned:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let messages: Vec<Value> = (0..10)
+        .map(|i| json!({ "key": format!("k{i}"), "payload": "p" }))
+        .collect();
+    post(&a, "/queues/tr/messages", json!({ "messages": messages })).await;
+    let m = receive_one(&a, "worker-a").await;
+    let id = m["message_id"].as_str().unwrap();
+    // B does not own the partition: its own view rests on the commit ...
+    let local: Value = client()
+        .get(format!("{}/internal/messages/{id}", b.http))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        local["traces"][0]["state"]["status"], "not_acked",
+        "{local}"
+    );
+    assert_eq!(local["traces"][0]["state"]["source"], "commit", "{local}");
+    // ... and its public answer is the owner's.
+    let (status, body) = trace(&b, id).await;
+    assert_eq!(status, 200, "{body}");
+    let state = &body["traces"][0]["state"];
+    assert_eq!(state["status"], "in_flight", "{body}");
+    assert_eq!(state["consumer"], "worker-a", "{body}");
+    assert_eq!(state["source"], "owner", "{body}");
 }
 
 /// Milliseconds of an RFC 3339 time the API writes (`...T..:..:..mmmZ`).
