@@ -35,6 +35,15 @@ async fn setup(port: u16, topic: &str) -> (common::Broker, String) {
 }
 
 async fn setup_with(port: u16, topic: &str, partitions: i32) -> (common::Broker, String) {
+    setup_tiers(port, topic, partitions, "[\"1s\", \"2s\"]").await
+}
+
+async fn setup_tiers(
+    port: u16,
+    topic: &str,
+    partitions: i32,
+    tiers: &str,
+) -> (common::Broker, String) {
     let broker = common::Broker::start(port);
     let config = client_config(&broker);
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
@@ -48,7 +57,7 @@ async fn setup_with(port: u16, topic: &str, partitions: i32) -> (common::Broker,
     assert!(created[0].is_ok(), "{created:?}");
     let queue = format!(
         "[[queue]]\nname = \"tr\"\ntopic = \"{topic}\"\ngroup = \"{topic}-dispatcher\"\n\
-         lease = \"30s\"\nretry_tiers = [\"1s\", \"2s\"]\nmax_attempts = 3\n"
+         lease = \"30s\"\nretry_tiers = {tiers}\nmax_attempts = 3\n"
     );
     (broker, queue)
 }
@@ -473,6 +482,36 @@ async fn any_instance_answers_with_the_owners_view() {
     assert_eq!(state["status"], "in_flight", "{body}");
     assert_eq!(state["consumer"], "worker-a", "{body}");
     assert_eq!(state["source"], "owner", "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retried_message_waits_on_its_tier_until_due() {
+    let (broker, queue) = setup_tiers(45435, "trwait", 1, "[\"1m\"]").await;
+    let dir = tempfile::tempdir().unwrap();
+    let d = start(&broker, dir.path(), &queue, 45436).await;
+    post(
+        &d,
+        "/queues/tr/messages",
+        json!({ "messages": [{ "message_id": "later", "payload": "p" }] }),
+    )
+    .await;
+    let m = receive_one(&d, "w1").await;
+    post(
+        &d,
+        "/queues/tr/nack",
+        json!({ "receipt": m["receipt"], "error": "busy" }),
+    )
+    .await;
+    // The tier's partition is served here once assigned and fetched.
+    let t = trace_until(&d, "later", |t| t["state"]["status"] == "waiting").await;
+    let state = &t["state"];
+    assert_eq!(state["location"]["kind"], "retry", "{t}");
+    assert_eq!(state["location"]["topic"], "trwait.retry.1m", "{t}");
+    assert_eq!(state["source"], "owner", "{t}");
+    assert_eq!(state["attempt"], 2, "{t}");
+    let due = parse_time(state["due_at"].as_str().unwrap());
+    let failed = parse_time(t["events"][1]["at"].as_str().unwrap());
+    assert!(due > failed, "{t}");
 }
 
 /// Milliseconds of an RFC 3339 time the API writes (`...T..:..:..mmmZ`).

@@ -314,8 +314,6 @@ pub struct TraceResponse {
 #[derive(Clone, Debug, Default)]
 pub struct Found {
     pub origin: Option<Location>,
-    /// The latest location (from the index, else the derived id).
-    pub location: Option<Location>,
     /// The envelope of the record at the latest location, when read.
     pub envelope: Option<RetryEnvelope>,
     /// That record's path header.
@@ -493,7 +491,6 @@ mod tests {
         env.push_failure(Attempt(3), 7_000, "three", None);
         let found = Found {
             origin: Some(origin.clone()),
-            location: Some(dlq.clone()),
             envelope: Some(env),
             path: vec![origin, tier1, tier2],
         };
