@@ -119,20 +119,11 @@ fn render_one(out: &mut String, t: &MessageTrace) {
     for e in &t.events {
         let _ = writeln!(out, "  {}  {}", rfc3339_ms(e.at), describe(e));
     }
-    let s = &t.state;
-    let _ = writeln!(
-        out,
-        "  now: {} ({:?} of {}/{} offset {}): {}",
-        serde_json::to_value(s.status)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default(),
-        s.location.kind,
-        s.location.topic,
-        s.location.partition,
-        s.location.offset,
-        s.detail
-    );
+    let status = serde_json::to_value(t.state.status)
+        .ok()
+        .and_then(|v| v.as_str().map(str::to_owned))
+        .unwrap_or_default();
+    let _ = writeln!(out, "  now: {status}: {}", t.state.detail);
 }
 
 fn describe(e: &TraceEvent) -> String {

@@ -317,7 +317,7 @@ impl QueueRuntime {
             LocationKind::Dlq => {
                 state.status = Status::DeadLettered;
                 state.detail = format!(
-                    "dead-lettered: in {} partition {} at offset {}",
+                    "in {} partition {} at offset {}; a redrive delivers it again",
                     location.topic, location.partition, location.offset
                 );
                 return state;
