@@ -325,6 +325,38 @@ async fn an_unknown_id_is_404_and_an_invalid_one_400() {
     let (status, body) = trace(&d, "known").await;
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["traces"][0]["state"]["status"], "queued", "{body}");
+    // Lookups and index writes are counted.
+    let metrics = client()
+        .get(format!("{}/metrics", d.http))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let value = |name: &str, result: &str| -> f64 {
+        metrics
+            .lines()
+            .filter(|l| l.starts_with(&format!("{name}{{")))
+            .filter(|l| l.contains("queue=\"tr\"") && l.contains(&format!("result=\"{result}\"")))
+            .filter_map(|l| l.rsplit_once(' ')?.1.parse::<f64>().ok())
+            .sum()
+    };
+    assert_eq!(
+        value("dispatcher_trace_index_writes_total", "ok"),
+        1.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        value("dispatcher_trace_lookups_total", "not_found"),
+        2.0,
+        "{metrics}"
+    );
+    assert_eq!(
+        value("dispatcher_trace_lookups_total", "found"),
+        1.0,
+        "{metrics}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
