@@ -24,6 +24,10 @@ pub(crate) struct IndexParts {
     pub topic: String,
     pub partitions: i32,
     reader: Arc<Mutex<BaseConsumer>>,
+    /// One lookup at a time per queue, waited for without a thread: the
+    /// blocking pool (which commits use too) holds at most one lookup per
+    /// queue however many traces are asked for.
+    turn: tokio::sync::Mutex<()>,
 }
 
 impl IndexParts {
@@ -39,6 +43,7 @@ impl IndexParts {
                 reader_config,
                 "trace-reader",
             )?)),
+            turn: tokio::sync::Mutex::new(()),
         })
     }
 }
@@ -189,6 +194,11 @@ impl QueueRuntime {
     }
 
     async fn trace_inner(&self, message_id: &str) -> Result<Option<MessageTrace>, ServiceError> {
+        let _turn = tokio::time::timeout(TRACE_TIMEOUT, self.index.turn.lock())
+            .await
+            .map_err(|_| {
+                unavailable("other traces of this queue are being looked up; try again")
+            })?;
         let reader = Arc::clone(&self.index.reader);
         let topic = self.index.topic.clone();
         let partition = tr::index_partition(message_id, self.index.partitions);
