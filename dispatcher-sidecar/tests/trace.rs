@@ -514,6 +514,30 @@ async fn any_instance_answers_with_the_owners_view() {
     assert_eq!(state["status"], "in_flight", "{body}");
     assert_eq!(state["consumer"], "worker-a", "{body}");
     assert_eq!(state["source"], "owner", "{body}");
+    // Acked and committed: B's own view has the commit as evidence.
+    post(&a, "/queues/tr/ack", json!({ "receipts": [m["receipt"]] })).await;
+    let deadline = Instant::now() + TIMEOUT;
+    loop {
+        let local: Value = client()
+            .get(format!("{}/internal/messages/{id}", b.http))
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        let state = &local["traces"][0]["state"];
+        if state["status"] == "acked" {
+            assert_eq!(state["source"], "commit", "{local}");
+            assert!(
+                state["committed_offset"].as_i64() > m["offset"].as_i64(),
+                "{local}"
+            );
+            break;
+        }
+        assert!(Instant::now() < deadline, "{local}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
