@@ -35,6 +35,7 @@ use crate::service::{
     Delivery, ExtendResult, NackRequest, NewMessage, ParkedKeyInfo, ProduceResult, QueueService,
     QueueStats, ReceiptOutcome, ReceiveRequest, ServiceError, SkipOutcome, SkipRequest,
 };
+use crate::trace::{MessageTrace, Source, Status, TraceResponse};
 
 /// The path prefix of the routes that serve the local service only.
 pub const INTERNAL_PREFIX: &str = "/internal";
@@ -501,6 +502,73 @@ impl<S: QueueService> QueueService for Forwarding<S> {
                 local
             }
         })
+    }
+
+    /// The local trace; where the message's latest record is in a partition
+    /// another instance owns, that owner's trace (its lease engine knows
+    /// whether the message is in flight, waiting or acked above the commit
+    /// point). When the owner is not found or does not answer, the local
+    /// trace stands (its state then rests on the group's commit).
+    async fn trace(
+        &self,
+        message_id: &str,
+        queue: Option<&str>,
+    ) -> Result<Vec<MessageTrace>, ServiceError> {
+        let mut traces = self.local.trace(message_id, queue).await?;
+        for t in &mut traces {
+            if t.state.status != Status::NotAcked || t.state.source != Source::Commit {
+                continue;
+            }
+            let Some(route) = self.routes.get(&t.queue) else {
+                continue;
+            };
+            let place = &t.state.location;
+            let Some(owner) = self
+                .owners
+                .owner(&route.group, &place.topic, place.partition, &self.me)
+                .await
+            else {
+                continue;
+            };
+            match self.owner_trace(&owner, message_id, &t.queue).await {
+                Ok(answer) => {
+                    if let Some(theirs) = answer.traces.into_iter().find(|a| a.queue == t.queue) {
+                        *t = theirs;
+                    }
+                }
+                Err(e) => tracing::warn!(%owner, "asking the owner for a trace: {e:#}"),
+            }
+        }
+        Ok(traces)
+    }
+}
+
+impl<S: QueueService> Forwarding<S> {
+    async fn owner_trace(
+        &self,
+        owner: &str,
+        message_id: &str,
+        queue: &str,
+    ) -> anyhow::Result<TraceResponse> {
+        let mut url = reqwest::Url::parse(&format!("http://{owner}{INTERNAL_PREFIX}/messages/"))
+            .with_context(|| format!("the owner's address {owner:?}"))?;
+        url.path_segments_mut()
+            .map_err(|()| anyhow::anyhow!("http://{owner} takes no path"))?
+            .pop_if_empty()
+            .push(message_id);
+        url.query_pairs_mut().append_pair("queue", queue);
+        let response = self
+            .http
+            .get(url.clone())
+            .send()
+            .await
+            .with_context(|| format!("GET {url}"))?;
+        let status = response.status();
+        anyhow::ensure!(status.is_success(), "GET {url}: HTTP {status}");
+        response
+            .json::<TraceResponse>()
+            .await
+            .with_context(|| format!("GET {url}: reading the answer"))
     }
 }
 

@@ -6,7 +6,7 @@
 //! implements the [`service::QueueService`] the `api` serves over HTTP and
 //! gRPC; `forward` sends what this instance does not own to the owner;
 //! `push` delivers the queues that have a push subscription to their
-//! endpoints.
+//! endpoints; `trace` answers where a message is and has been.
 //! [`run`] puts them together.
 
 pub mod api;
@@ -17,6 +17,7 @@ pub mod lease;
 pub mod push;
 pub mod queue;
 pub mod service;
+pub mod trace;
 
 use std::sync::Arc;
 

@@ -1,11 +1,14 @@
 //! `dispatcher --config <file>`: reads the configuration, then runs the
 //! dispatcher (`dispatcher_sidecar::run`). A bad command line or
 //! configuration exits 2 with one line naming the problem.
+//!
+//! `dispatcher trace <message_id> [--url U] [--queue Q] [--json]` asks a
+//! running dispatcher where a message is (`dispatcher_sidecar::trace::cli`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
-const USAGE: &str = "usage: dispatcher --config <file.toml>";
+const USAGE: &str = "usage: dispatcher --config <file.toml>\n       dispatcher trace <message_id> [--url http://127.0.0.1:8080] [--queue <name>] [--json]";
 
 /// mimalloc rather than glibc's malloc: the per-message allocations of a
 /// busy dispatcher (fetched records, deliveries, JSON) spent a fifth of its
@@ -22,6 +25,9 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
+    if std::env::args().nth(1).as_deref() == Some("trace") {
+        return trace(std::env::args().skip(2));
+    }
     let path = match config_path(std::env::args().skip(1)) {
         Ok(Some(path)) => path,
         Ok(None) => {
@@ -55,6 +61,46 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             tracing::error!("dispatcher stopped: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `dispatcher trace ...`: prints the path of a message, exits 1 when the
+/// dispatcher does not know it or cannot be asked, 2 on a bad command line.
+fn trace(args: impl Iterator<Item = String>) -> ExitCode {
+    use dispatcher_sidecar::trace::cli;
+    let args = match cli::parse_args(args) {
+        Ok(Some(args)) => args,
+        Ok(None) => {
+            println!("{}", cli::USAGE);
+            return ExitCode::SUCCESS;
+        }
+        Err(why) => {
+            eprintln!("dispatcher trace: {why}\n{}", cli::USAGE);
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("dispatcher trace: cannot start the runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(cli::run(&args)) {
+        Ok(text) => {
+            print!("{text}");
+            if !text.ends_with('\n') {
+                println!();
+            }
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("dispatcher trace: {e:#}");
             ExitCode::FAILURE
         }
     }

@@ -8,6 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::config::QueueConfig;
+use crate::trace::MessageTrace;
 
 /// At most this many messages in one produce request.
 pub const MAX_PRODUCE_MESSAGES: usize = 500;
@@ -249,4 +250,13 @@ pub trait QueueService: Send + Sync + 'static {
         queue: &str,
         request: SkipRequest,
     ) -> impl Future<Output = Result<SkipOutcome, ServiceError>> + Send;
+    /// Where the message `message_id` is and where it has been (issue 8,
+    /// `crate::trace`): its trace in every queue that knows it (in `queue`
+    /// alone when given); empty when none does. An id that is not valid is
+    /// `InvalidArgument`.
+    fn trace(
+        &self,
+        message_id: &str,
+        queue: Option<&str>,
+    ) -> impl Future<Output = Result<Vec<MessageTrace>, ServiceError>> + Send;
 }

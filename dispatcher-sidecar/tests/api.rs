@@ -244,6 +244,20 @@ impl QueueService for Fake {
             },
         )
     }
+
+    /// The fake holds no messages: every valid id is unknown.
+    async fn trace(
+        &self,
+        message_id: &str,
+        queue: Option<&str>,
+    ) -> Result<Vec<dispatcher_sidecar::trace::MessageTrace>, ServiceError> {
+        dispatcher_sidecar::trace::validate_message_id(message_id)
+            .map_err(ServiceError::InvalidArgument)?;
+        if let Some(q) = queue {
+            self.check(q)?;
+        }
+        Ok(Vec::new())
+    }
 }
 
 fn delivery(receipt: &str, key: Option<&[u8]>, payload: &[u8], header: &[u8]) -> Delivery {
@@ -411,6 +425,7 @@ async fn list_queues_shows_each_queue_with_its_settings() {
             "ordered": false,
             "dedupe_window": "5m",
             "gap_cap": 100000,
+            "weight": 1,
             "push": {
                 "url": "http://push.internal:9000/jobs", "concurrency": 16, "timeout": "30s",
                 "breaker_failures": 5, "breaker_cooldown": "5s", "breaker_cooldown_max": "1m",

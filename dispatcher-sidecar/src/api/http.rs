@@ -57,6 +57,7 @@ enum Endpoint {
     Resume,
     Parked,
     Skip,
+    Trace,
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> HttpRoute {
@@ -82,6 +83,7 @@ pub const HTTP_ROUTES: &[HttpRoute] = &[
     route("POST", "/queues/{q}/resume", Endpoint::Resume),
     route("GET", "/queues/{q}/parked", Endpoint::Parked),
     route("POST", "/queues/{q}/skip", Endpoint::Skip),
+    route("GET", "/messages/{message_id}", Endpoint::Trace),
 ];
 
 /// What every handler sees.
@@ -126,6 +128,7 @@ fn method_router<S: QueueService>(route: &HttpRoute) -> MethodRouter<Arc<ApiStat
         Endpoint::Resume => on(filter, resume::<S>),
         Endpoint::Parked => on(filter, parked::<S>),
         Endpoint::Skip => on(filter, skip::<S>),
+        Endpoint::Trace => on(filter, trace_message::<S>),
     }
 }
 
@@ -323,6 +326,58 @@ async fn resume<S: QueueService>(
 ) -> Result<Response, ApiError> {
     state.service.set_paused(&queue, false).await?;
     Ok(json(StatusCode::OK, &StatusResponse { status: "ok" }))
+}
+
+/// `GET /messages/{message_id}[?queue=q]`: the message's trace in every
+/// queue that knows it (`crate::trace`).
+async fn trace_message<S: QueueService>(
+    State(state): AppState<S>,
+    MessageIdParam(message_id): MessageIdParam,
+    uri: axum::http::Uri,
+) -> Result<Response, ApiError> {
+    let queue = query_param(&uri, "queue");
+    let traces = state.service.trace(&message_id, queue.as_deref()).await?;
+    if traces.is_empty() {
+        let who = match &queue {
+            Some(q) => format!("queue {q:?} knows no message {message_id:?}"),
+            None => format!("no queue of this dispatcher knows message {message_id:?}"),
+        };
+        return Err(ApiError::new(
+            StatusCode::NOT_FOUND,
+            "unknown_message",
+            format!(
+                "{who}: it was never produced there, or its index entry left retention, \
+                 or a derived id (<topic>-<partition>-<offset>) names no record"
+            ),
+        ));
+    }
+    Ok(json(
+        StatusCode::OK,
+        &crate::trace::TraceResponse { message_id, traces },
+    ))
+}
+
+/// The `{message_id}` of `GET /messages/{message_id}`, percent-decoded.
+struct MessageIdParam(String);
+
+impl<St: Send + Sync> FromRequestParts<St> for MessageIdParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &St) -> Result<Self, ApiError> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|e| ApiError::invalid(format!("message id in the path: {e}")))?;
+        Ok(MessageIdParam(id))
+    }
+}
+
+/// The first value of `name` in the URI's query string, decoded.
+fn query_param(uri: &axum::http::Uri, name: &str) -> Option<String> {
+    let query = uri.query()?;
+    let url = reqwest::Url::parse(&format!("http://q/?{query}")).ok()?;
+    url.query_pairs()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.into_owned())
 }
 
 async fn no_route() -> ApiError {

@@ -24,6 +24,8 @@ pub enum TopicRole {
     Dedupe,
     /// Ordered queues: a parked key's later messages (issue 8).
     Hold,
+    /// The message-id index of traces (`crate::trace`).
+    Index,
 }
 
 /// The primary topic as the cluster describes it.
@@ -59,7 +61,10 @@ pub struct TopicSpec {
 /// delay, so a retry is not deleted before it is due. The ack log is
 /// compacted: only the latest state of each key matters. The dedupe topic is
 /// compacted and deleted after the dedupe window (its segments roll at the
-/// window, so an id older than two windows is gone from disk too).
+/// window, so an id older than two windows is gone from disk too). The
+/// message-id index (`<topic>.index`) is compacted (one entry per message)
+/// and deleted after the DLQ's retention, so an entry outlives every copy of
+/// its message.
 pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
     let retention = |extra_ms: i64, factor: i64| -> String {
         if primary.retention_ms < 0 {
@@ -126,6 +131,14 @@ pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
             ("cleanup.policy".to_string(), "compact,delete".to_string()),
             ("retention.ms".to_string(), window_ms.clone()),
             ("segment.ms".to_string(), window_ms),
+        ]),
+    ));
+    specs.push(spec(
+        crate::trace::index_topic(&queue.topic),
+        TopicRole::Index,
+        BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact,delete".to_string()),
+            ("retention.ms".to_string(), retention(0, 2)),
         ]),
     ));
     specs
@@ -381,7 +394,8 @@ mod tests {
                 "jobs.retry.1h",
                 "jobs.dlq",
                 "jobs.acklog",
-                "jobs.dedupe"
+                "jobs.dedupe",
+                "jobs.index"
             ]
         );
         assert!(specs
@@ -462,6 +476,23 @@ mod tests {
         assert_eq!(d.configs["cleanup.policy"], "compact,delete");
         assert_eq!(d.configs["retention.ms"], "120000");
         assert_eq!(d.configs["segment.ms"], "120000");
+    }
+
+    #[test]
+    fn the_index_outlives_the_dlq_copies_it_names() {
+        let specs = plan(&queue(""), &primary(1_000));
+        let i = by_name(&specs, "jobs.index");
+        assert_eq!(i.role, TopicRole::Index);
+        assert_eq!(i.configs["cleanup.policy"], "compact,delete");
+        assert_eq!(
+            i.configs["retention.ms"],
+            by_name(&specs, "jobs.dlq").configs["retention.ms"]
+        );
+        let infinite = plan(&queue(""), &primary(-1));
+        assert_eq!(
+            by_name(&infinite, "jobs.index").configs["retention.ms"],
+            "-1"
+        );
     }
 
     #[test]

@@ -28,10 +28,12 @@
 mod acked;
 mod envelope;
 mod events;
+mod inspect;
 mod receipt;
 
 pub use envelope::{EnvelopeError, FailureRecord, RetryEnvelope, HEADER_PREFIX};
 pub use events::{decode_record, encode_record, AckLogRecord, EventDecodeError, LeaseEvent};
+pub use inspect::OffsetState;
 pub use receipt::{Receipt, ReceiptCodec, ReceiptError};
 
 use std::collections::{BTreeMap, BTreeSet};

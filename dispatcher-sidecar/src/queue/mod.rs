@@ -157,6 +157,11 @@ impl Dispatcher {
                 reader_config: reader_config.clone(),
                 fair: fair.clone(),
                 lane,
+                index_partitions: counts
+                    .get(&crate::trace::index_topic(&queue.topic))
+                    .copied()
+                    .or_else(|| counts.get(&queue.topic).copied())
+                    .unwrap_or(1),
             })?);
             runtime.follow_dedupe(&reader_config).await?;
             for (t, events) in event_streams.into_iter().enumerate() {
@@ -363,5 +368,28 @@ impl QueueService for Dispatcher {
 
     async fn skip(&self, queue: &str, request: SkipRequest) -> Result<SkipOutcome, ServiceError> {
         self.queue(queue)?.skip(request).await
+    }
+
+    async fn trace(
+        &self,
+        message_id: &str,
+        queue: Option<&str>,
+    ) -> Result<Vec<crate::trace::MessageTrace>, ServiceError> {
+        crate::trace::validate_message_id(message_id).map_err(ServiceError::InvalidArgument)?;
+        let runtimes: Vec<&Arc<QueueRuntime>> = match queue {
+            Some(q) => vec![self.queue(q)?],
+            None => self
+                .configs
+                .iter()
+                .filter_map(|c| self.queues.get(&c.name))
+                .collect(),
+        };
+        let mut traces = Vec::new();
+        for runtime in runtimes {
+            if let Some(t) = runtime.trace(message_id).await? {
+                traces.push(t);
+            }
+        }
+        Ok(traces)
     }
 }

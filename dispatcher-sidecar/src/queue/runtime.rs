@@ -43,6 +43,7 @@ mod ordered;
 mod produce;
 mod receive;
 mod stats;
+mod trace;
 
 /// How long a Kafka metadata, commit or ack-log read may take.
 pub(crate) const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
@@ -212,6 +213,8 @@ pub(crate) struct QueueRuntime {
     /// queue's index in it.
     fair: Arc<FairShare>,
     lane: usize,
+    /// The message-id index (`crate::trace`).
+    index: trace::IndexParts,
 }
 
 /// A revoked partition's state and what proves nobody changed it since.
@@ -250,6 +253,8 @@ pub(crate) struct RuntimeParts {
     pub reader_config: rdkafka::config::ClientConfig,
     pub fair: Arc<FairShare>,
     pub lane: usize,
+    /// Partitions of the index topic (`crate::trace::index_topic`).
+    pub index_partitions: i32,
 }
 
 impl QueueRuntime {
@@ -281,7 +286,13 @@ impl QueueRuntime {
             dlq: Mutex::new(reader::plain_consumer(&parts.reader_config, "dlq-reader")?),
             hold: Mutex::new(reader::hold_consumer(&parts.reader_config)?),
         });
+        let index = trace::IndexParts::new(
+            crate::trace::index_topic(&config.topic),
+            parts.index_partitions,
+            &parts.reader_config,
+        )?;
         Ok(QueueRuntime {
+            index,
             dedupe: Arc::new(Mutex::new(Dedupe::new(
                 ms(config.dedupe_window),
                 MAX_DEDUPE_ENTRIES,

@@ -25,18 +25,29 @@ impl QueueRuntime {
                 .unwrap()
                 .name(failure.consumer)
                 .map(str::to_owned);
-            let (_, headers) = m.failure_copy(
+            let (envelope, mut headers) = m.failure_copy(
                 &self.config.topic,
                 part.qp.partition,
                 failure.offset,
                 failure,
                 consumer.as_deref(),
             );
-            let (topic, partitions) = match failure.route {
-                Route::Dlq => (&self.config.dlq_topic, self.dlq_partitions),
-                Route::RetryTier { tier, .. } => {
-                    (&self.topics[tier + 1], self.topic_partitions[tier + 1])
-                }
+            // The copy carries where the message has been (for a trace).
+            headers.push(crate::trace::path_header(
+                &m.headers,
+                self.here(part.qp, failure.offset, m),
+            ));
+            let (topic, partitions, kind) = match failure.route {
+                Route::Dlq => (
+                    &self.config.dlq_topic,
+                    self.dlq_partitions,
+                    crate::trace::LocationKind::Dlq,
+                ),
+                Route::RetryTier { tier, .. } => (
+                    &self.topics[tier + 1],
+                    self.topic_partitions[tier + 1],
+                    crate::trace::LocationKind::Retry,
+                ),
             };
             let mut record = FutureRecord::to(topic)
                 .partition(part.qp.partition % partitions.max(1))
@@ -45,15 +56,35 @@ impl QueueRuntime {
             if let Some(k) = &m.key {
                 record = record.key(&k[..]);
             }
-            sends.push(self.producer.send_result(record).map_err(|(e, _)| e));
+            sends.push((
+                self.producer.send_result(record).map_err(|(e, _)| e),
+                envelope,
+                topic.clone(),
+                kind,
+            ));
         }
         let mut ok = Vec::new();
         let mut dead_lettered = 0u64;
         let mut parked_overflow = 0u64;
-        for ((failure, _), send) in jobs.iter().zip(sends) {
+        let mut indexed = super::trace::IndexWrites::default();
+        for ((failure, _), (send, envelope, topic, kind)) in jobs.iter().zip(sends) {
             let result = match send {
                 Ok(f) => match f.await {
-                    Ok(Ok(_)) => Ok(()),
+                    Ok(Ok(d)) => {
+                        // The index names the copy before the original is
+                        // done (awaited below): a crash between the two
+                        // routes the failure again, and writes both again.
+                        let location = crate::trace::Location {
+                            kind,
+                            topic,
+                            partition: d.partition,
+                            offset: d.offset,
+                            at_ms: d.timestamp.to_millis().unwrap_or_else(now_ms),
+                        };
+                        let entry = crate::trace::IndexEntry::from_envelope(&envelope, location);
+                        self.index_send(&mut indexed, &envelope.message_id, &entry);
+                        Ok(())
+                    }
                     Ok(Err((e, _))) => Err(e.to_string()),
                     Err(_) => Err("the producer went away".to_string()),
                 },
@@ -70,6 +101,7 @@ impl QueueRuntime {
                     offset = failure.offset, "writing the failure copy: {e}"),
             }
         }
+        indexed.wait(&self.config.name).await;
         let (pending, wake) = {
             let mut state = part.lock();
             for (failure, m) in &jobs {

@@ -11,6 +11,8 @@ use anyhow::Context as _;
 
 use crate::kafka::dedupe_log;
 
+use super::trace;
+
 impl QueueRuntime {
     /// Loads the dedupe window from the dedupe topic, then keeps following
     /// it (ids accepted by other instances). Called once, at start.
@@ -94,10 +96,10 @@ impl QueueRuntime {
                 }
             }
             let mut headers = m.headers;
-            let topic = match m.delay.filter(|d| !d.is_zero()) {
+            let (t, topic) = match m.delay.filter(|d| !d.is_zero()) {
                 None => {
                     headers.push((MESSAGE_ID_HEADER.to_owned(), id.clone().into_bytes()));
-                    &self.topics[0]
+                    (0, &self.topics[0])
                 }
                 Some(delay) => {
                     let tier = tier_for_delay(&self.config.retry_tiers, delay).expect("validated");
@@ -112,7 +114,7 @@ impl QueueRuntime {
                         errors: Vec::new(),
                     }
                     .write_into(&mut headers);
-                    &self.topics[tier + 1]
+                    (tier + 1, &self.topics[tier + 1])
                 }
             };
             // By key with the producer's partitioner (murmur2, as Java
@@ -128,11 +130,12 @@ impl QueueRuntime {
                 .producer
                 .send_result(record)
                 .map_err(|(e, _)| e.to_string());
-            sends.push((i, id, deduped, send));
+            sends.push((i, id, deduped, t, send));
         }
         let mut error = None;
         let mut remembered = Pending::default();
-        for (i, id, deduped, send) in sends {
+        let mut indexed = trace::IndexWrites::default();
+        for (i, id, deduped, t, send) in sends {
             let outcome = match send {
                 Ok(f) => match f.await {
                     Ok(Ok(d)) => Ok((d.partition, d.offset)),
@@ -154,6 +157,11 @@ impl QueueRuntime {
                             .payload(&value[..]);
                         remembered.sent(self.producer.send_result(record));
                     }
+                    self.index_send(
+                        &mut indexed,
+                        &id,
+                        &self.produced_entry(t, partition, offset, now),
+                    );
                     results[i] = Some(ProduceResult {
                         message_id: id,
                         status: ProduceStatus::Accepted,
@@ -173,7 +181,10 @@ impl QueueRuntime {
         // instance) still answers a retry `duplicate`. A failure here leaves
         // the messages accepted: a retry may then write a second copy
         // (at least once), never lose one.
-        if let Err(e) = remembered.wait().await {
+        // The index is written beside the dedupe ids; a failure there is
+        // counted, and the produce stands (see `trace::IndexWrites`).
+        let (remembered, ()) = tokio::join!(remembered.wait(), indexed.wait(&self.config.name));
+        if let Err(e) = remembered {
             tracing::warn!(queue = %self.config.name, "writing to the dedupe topic: {e}");
         }
         for (i, first) in repeats {
