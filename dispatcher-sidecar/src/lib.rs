@@ -6,7 +6,8 @@
 //! implements the [`service::QueueService`] the `api` serves over HTTP and
 //! gRPC; `forward` sends what this instance does not own to the owner;
 //! `push` delivers the queues that have a push subscription to their
-//! endpoints.
+//! endpoints; `redrive` copies dead letters back to their queue as a
+//! rate-limited job.
 //! [`run`] puts them together.
 
 pub mod api;
@@ -16,6 +17,7 @@ pub mod kafka;
 pub mod lease;
 pub mod push;
 pub mod queue;
+pub mod redrive;
 pub mod service;
 
 use std::sync::Arc;

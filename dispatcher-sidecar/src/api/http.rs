@@ -24,6 +24,7 @@ use super::json::{
     ExtendBody, ExtendResponse, MessageIn, NackBody, ProduceBody, ProduceResponse, QueueOut,
     QueuesResponse, ReceiveBody, ReceiveResponse, StatsResponse, StatusResponse,
 };
+use crate::redrive::{RedriveAction, RedriveError, RedriveRequest};
 use crate::service::{QueueService, ServiceError};
 
 /// The largest request body accepted (413 above it): a full 1 MiB produce
@@ -54,6 +55,9 @@ enum Endpoint {
     Extend,
     Pause,
     Resume,
+    RedriveStart,
+    RedriveStatus,
+    RedriveControl(RedriveAction),
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> HttpRoute {
@@ -77,6 +81,23 @@ pub const HTTP_ROUTES: &[HttpRoute] = &[
     route("POST", "/queues/{q}/extend", Endpoint::Extend),
     route("POST", "/queues/{q}/pause", Endpoint::Pause),
     route("POST", "/queues/{q}/resume", Endpoint::Resume),
+    route("POST", "/queues/{q}/redrive", Endpoint::RedriveStart),
+    route("GET", "/queues/{q}/redrive", Endpoint::RedriveStatus),
+    route(
+        "POST",
+        "/queues/{q}/redrive/pause",
+        Endpoint::RedriveControl(RedriveAction::Pause),
+    ),
+    route(
+        "POST",
+        "/queues/{q}/redrive/resume",
+        Endpoint::RedriveControl(RedriveAction::Resume),
+    ),
+    route(
+        "POST",
+        "/queues/{q}/redrive/cancel",
+        Endpoint::RedriveControl(RedriveAction::Cancel),
+    ),
 ];
 
 /// What every handler sees.
@@ -119,6 +140,13 @@ fn method_router<S: QueueService>(route: &HttpRoute) -> MethodRouter<Arc<ApiStat
         Endpoint::Extend => on(filter, extend::<S>),
         Endpoint::Pause => on(filter, pause::<S>),
         Endpoint::Resume => on(filter, resume::<S>),
+        Endpoint::RedriveStart => on(filter, redrive_start::<S>),
+        Endpoint::RedriveStatus => on(filter, redrive_status::<S>),
+        Endpoint::RedriveControl(action) => {
+            on(filter, move |state: AppState<S>, queue: QueueName| {
+                redrive_control::<S>(state, queue, action)
+            })
+        }
     }
 }
 
@@ -270,6 +298,51 @@ async fn resume<S: QueueService>(
 ) -> Result<Response, ApiError> {
     state.service.set_paused(&queue, false).await?;
     Ok(json(StatusCode::OK, &StatusResponse { status: "ok" }))
+}
+
+// Redrive (issue 8): the job's JSON is `crate::redrive::RedriveJob`.
+
+async fn redrive_start<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    JsonBody(body): JsonBody<RedriveRequest>,
+) -> Result<Response, ApiError> {
+    let job = state.service.redrive_start(&queue, body).await?;
+    Ok(json(StatusCode::ACCEPTED, &job))
+}
+
+async fn redrive_status<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+) -> Result<Response, ApiError> {
+    let job = state.service.redrive_status(&queue).await?;
+    Ok(json(StatusCode::OK, &job))
+}
+
+/// Any body is ignored: the route is the whole request.
+async fn redrive_control<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    action: RedriveAction,
+) -> Result<Response, ApiError> {
+    let job = state.service.redrive_control(&queue, action).await?;
+    Ok(json(StatusCode::OK, &job))
+}
+
+impl From<RedriveError> for ApiError {
+    fn from(e: RedriveError) -> Self {
+        let message = e.to_string();
+        match e {
+            RedriveError::Service(e) => e.into(),
+            RedriveError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            RedriveError::NoJob(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "no_redrive_job", message)
+            }
+            RedriveError::NotOwner => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_owner", message)
+            }
+        }
+    }
 }
 
 async fn no_route() -> ApiError {

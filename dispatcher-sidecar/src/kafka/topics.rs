@@ -22,6 +22,8 @@ pub enum TopicRole {
     Dlq,
     AckLog,
     Dedupe,
+    /// Which DLQ records were redriven (`crate::redrive::store`).
+    RedriveMarks,
 }
 
 /// The primary topic as the cluster describes it.
@@ -47,7 +49,8 @@ pub struct TopicSpec {
     pub configs: BTreeMap<String, String>,
 }
 
-/// The derived topics of `queue`, in order: retry tiers, DLQ, ack log.
+/// The derived topics of `queue`, in order: retry tiers, DLQ, ack log,
+/// dedupe, redrive marks.
 ///
 /// Every one has the primary's partition count and replication factor (the
 /// ack log's partition p holds the lease events of the primary's partition
@@ -115,6 +118,17 @@ pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
             ("cleanup.policy".to_string(), "compact,delete".to_string()),
             ("retention.ms".to_string(), window_ms.clone()),
             ("segment.ms".to_string(), window_ms),
+        ]),
+    ));
+    // Redrive marks: compacted (the latest bitmap of each chunk counts), and
+    // gone with the DLQ's retention (a mark outliving its DLQ records is
+    // useless).
+    specs.push(spec(
+        crate::redrive::store::state_topic(queue),
+        TopicRole::RedriveMarks,
+        BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact,delete".to_string()),
+            ("retention.ms".to_string(), retention(0, 2)),
         ]),
     ));
     specs
@@ -370,7 +384,8 @@ mod tests {
                 "jobs.retry.1h",
                 "jobs.dlq",
                 "jobs.acklog",
-                "jobs.dedupe"
+                "jobs.dedupe",
+                "jobs.dlq.redrive"
             ]
         );
         assert!(specs
@@ -438,6 +453,15 @@ mod tests {
         assert_eq!(d.configs["cleanup.policy"], "compact,delete");
         assert_eq!(d.configs["retention.ms"], "120000");
         assert_eq!(d.configs["segment.ms"], "120000");
+    }
+
+    #[test]
+    fn the_redrive_marks_are_compacted_and_kept_as_long_as_the_dlq() {
+        let specs = plan(&queue(""), &primary(1_000));
+        let m = by_name(&specs, "jobs.dlq.redrive");
+        assert_eq!(m.role, TopicRole::RedriveMarks);
+        assert_eq!(m.configs["cleanup.policy"], "compact,delete");
+        assert_eq!(m.configs["retention.ms"], "2000");
     }
 
     #[test]

@@ -151,6 +151,9 @@ struct Readers {
     ack_log: Mutex<BaseConsumer>,
     meta: Mutex<BaseConsumer>,
     dlq: Mutex<BaseConsumer>,
+    /// Reads the redrive floors (`crate::redrive::store`), where the DLQ's
+    /// depth starts.
+    redrive_floors: Mutex<BaseConsumer>,
 }
 
 /// What the Kafka side says about the owned partitions and the DLQ.
@@ -260,6 +263,10 @@ impl QueueRuntime {
             )?),
             meta: Mutex::new(reader::plain_consumer(&parts.reader_config, "stats")?),
             dlq: Mutex::new(reader::plain_consumer(&parts.reader_config, "dlq-reader")?),
+            redrive_floors: Mutex::new(crate::redrive::store::floor_consumer(
+                &parts.reader_config,
+                &config,
+            )?),
         });
         Ok(QueueRuntime {
             dedupe: Arc::new(Mutex::new(Dedupe::new(
