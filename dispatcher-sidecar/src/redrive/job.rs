@@ -421,11 +421,14 @@ enum Stop {
 }
 
 /// A copy handed to the producer, whose delivery report is awaited.
+/// `delivery` is `None` for a record skipped as redriven before: it is kept
+/// in the batch, in offset order, so the floor moves past it only once the
+/// copies before it are written.
 struct InFlight {
     partition: i32,
     offset: i64,
     message_id: String,
-    delivery: DeliveryFuture,
+    delivery: Option<DeliveryFuture>,
 }
 
 /// The floor of one DLQ partition while the job scans it.
@@ -688,7 +691,16 @@ impl Run {
         if already {
             self.job.status.lock().unwrap().skipped += 1;
             self.count("skipped", 1);
-            self.advance_floor(r.partition, r.offset);
+            if self.batch.is_empty() {
+                self.advance_floor(r.partition, r.offset);
+            } else {
+                self.batch.push(InFlight {
+                    partition: r.partition,
+                    offset: r.offset,
+                    message_id: String::new(),
+                    delivery: None,
+                });
+            }
             return Ok(());
         }
         let envelope = match RetryEnvelope::from_headers(&r.headers) {
@@ -763,7 +775,7 @@ impl Run {
             partition: r.partition,
             offset: r.offset,
             message_id: envelope.message_id.clone(),
-            delivery,
+            delivery: Some(delivery),
         });
         Ok(())
     }
@@ -776,7 +788,11 @@ impl Run {
         let mut failed = None;
         let mut written = 0u64;
         for f in batch {
-            match f.delivery.await {
+            let Some(pending) = f.delivery else {
+                self.advance_floor(f.partition, f.offset);
+                continue;
+            };
+            match pending.await {
                 Ok(Ok(delivery)) => {
                     written += 1;
                     if let Some(w) = self.window.as_mut() {
@@ -796,9 +812,11 @@ impl Run {
                     );
                 }
                 Ok(Err((e, _))) => {
+                    self.block_floor(f.partition);
                     failed.get_or_insert(e.to_string());
                 }
                 Err(_) => {
+                    self.block_floor(f.partition);
                     failed.get_or_insert("the producer went away".to_string());
                 }
             }
@@ -954,20 +972,20 @@ impl Run {
     }
 
     async fn finish(mut self, stop: Stop) {
-        // A failed flush already reported; a clean end writes what is left.
+        // Copies handed to the producer are written and marked whatever the
+        // reason to stop (a failed flush has already taken its batch), so a
+        // later job does not redrive them again. The floor never moves past a
+        // record whose copy failed.
         let mut stop = stop;
-        if !matches!(stop, Stop::Failed(_)) {
-            if let Err(e) = self.flush().await {
+        if let Err(e) = self.flush().await {
+            if !matches!(stop, Stop::Failed(_)) {
                 stop = e;
             }
         }
-        if !matches!(stop, Stop::Failed(_)) {
-            if let Err(e) = self.commit_floors().await {
+        if let Err(e) = self.commit_floors().await {
+            if !matches!(stop, Stop::Failed(_)) {
                 stop = e;
             }
-        } else {
-            // Best effort: the floors of what was written and marked.
-            let _ = self.commit_floors().await;
         }
         let (state, reason) = match stop {
             Stop::Cancelled => (
