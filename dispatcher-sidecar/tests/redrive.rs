@@ -722,3 +722,218 @@ async fn bad_redrive_requests_are_clean_4xx() {
     let _ = stop.send(());
     d.shutdown().await;
 }
+
+/// A `dispatcher` binary serving queue `jobs` on topic `rd-fwd`.
+struct Instance {
+    child: std::process::Child,
+    http: String,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn instance(broker: &Broker, dir: &std::path::Path, name: &str, port: u16) -> Instance {
+    let path = dir.join(format!("{name}.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "bootstrap_servers = \"{}\"\n\
+             http_listen = \"127.0.0.2:{port}\"\n\
+             grpc_listen = \"127.0.0.2:{}\"\n\
+             receipt_secret = \"redrive-test-secret-0123456789\"\n\
+             [librdkafka]\n\
+             \"heartbeat.interval.ms\" = 300\n\
+             \"session.timeout.ms\" = 6000\n\
+             [[queue]]\nname = \"{Q}\"\ntopic = \"rd-fwd\"\nlease = \"30s\"\n",
+            broker.addr,
+            port + 1
+        ),
+    )
+    .unwrap();
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+        .args(["--config", path.to_str().unwrap()])
+        .env("RUST_LOG", "warn")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::inherit())
+        .spawn()
+        .expect("the dispatcher binary starts");
+    Instance {
+        child,
+        http: format!("http://127.0.0.2:{port}"),
+    }
+}
+
+/// The partitions of the queue's topic `i` owns (empty while it starts).
+async fn owned(client: &reqwest::Client, i: &Instance) -> Vec<i64> {
+    match client.get(format!("{}/queues/{Q}", i.http)).send().await {
+        Ok(r) if r.status().is_success() => r.json::<Value>().await.unwrap()["partitions"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|p| p["partition"].as_i64().unwrap())
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Two instances: a request to the one without partition 0 is forwarded to
+/// the one with it, where the job runs; when that one stops, the job ends
+/// with it, and a job started again on the survivor redrives the rest and
+/// nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_job_runs_on_the_owner_of_partition_0_and_restarts_elsewhere_without_repeats() {
+    let broker = Broker::start(45370);
+    let config = broker.config(&format!("[[queue]]\nname = \"{Q}\"\ntopic = \"rd-fwd\"\n"));
+    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new("rd-fwd", 2, TopicReplication::Fixed(1))],
+            &AdminOptions::new().request_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let a = instance(&broker, dir.path(), "a", 45372);
+    let b = instance(&broker, dir.path(), "b", 45374);
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let (mut owner, other) = loop {
+        let (oa, ob) = (owned(&client, &a).await, owned(&client, &b).await);
+        if oa.len() == 1 && ob.len() == 1 {
+            break if oa == [0] { (a, b) } else { (b, a) };
+        }
+        assert!(Instant::now() < deadline, "no split: {oa:?} {ob:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    // 40 dead letters on both partitions, through either instance.
+    let messages: Vec<Value> = (0..40)
+        .map(|i| json!({"message_id": format!("m{i:02}"), "key": format!("k{i}"), "payload": "p"}))
+        .collect();
+    let (status, _) = call(
+        &client,
+        "POST",
+        &format!("{}/queues/{Q}/messages", owner.http),
+        Some(json!({ "messages": messages })),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let mut dead = 0;
+    let deadline = Instant::now() + TIMEOUT;
+    while dead < 40 {
+        assert!(Instant::now() < deadline, "only {dead} dead-lettered");
+        for i in [&owner, &other] {
+            let (_, got) = call(
+                &client,
+                "POST",
+                &format!("{}/queues/{Q}/receive", i.http),
+                Some(json!({"max_messages": 20, "wait_seconds": 0})),
+            )
+            .await;
+            for m in got["messages"].as_array().unwrap() {
+                let (_, nacked) = call(
+                    &client,
+                    "POST",
+                    &format!("{}/queues/{Q}/nack", i.http),
+                    Some(json!({"receipt": m["receipt"], "permanent": true, "error": "no"})),
+                )
+                .await;
+                assert_eq!(nacked["status"], "ok", "{nacked}");
+                dead += 1;
+            }
+        }
+    }
+
+    // Started through the instance without partition 0: it runs on the owner.
+    let (status, job) = call(
+        &client,
+        "POST",
+        &format!("{}/queues/{Q}/redrive", other.http),
+        Some(json!({"rate_per_sec": 5})),
+    )
+    .await;
+    assert_eq!(status, 202, "{job}");
+    let id = job["id"].as_str().unwrap().to_owned();
+    let (status, on_owner) = call(
+        &client,
+        "GET",
+        &format!("{}/internal/queues/{Q}/redrive", owner.http),
+        None,
+    )
+    .await;
+    assert_eq!((status, on_owner["id"].as_str()), (200, Some(id.as_str())));
+    let (status, local) = call(
+        &client,
+        "GET",
+        &format!("{}/internal/queues/{Q}/redrive", other.http),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (status, local["error"]["code"].as_str()),
+        (503, Some("not_owner"))
+    );
+    let (status, conflict) = call(
+        &client,
+        "POST",
+        &format!("{}/queues/{Q}/redrive", other.http),
+        Some(json!({"rate_per_sec": 5})),
+    )
+    .await;
+    assert_eq!(status, 409, "{conflict}");
+
+    // The owner stops (SIGTERM) while the job runs.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let (_, before_stop) = call(
+        &client,
+        "GET",
+        &format!("{}/queues/{Q}/redrive", other.http),
+        None,
+    )
+    .await;
+    assert_eq!(before_stop["state"], "running", "{before_stop}");
+    let stopped = std::process::Command::new("kill")
+        .args(["-TERM", &owner.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(stopped.success());
+    let _ = owner.child.wait();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while owned(&client, &other).await.len() != 2 {
+        assert!(
+            Instant::now() < deadline,
+            "the survivor did not take partition 0"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    // The job's record went with its instance; a new job skips what it did.
+    let url = format!("{}/queues/{Q}/redrive", other.http);
+    let (status, _) = call(&client, "GET", &url, None).await;
+    assert_eq!(status, 404);
+    let (status, next) = call(&client, "POST", &url, Some(json!({"rate_per_sec": 1000}))).await;
+    assert_eq!(status, 202, "{next}");
+    let deadline = Instant::now() + TIMEOUT;
+    let next = loop {
+        let (_, j) = call(&client, "GET", &url, None).await;
+        if j["state"] != "running" {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "{j}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(next["state"], "done", "{next}");
+    let first_did = 40 - next["redriven"].as_u64().unwrap();
+    assert!((5..40).contains(&first_did), "{next}");
+    let copies = copies(&config, "rd-fwd", 2, 80);
+    assert_eq!(copies.len(), 40);
+    let distinct: BTreeSet<String> = copies.iter().map(|c| envelope_of(c).message_id).collect();
+    assert_eq!(distinct.len(), 40, "no message redriven twice");
+    assert_eq!(ids_of_job(&copies, &id).len() as u64, first_did);
+    drop(owner);
+    drop(other);
+}

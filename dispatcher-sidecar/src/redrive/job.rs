@@ -359,6 +359,10 @@ fn read_dlq(
             }
             match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(m)) => {
+                    // A record fetched for the previous assignment.
+                    if m.partition() != range.partition || m.offset() < range.start {
+                        continue;
+                    }
                     if m.offset() >= range.end {
                         break;
                     }
