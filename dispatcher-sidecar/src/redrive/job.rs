@@ -425,14 +425,22 @@ enum Stop {
 }
 
 /// A copy handed to the producer, whose delivery report is awaited.
-/// `delivery` is `None` for a record skipped as redriven before: it is kept
-/// in the batch, in offset order, so the floor moves past it only once the
-/// copies before it are written.
+/// Records that are not copies are kept in the batch too, in offset order,
+/// so the floor moves (or stops) at them only once the copies before them
+/// are written.
 struct InFlight {
     partition: i32,
     offset: i64,
     message_id: String,
-    delivery: Option<DeliveryFuture>,
+    what: Batched,
+}
+
+enum Batched {
+    Copy(DeliveryFuture),
+    /// Redriven before: the floor may pass it.
+    Skipped,
+    /// Not redriven (filtered out or unreadable): the floor stops here.
+    Left,
 }
 
 /// The floor of one DLQ partition while the job scans it.
@@ -678,6 +686,11 @@ impl Run {
     }
 
     async fn record(&mut self, r: DlqRecord) -> Result<(), Stop> {
+        // Bounds the batch, which also holds the records scanned past while
+        // copies are in flight.
+        if self.batch.len() >= BATCH_MAX {
+            self.flush().await?;
+        }
         {
             let mut s = self.job.status.lock().unwrap();
             s.scanned += 1;
@@ -695,16 +708,7 @@ impl Run {
         if already {
             self.job.status.lock().unwrap().skipped += 1;
             self.count("skipped", 1);
-            if self.batch.is_empty() {
-                self.advance_floor(r.partition, r.offset);
-            } else {
-                self.batch.push(InFlight {
-                    partition: r.partition,
-                    offset: r.offset,
-                    message_id: String::new(),
-                    delivery: None,
-                });
-            }
+            self.floor_at(&r, Batched::Skipped);
             return Ok(());
         }
         let envelope = match RetryEnvelope::from_headers(&r.headers) {
@@ -712,13 +716,13 @@ impl Run {
             _ => {
                 self.job.status.lock().unwrap().unreadable += 1;
                 self.count("unreadable", 1);
-                self.block_floor(r.partition);
+                self.floor_at(&r, Batched::Left);
                 return Ok(());
             }
         };
         if !self.spec.matches(&envelope, r.key.as_deref()) {
             self.count("filtered", 1);
-            self.block_floor(r.partition);
+            self.floor_at(&r, Batched::Left);
             return Ok(());
         }
         self.job.status.lock().unwrap().matched += 1;
@@ -779,7 +783,7 @@ impl Run {
             partition: r.partition,
             offset: r.offset,
             message_id: envelope.message_id.clone(),
-            delivery: Some(delivery),
+            what: Batched::Copy(delivery),
         });
         Ok(())
     }
@@ -792,9 +796,16 @@ impl Run {
         let mut failed = None;
         let mut written = 0u64;
         for f in batch {
-            let Some(pending) = f.delivery else {
-                self.advance_floor(f.partition, f.offset);
-                continue;
+            let pending = match f.what {
+                Batched::Copy(pending) => pending,
+                Batched::Skipped => {
+                    self.advance_floor(f.partition, f.offset);
+                    continue;
+                }
+                Batched::Left => {
+                    self.block_floor(f.partition);
+                    continue;
+                }
             };
             match pending.await {
                 Ok(Ok(delivery)) => {
@@ -936,6 +947,24 @@ impl Run {
             if !f.blocked && offset >= f.candidate {
                 f.candidate = offset + 1;
             }
+        }
+    }
+
+    /// A record that is not copied: its effect on the floor now, or after
+    /// the copies in flight before it.
+    fn floor_at(&mut self, r: &DlqRecord, what: Batched) {
+        if !self.batch.is_empty() {
+            self.batch.push(InFlight {
+                partition: r.partition,
+                offset: r.offset,
+                message_id: String::new(),
+                what,
+            });
+            return;
+        }
+        match what {
+            Batched::Skipped => self.advance_floor(r.partition, r.offset),
+            _ => self.block_floor(r.partition),
         }
     }
 
