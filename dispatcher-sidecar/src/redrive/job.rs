@@ -873,7 +873,7 @@ impl Run {
         let partition = w.partition % rd.state_partitions;
         let mut pending = Vec::new();
         for chunk in std::mem::take(&mut w.dirty) {
-            let key = mark_key(chunk);
+            let key = mark_key(w.partition, chunk);
             let value = w.bits[&chunk].encode();
             let record = FutureRecord::to(&topic)
                 .partition(partition)
@@ -926,6 +926,7 @@ impl Run {
                 &consumer.lock().unwrap(),
                 &topic,
                 state_partition,
+                partition,
                 range,
                 KAFKA_TIMEOUT,
             )

@@ -4,7 +4,7 @@
 //! - the **marks**: the compacted topic `<dlq>.redrive` (created with the
 //!   queue's other topics), whose partition p holds, per chunk of
 //!   [`CHUNK_OFFSETS`] offsets of DLQ partition p, the bitmap of the offsets
-//!   redriven (key `m/<chunk>`, value [`ChunkBits::encode`]). A job reads
+//!   redriven (key `m/<p>/<chunk>`, value [`ChunkBits::encode`]). A job reads
 //!   only the chunks of the window it scans, so its memory is bounded by the
 //!   window, not by the DLQ;
 //! - the **floor**: the consumer group `<queue group>.redrive`, whose
@@ -40,17 +40,20 @@ pub fn floor_group(queue: &QueueConfig) -> String {
     format!("{}.redrive", queue.group)
 }
 
-/// The record key of a chunk's marks.
-pub fn mark_key(chunk: i64) -> String {
-    format!("m/{chunk}")
+/// The record key of the marks of chunk `chunk` of DLQ partition
+/// `partition`. The partition is in the key as well: a marks topic with
+/// fewer partitions than the DLQ (created by hand) holds several DLQ
+/// partitions' marks in one.
+pub fn mark_key(partition: i32, chunk: i64) -> String {
+    format!("m/{partition}/{chunk}")
 }
 
-fn parse_mark_key(key: &[u8]) -> Option<i64> {
-    std::str::from_utf8(key)
+fn parse_mark_key(key: &[u8]) -> Option<(i32, i64)> {
+    let (p, chunk) = std::str::from_utf8(key)
         .ok()?
         .strip_prefix("m/")?
-        .parse()
-        .ok()
+        .split_once('/')?;
+    Some((p.parse().ok()?, chunk.parse().ok()?))
 }
 
 /// A consumer in the floor group that never joins it: it reads and commits
@@ -122,13 +125,14 @@ pub fn commit_floors(
         .context("committing the redrive floors")
 }
 
-/// The marks of chunks `chunks` (a range) of the marks topic's partition
-/// `partition`, read from its start to its end when asked. Unreadable
-/// records are skipped with a warning.
+/// The marks of chunks `chunks` (a range) of DLQ partition `dlq_partition`,
+/// read from the marks topic's partition `partition` from its start to its
+/// end when asked. Unreadable records are skipped with a warning.
 pub fn load_marks(
     consumer: &BaseConsumer,
     topic: &str,
     partition: i32,
+    dlq_partition: i32,
     chunks: std::ops::Range<i64>,
     timeout: Duration,
 ) -> anyhow::Result<HashMap<i64, ChunkBits>> {
@@ -150,8 +154,8 @@ pub fn load_marks(
         );
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(m)) => {
-                if let Some(chunk) = m.key().and_then(parse_mark_key) {
-                    if chunks.contains(&chunk) {
+                if let Some((p, chunk)) = m.key().and_then(parse_mark_key) {
+                    if p == dlq_partition && chunks.contains(&chunk) {
                         match m.payload().and_then(ChunkBits::decode) {
                             Some(bits) => {
                                 marks.insert(chunk, bits);
@@ -193,8 +197,9 @@ mod tests {
 
     #[test]
     fn mark_keys_round_trip() {
-        assert_eq!(parse_mark_key(mark_key(42).as_bytes()), Some(42));
+        assert_eq!(parse_mark_key(mark_key(3, 42).as_bytes()), Some((3, 42)));
         assert_eq!(parse_mark_key(b"floor"), None);
-        assert_eq!(parse_mark_key(b"m/x"), None);
+        assert_eq!(parse_mark_key(b"m/42"), None);
+        assert_eq!(parse_mark_key(b"m/1/x"), None);
     }
 }
