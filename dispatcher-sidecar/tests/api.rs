@@ -1732,6 +1732,93 @@ async fn grpc_maps_service_errors_to_status_codes() {
 }
 
 #[tokio::test]
+async fn grpc_redrive_calls_reach_the_service_and_map_its_answers() {
+    let h = start().await;
+    let mut client = h.grpc().await;
+    let job = client
+        .redrive_start(proto::RedriveStartRequest {
+            queue: "jobs".into(),
+            rate_per_sec: 2.5,
+            filter: Some(proto::RedriveFilter {
+                key: Some("k".into()),
+                from_ms: Some(NOW_MS),
+                ..Default::default()
+            }),
+            max_messages: Some(3),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(job.id, "job-1");
+    assert_eq!(job.state(), proto::RedriveState::Failed);
+    assert_eq!(job.started_at_ms, NOW_MS);
+    assert_eq!(job.finished_at_ms, Some(NOW_MS + 60_000));
+    assert_eq!(job.filter.as_ref().unwrap().from_ms, Some(NOW_MS));
+    assert_eq!(job.partitions[0].end, 14);
+    let status = client
+        .redrive_status(proto::RedriveStatusRequest {
+            queue: "jobs".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.redriven, 3);
+    let control = |action: proto::RedriveAction| proto::RedriveControlRequest {
+        queue: "jobs".into(),
+        action: action.into(),
+    };
+    client
+        .redrive_control(control(proto::RedriveAction::Pause))
+        .await
+        .unwrap();
+    let resume = client
+        .redrive_control(control(proto::RedriveAction::Resume))
+        .await
+        .unwrap_err();
+    assert_eq!(resume.code(), tonic::Code::FailedPrecondition);
+    let cancel = client
+        .redrive_control(control(proto::RedriveAction::Cancel))
+        .await
+        .unwrap_err();
+    assert_eq!(cancel.code(), tonic::Code::NotFound);
+    let unspecified = client
+        .redrive_control(control(proto::RedriveAction::Unspecified))
+        .await
+        .unwrap_err();
+    assert_eq!(unspecified.code(), tonic::Code::InvalidArgument);
+    let unknown = client
+        .redrive_status(proto::RedriveStatusRequest {
+            queue: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    assert_eq!(
+        h.fake.calls(),
+        vec![
+            Call::RedriveStart(
+                "jobs".into(),
+                RedriveRequest {
+                    rate_per_sec: 2.5,
+                    filter: Some(RedriveFilter {
+                        key: Some("k".into()),
+                        from: Some("2026-12-03T07:14:00.123Z".into()),
+                        ..RedriveFilter::default()
+                    }),
+                    max_messages: Some(3),
+                }
+            ),
+            Call::RedriveStatus("jobs".into()),
+            Call::RedriveControl("jobs".into(), RedriveAction::Pause),
+            Call::RedriveControl("jobs".into(), RedriveAction::Resume),
+            Call::RedriveControl("jobs".into(), RedriveAction::Cancel),
+            Call::RedriveStatus("nope".into()),
+        ]
+    );
+    h.shutdown().await;
+}
+
+#[tokio::test]
 async fn grpc_rejects_over_limit_requests_before_the_service() {
     let h = start().await;
     let mut client = h.grpc().await;

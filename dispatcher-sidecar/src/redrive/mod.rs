@@ -134,7 +134,7 @@ impl RedriveRequest {
 
 /// RFC 3339 in UTC as the API writes it (`2026-12-03T07:14:00.123Z`), or
 /// without the milliseconds (`2026-12-03T07:14:00Z`).
-pub(crate) fn parse_time(text: &str) -> Option<i64> {
+pub fn parse_time(text: &str) -> Option<i64> {
     crate::api::json::parse_rfc3339_ms(text).or_else(|| {
         let base = text.strip_suffix('Z')?;
         (base.len() == 19).then(|| crate::api::json::parse_rfc3339_ms(&format!("{base}.000Z")))?
