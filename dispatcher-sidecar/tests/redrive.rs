@@ -723,7 +723,7 @@ async fn bad_redrive_requests_are_clean_4xx() {
     d.shutdown().await;
 }
 
-/// A `dispatcher` binary serving queue `jobs` on topic `rd-fwd`.
+/// A `dispatcher` binary serving queue `jobs` on `topic`.
 struct Instance {
     child: std::process::Child,
     http: String,
@@ -736,7 +736,13 @@ impl Drop for Instance {
     }
 }
 
-fn instance(broker: &Broker, dir: &std::path::Path, name: &str, port: u16) -> Instance {
+fn instance(
+    broker: &Broker,
+    dir: &std::path::Path,
+    name: &str,
+    port: u16,
+    topic: &str,
+) -> Instance {
     let path = dir.join(format!("{name}.toml"));
     std::fs::write(
         &path,
@@ -748,7 +754,7 @@ fn instance(broker: &Broker, dir: &std::path::Path, name: &str, port: u16) -> In
              [librdkafka]\n\
              \"heartbeat.interval.ms\" = 300\n\
              \"session.timeout.ms\" = 6000\n\
-             [[queue]]\nname = \"{Q}\"\ntopic = \"rd-fwd\"\nlease = \"30s\"\n",
+             [[queue]]\nname = \"{Q}\"\ntopic = \"{topic}\"\nlease = \"30s\"\n",
             broker.addr,
             port + 1
         ),
@@ -798,8 +804,8 @@ async fn the_job_runs_on_the_owner_of_partition_0_and_restarts_elsewhere_without
         .unwrap();
     assert!(created[0].is_ok(), "{created:?}");
     let dir = tempfile::tempdir().unwrap();
-    let a = instance(&broker, dir.path(), "a", 45372);
-    let b = instance(&broker, dir.path(), "b", 45374);
+    let a = instance(&broker, dir.path(), "a", 45372, "rd-fwd");
+    let b = instance(&broker, dir.path(), "b", 45374, "rd-fwd");
     let client = reqwest::Client::builder().no_proxy().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     let (mut owner, other) = loop {
@@ -936,4 +942,123 @@ async fn the_job_runs_on_the_owner_of_partition_0_and_restarts_elsewhere_without
     assert_eq!(ids_of_job(&copies, &id).len() as u64, first_did);
     drop(owner);
     drop(other);
+}
+
+/// Dead-letters `n` messages through an instance's HTTP API.
+async fn dead_letter_http(client: &reqwest::Client, i: &Instance, n: usize) {
+    let messages: Vec<Value> = (0..n)
+        .map(|k| json!({"message_id": format!("m{k:02}"), "key": format!("k{k}"), "payload": "p"}))
+        .collect();
+    let (status, _) = call(
+        client,
+        "POST",
+        &format!("{}/queues/{Q}/messages", i.http),
+        Some(json!({ "messages": messages })),
+    )
+    .await;
+    assert_eq!(status, 200);
+    let mut dead = 0;
+    let deadline = Instant::now() + TIMEOUT;
+    while dead < n {
+        assert!(Instant::now() < deadline, "only {dead} dead-lettered");
+        let (_, got) = call(
+            client,
+            "POST",
+            &format!("{}/queues/{Q}/receive", i.http),
+            Some(json!({"max_messages": 20, "wait_seconds": 1})),
+        )
+        .await;
+        for m in got["messages"].as_array().unwrap() {
+            let (_, nacked) = call(
+                client,
+                "POST",
+                &format!("{}/queues/{Q}/nack", i.http),
+                Some(json!({"receipt": m["receipt"], "permanent": true, "error": "no"})),
+            )
+            .await;
+            assert_eq!(nacked["status"], "ok", "{nacked}");
+            dead += 1;
+        }
+    }
+}
+
+/// kill -9 of the instance running a job: nothing is lost (every message
+/// is redriven once the job is started again after the restart), and what
+/// is repeated is at most the copies that were in flight (one batch:
+/// `BATCH_MAX`, 100, in the worst case; at 10/s a batch is a copy or two).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_killed_mid_run_loses_nothing_when_started_again() {
+    let broker = Broker::start(45384);
+    let config = broker.config(&format!("[[queue]]\nname = \"{Q}\"\ntopic = \"rd-kill\"\n"));
+    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new("rd-kill", 2, TopicReplication::Fixed(1))],
+            &AdminOptions::new().request_timeout(Some(TIMEOUT)),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::builder().no_proxy().build().unwrap();
+    let mut first = instance(&broker, dir.path(), "first", 45386, "rd-kill");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while owned(&client, &first).await.len() != 2 {
+        assert!(Instant::now() < deadline, "the instance did not start");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    dead_letter_http(&client, &first, 40).await;
+    let url = format!("{}/queues/{Q}/redrive", first.http);
+    let (status, job) = call(&client, "POST", &url, Some(json!({"rate_per_sec": 10}))).await;
+    assert_eq!(status, 202, "{job}");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let (_, before) = call(&client, "GET", &url, None).await;
+    let redriven_before = before["redriven"].as_u64().unwrap();
+    // At 10/s each copy is marked while the job waits for the next token.
+    assert!(redriven_before >= 5, "{before}");
+    first.child.kill().unwrap();
+    let _ = first.child.wait();
+    drop(first);
+
+    let second = instance(&broker, dir.path(), "second", 45386, "rd-kill");
+    let url = format!("{}/queues/{Q}/redrive", second.http);
+    // The dead member's partitions come back after its session timeout.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        assert!(Instant::now() < deadline, "no job could start");
+        if let Ok(r) = client
+            .post(&url)
+            .json(&json!({"rate_per_sec": 1000}))
+            .send()
+            .await
+        {
+            if r.status().as_u16() == 202 {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    let deadline = Instant::now() + TIMEOUT;
+    let next = loop {
+        let (_, j) = call(&client, "GET", &url, None).await;
+        if j["state"] != "running" {
+            break j;
+        }
+        assert!(Instant::now() < deadline, "{j}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(next["state"], "done", "{next}");
+    let redriven_after = next["redriven"].as_u64().unwrap();
+    let want = 40 + 40 + 100;
+    let copies = copies(&config, "rd-kill", 2, want);
+    assert!(
+        redriven_after <= 40 - redriven_before,
+        "what the killed job reported written was skipped: {next}"
+    );
+    let distinct: BTreeSet<String> = copies.iter().map(|c| envelope_of(c).message_id).collect();
+    assert_eq!(distinct.len(), 40, "every dead letter was redriven");
+    let repeated = copies.len() - 40;
+    eprintln!("copies repeated after the kill: {repeated}");
+    assert!(repeated <= 100, "{repeated} repeated copies");
+    drop(second);
 }

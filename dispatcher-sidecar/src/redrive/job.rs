@@ -41,6 +41,9 @@ const CHANNEL_RECORDS: usize = 256;
 /// many copies, or this long after its first copy.
 const BATCH_MAX: usize = 100;
 const BATCH_MAX_AGE: Duration = Duration::from_millis(100);
+/// A wait for a token at least this long writes the batch meanwhile (a slow
+/// job marks each copy as it goes).
+const FLUSH_IN_WAIT: Duration = Duration::from_millis(50);
 /// Chunks of marks held at once per job (a window of DLQ offsets): 256
 /// chunks of 4096 offsets, 128 KiB of bitmap.
 const WINDOW_CHUNKS: i64 = 256;
@@ -570,6 +573,11 @@ impl Run {
     async fn scan(&mut self, rx: &mut mpsc::Receiver<Item>) -> Result<(), Stop> {
         loop {
             self.gate().await?;
+            // Records keep coming while the channel has them: the age of the
+            // batch is checked here, not only by the timer below.
+            if self.batch_due() {
+                self.flush().await?;
+            }
             let flush_in = self
                 .batch_started
                 .map(|t| BATCH_MAX_AGE.saturating_sub(t.elapsed()));
@@ -726,11 +734,19 @@ impl Run {
             return Ok(());
         }
         self.job.status.lock().unwrap().matched += 1;
-        // The rate: wait for a token, still answering pause and cancel.
+        // The rate: wait for a token, still answering pause and cancel. A
+        // batch that is old, or a wait long enough to write it in, is
+        // written first (the bucket makes up the time spent, up to a
+        // second's worth).
         loop {
             self.gate().await?;
             match self.bucket.take(Instant::now()) {
                 None => break,
+                Some(wait)
+                    if self.batch_due() || (!self.batch.is_empty() && wait >= FLUSH_IN_WAIT) =>
+                {
+                    self.flush().await?;
+                }
                 Some(wait) => tokio::select! {
                     () = tokio::time::sleep(wait) => {}
                     _ = self.control.changed() => {}
@@ -967,6 +983,12 @@ impl Run {
             Batched::Skipped => self.advance_floor(r.partition, r.offset),
             _ => self.block_floor(r.partition),
         }
+    }
+
+    /// The batch is older than `BATCH_MAX_AGE`.
+    fn batch_due(&self) -> bool {
+        self.batch_started
+            .is_some_and(|t| t.elapsed() >= BATCH_MAX_AGE)
     }
 
     fn block_floor(&mut self, partition: i32) {
