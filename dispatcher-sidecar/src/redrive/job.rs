@@ -35,8 +35,10 @@ use crate::service::ServiceError;
 
 /// How long a Kafka read (watermarks, floors, marks) may take.
 const KAFKA_TIMEOUT: Duration = Duration::from_secs(30);
-/// DLQ records buffered between the reader thread and the job.
-const CHANNEL_RECORDS: usize = 256;
+/// DLQ records buffered between the reader thread and the job (with their
+/// payloads: at 1 MiB each, 64 MiB at most; librdkafka's own prefetch for
+/// the reader is capped at 4 MiB in `store::dlq_reader`).
+const CHANNEL_RECORDS: usize = 64;
 /// A batch is written (its delivery reports awaited, then its marks) at this
 /// many copies, or this long after its first copy.
 const BATCH_MAX: usize = 100;
