@@ -854,6 +854,10 @@ impl Run {
                 }
             }
         }
+        // Marks first, even after a failed write: what was written must not
+        // be redriven again. The counts follow the marks, so a `redriven`
+        // the API showed survives a crash.
+        let marked = self.write_marks().await;
         if written > 0 {
             let now = rfc3339_ms(now_ms());
             let mut s = self.job.status.lock().unwrap();
@@ -862,9 +866,7 @@ impl Run {
             s.last_redriven_at = Some(now);
         }
         self.count("redriven", written);
-        // Marks first, even after a failed write: what was written must not
-        // be redriven again.
-        self.write_marks().await?;
+        marked?;
         if let Some(e) = failed {
             self.count("failed", 1);
             return Err(Stop::Failed(format!(
