@@ -31,6 +31,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::config::{Config, QueueConfig};
 use crate::lease::ReceiptCodec;
+use crate::redrive::{RedriveAction, RedriveError, RedriveJob, RedriveRequest};
 use crate::service::{
     Delivery, ExtendResult, NackRequest, NewMessage, ParkedKeyInfo, ProduceResult, QueueService,
     QueueStats, ReceiptOutcome, ReceiveRequest, ServiceError, SkipOutcome, SkipRequest,
@@ -268,6 +269,77 @@ impl<S: QueueService> Forwarding<S> {
             .json::<R>()
             .await
             .with_context(|| format!("POST {url}: reading the answer"))
+    }
+}
+
+impl<S: QueueService> Forwarding<S> {
+    /// Sends a redrive request to the owner of the queue's partition 0
+    /// (where redrive jobs run) and reads its answer back into the service's
+    /// types. `op` is "" (start or status), "pause", "resume" or "cancel".
+    async fn forward_redrive(
+        &self,
+        queue: &str,
+        op: &str,
+        body: Option<&RedriveRequest>,
+    ) -> Result<RedriveJob, RedriveError> {
+        let unavailable = |m: String| RedriveError::Service(ServiceError::Unavailable(m));
+        let Some(route) = self.routes.get(queue) else {
+            return Err(RedriveError::Service(ServiceError::UnknownQueue(
+                queue.to_owned(),
+            )));
+        };
+        let Some(owner) = self
+            .owners
+            .owner(&route.group, &route.topics[0], 0, &self.me)
+            .await
+        else {
+            return Err(unavailable(format!(
+                "no dispatcher instance owns partition 0 of {:?} now (redrive jobs run there); \
+                 retry in a moment",
+                route.topics[0]
+            )));
+        };
+        let mut url = format!("http://{owner}{INTERNAL_PREFIX}/queues/{queue}/redrive");
+        if !op.is_empty() {
+            url = format!("{url}/{op}");
+        }
+        let request = match body {
+            Some(b) => self.http.post(&url).json(b),
+            None if op.is_empty() => self.http.get(&url),
+            None => self.http.post(&url),
+        };
+        let response = request
+            .send()
+            .await
+            .map_err(|e| unavailable(format!("forwarding to {owner}: {e}")))?;
+        let status = response.status();
+        if status.is_success() {
+            return response
+                .json::<RedriveJob>()
+                .await
+                .map_err(|e| unavailable(format!("reading {owner}'s answer: {e}")));
+        }
+        #[derive(Deserialize)]
+        struct ErrorAnswer {
+            error: ErrorAnswerDetail,
+        }
+        #[derive(Deserialize)]
+        struct ErrorAnswerDetail {
+            code: String,
+            message: String,
+        }
+        let e = response
+            .json::<ErrorAnswer>()
+            .await
+            .map_err(|e| unavailable(format!("{owner} answered HTTP {status}: {e}")))?
+            .error;
+        Err(match e.code.as_str() {
+            "conflict" => RedriveError::Conflict(e.message),
+            "no_redrive_job" => RedriveError::NoJob(e.message),
+            "unknown_queue" => RedriveError::Service(ServiceError::UnknownQueue(queue.to_owned())),
+            "invalid_argument" => RedriveError::Service(ServiceError::InvalidArgument(e.message)),
+            _ => unavailable(format!("{owner}: {}", e.message)),
+        })
     }
 }
 
@@ -540,6 +612,35 @@ impl<S: QueueService> QueueService for Forwarding<S> {
             }
         }
         Ok(traces)
+    }
+
+    async fn redrive_start(
+        &self,
+        queue: &str,
+        request: RedriveRequest,
+    ) -> Result<RedriveJob, RedriveError> {
+        match self.local.redrive_start(queue, request.clone()).await {
+            Err(RedriveError::NotOwner) => self.forward_redrive(queue, "", Some(&request)).await,
+            other => other,
+        }
+    }
+
+    async fn redrive_status(&self, queue: &str) -> Result<RedriveJob, RedriveError> {
+        match self.local.redrive_status(queue).await {
+            Err(RedriveError::NotOwner) => self.forward_redrive(queue, "", None).await,
+            other => other,
+        }
+    }
+
+    async fn redrive_control(
+        &self,
+        queue: &str,
+        action: RedriveAction,
+    ) -> Result<RedriveJob, RedriveError> {
+        match self.local.redrive_control(queue, action).await {
+            Err(RedriveError::NotOwner) => self.forward_redrive(queue, action.name(), None).await,
+            other => other,
+        }
     }
 }
 

@@ -7,6 +7,8 @@
 //! gRPC; `forward` sends what this instance does not own to the owner;
 //! `push` delivers the queues that have a push subscription to their
 //! endpoints; `trace` answers where a message is and has been.
+//! endpoints; `redrive` copies dead letters back to their queue as a
+//! rate-limited job.
 //! [`run`] puts them together.
 
 pub mod api;
@@ -16,6 +18,7 @@ pub mod kafka;
 pub mod lease;
 pub mod push;
 pub mod queue;
+pub mod redrive;
 pub mod service;
 pub mod trace;
 

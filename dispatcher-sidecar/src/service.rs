@@ -8,6 +8,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use crate::config::QueueConfig;
+use crate::redrive::{RedriveAction, RedriveError, RedriveJob, RedriveRequest};
 use crate::trace::MessageTrace;
 
 /// At most this many messages in one produce request.
@@ -259,4 +260,26 @@ pub trait QueueService: Send + Sync + 'static {
         message_id: &str,
         queue: Option<&str>,
     ) -> impl Future<Output = Result<Vec<MessageTrace>, ServiceError>> + Send;
+    /// Starts a redrive job copying the queue's dead letters back to its
+    /// topic (`crate::redrive`). One job per DLQ at a time: `Conflict` while
+    /// one runs or is paused. Jobs run on the owner of the primary topic's
+    /// partition 0 (`NotOwner` elsewhere; `crate::forward` sends it there).
+    fn redrive_start(
+        &self,
+        queue: &str,
+        request: RedriveRequest,
+    ) -> impl Future<Output = Result<RedriveJob, RedriveError>> + Send;
+
+    /// The current or last redrive job.
+    fn redrive_status(
+        &self,
+        queue: &str,
+    ) -> impl Future<Output = Result<RedriveJob, RedriveError>> + Send;
+
+    /// Pauses, resumes or cancels the active redrive job.
+    fn redrive_control(
+        &self,
+        queue: &str,
+        action: RedriveAction,
+    ) -> impl Future<Output = Result<RedriveJob, RedriveError>> + Send;
 }

@@ -17,6 +17,10 @@ use dispatcher_sidecar::api::grpc::proto;
 use dispatcher_sidecar::api::grpc::proto::dispatcher_client::DispatcherClient;
 use dispatcher_sidecar::api::{self, Servers, HTTP_BODY_LIMIT_BYTES, HTTP_ROUTES};
 use dispatcher_sidecar::config::{Config, QueueConfig};
+use dispatcher_sidecar::redrive::{
+    JobState, PartitionRange, RedriveAction, RedriveError, RedriveFilter, RedriveJob,
+    RedriveRequest,
+};
 use dispatcher_sidecar::service::{
     Delivery, ExtendResult, NackRequest, NewMessage, PartitionStats, ProduceResult, ProduceStatus,
     QueueService, QueueStats, ReceiptOutcome, ReceiveRequest, ServiceError,
@@ -41,6 +45,9 @@ enum Call {
     SetPaused(String, bool),
     Parked(String),
     Skip(String, SkipRequest),
+    RedriveStart(String, RedriveRequest),
+    RedriveStatus(String),
+    RedriveControl(String, RedriveAction),
 }
 
 #[derive(Default)]
@@ -257,6 +264,72 @@ impl QueueService for Fake {
             self.check(q)?;
         }
         Ok(Vec::new())
+    }
+
+    async fn redrive_start(
+        &self,
+        queue: &str,
+        request: RedriveRequest,
+    ) -> Result<RedriveJob, RedriveError> {
+        self.record(Call::RedriveStart(queue.into(), request));
+        self.check(queue)?;
+        Ok(redrive_job())
+    }
+
+    async fn redrive_status(&self, queue: &str) -> Result<RedriveJob, RedriveError> {
+        self.record(Call::RedriveStatus(queue.into()));
+        self.check(queue)?;
+        Ok(redrive_job())
+    }
+
+    /// Pause answers the job; resume a conflict; cancel "no job".
+    async fn redrive_control(
+        &self,
+        queue: &str,
+        action: RedriveAction,
+    ) -> Result<RedriveJob, RedriveError> {
+        self.record(Call::RedriveControl(queue.into(), action));
+        self.check(queue)?;
+        match action {
+            RedriveAction::Pause => Ok(redrive_job()),
+            RedriveAction::Resume => Err(RedriveError::Conflict("nothing to resume".into())),
+            RedriveAction::Cancel => Err(RedriveError::NoJob("no job".into())),
+        }
+    }
+}
+
+/// The double's redrive job: every field set.
+fn redrive_job() -> RedriveJob {
+    RedriveJob {
+        id: "job-1".into(),
+        queue: "jobs".into(),
+        state: JobState::Failed,
+        reason: Some("lost partition 0".into()),
+        filter: Some(RedriveFilter {
+            message_id: Some("m".into()),
+            key: Some("k".into()),
+            error_contains: Some("503".into()),
+            from: Some("2026-12-03T07:14:00.123Z".into()),
+            to: Some("2026-12-04T07:14:00.123Z".into()),
+        }),
+        rate_per_sec: 2.5,
+        max_messages: Some(10),
+        scanned: 5,
+        matched: 4,
+        redriven: 3,
+        skipped: 1,
+        unreadable: 0,
+        remaining: 7,
+        started_at: "2026-12-03T07:14:00.123Z".into(),
+        finished_at: Some("2026-12-03T07:15:00.123Z".into()),
+        first_redriven_at: Some("2026-12-03T07:14:01.123Z".into()),
+        last_redriven_at: Some("2026-12-03T07:14:02.123Z".into()),
+        partitions: vec![PartitionRange {
+            partition: 0,
+            start: 2,
+            end: 14,
+            position: 7,
+        }],
     }
 }
 
@@ -906,6 +979,27 @@ fn queue_requests(queue: &str) -> Vec<(&'static str, String, Value)> {
             format!("/queues/{queue}/skip"),
             json!({"partition": 1, "key": "K", "message_id": "m-1"}),
         ),
+        (
+            "POST",
+            format!("/queues/{queue}/redrive"),
+            json!({"rate_per_sec": 1}),
+        ),
+        ("GET", format!("/queues/{queue}/redrive"), Value::Null),
+        (
+            "POST",
+            format!("/queues/{queue}/redrive/pause"),
+            Value::Null,
+        ),
+        (
+            "POST",
+            format!("/queues/{queue}/redrive/resume"),
+            Value::Null,
+        ),
+        (
+            "POST",
+            format!("/queues/{queue}/redrive/cancel"),
+            Value::Null,
+        ),
     ]
 }
 
@@ -936,6 +1030,70 @@ async fn service_errors_map_to_404_400_and_503_on_every_queue_route() {
         );
         h.fake.calls.lock().unwrap().clear();
     }
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn redrive_routes_reach_the_service_and_map_its_answers() {
+    let h = start().await;
+    let (status, body) = h
+        .post(
+            "/queues/jobs/redrive",
+            json!({"rate_per_sec": 2.5, "filter": {"key": "k"}, "max_messages": 3}),
+        )
+        .await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    assert_eq!(body["id"], "job-1");
+    assert_eq!(body["state"], "failed");
+    assert_eq!(body["partitions"][0]["end"], 14);
+    let (status, body) = h.get("/queues/jobs/redrive").await;
+    assert_eq!((status, &body["redriven"]), (StatusCode::OK, &json!(3)));
+    let (status, _) = h.post("/queues/jobs/redrive/pause", Value::Null).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_error(
+        h.post("/queues/jobs/redrive/resume", Value::Null).await,
+        StatusCode::CONFLICT,
+        "conflict",
+    );
+    assert_error(
+        h.post("/queues/jobs/redrive/cancel", Value::Null).await,
+        StatusCode::NOT_FOUND,
+        "no_redrive_job",
+    );
+    // Unknown fields, at the top and in the filter, and a missing rate
+    // never reach the service.
+    for bad in [
+        json!({"rate_per_sec": 1, "speed": 2}),
+        json!({"rate_per_sec": 1, "filter": {"color": "red"}}),
+        json!({"filter": {}}),
+        json!({"rate_per_sec": "fast"}),
+    ] {
+        assert_error(
+            h.post("/queues/jobs/redrive", bad).await,
+            StatusCode::BAD_REQUEST,
+            "invalid_argument",
+        );
+    }
+    assert_eq!(
+        h.fake.calls(),
+        vec![
+            Call::RedriveStart(
+                "jobs".into(),
+                RedriveRequest {
+                    rate_per_sec: 2.5,
+                    filter: Some(RedriveFilter {
+                        key: Some("k".into()),
+                        ..RedriveFilter::default()
+                    }),
+                    max_messages: Some(3),
+                }
+            ),
+            Call::RedriveStatus("jobs".into()),
+            Call::RedriveControl("jobs".into(), RedriveAction::Pause),
+            Call::RedriveControl("jobs".into(), RedriveAction::Resume),
+            Call::RedriveControl("jobs".into(), RedriveAction::Cancel),
+        ]
+    );
     h.shutdown().await;
 }
 
@@ -1261,6 +1419,7 @@ fn check_schema(doc: &serde_yaml::Value, schema: &serde_yaml::Value, value: &Val
         Some("string") => assert!(value.is_string(), "{at}: not a string"),
         Some("integer") => assert!(value.is_i64() || value.is_u64(), "{at}: not an integer"),
         Some("boolean") => assert!(value.is_boolean(), "{at}: not a boolean"),
+        Some("number") => assert!(value.is_number(), "{at}: not a number"),
         other => panic!("{at}: schema type {other:?} is not handled here"),
     }
 }
@@ -1360,6 +1519,44 @@ async fn requests_and_answers_match_the_documented_schemas() {
             "POST",
             "/queues/{q}/resume",
             "/queues/nope/resume",
+            Value::Null,
+        ),
+        (
+            "POST",
+            "/queues/{q}/redrive",
+            "/queues/jobs/redrive",
+            json!({"rate_per_sec": 2.5, "max_messages": 10, "filter": {
+                "message_id": "m", "key": "k", "error_contains": "503",
+                "from": "2026-12-03T07:14:00.123Z", "to": "2026-12-04T07:14:00Z"}}),
+        ),
+        (
+            "GET",
+            "/queues/{q}/redrive",
+            "/queues/jobs/redrive",
+            Value::Null,
+        ),
+        (
+            "GET",
+            "/queues/{q}/redrive",
+            "/queues/nope/redrive",
+            Value::Null,
+        ),
+        (
+            "POST",
+            "/queues/{q}/redrive/pause",
+            "/queues/jobs/redrive/pause",
+            Value::Null,
+        ),
+        (
+            "POST",
+            "/queues/{q}/redrive/resume",
+            "/queues/jobs/redrive/resume",
+            Value::Null,
+        ),
+        (
+            "POST",
+            "/queues/{q}/redrive/cancel",
+            "/queues/jobs/redrive/cancel",
             Value::Null,
         ),
     ];
@@ -1645,6 +1842,93 @@ async fn grpc_maps_service_errors_to_status_codes() {
             .unwrap_err();
         assert_eq!(receive.code(), code, "{receive:?}");
     }
+    h.shutdown().await;
+}
+
+#[tokio::test]
+async fn grpc_redrive_calls_reach_the_service_and_map_its_answers() {
+    let h = start().await;
+    let mut client = h.grpc().await;
+    let job = client
+        .redrive_start(proto::RedriveStartRequest {
+            queue: "jobs".into(),
+            rate_per_sec: 2.5,
+            filter: Some(proto::RedriveFilter {
+                key: Some("k".into()),
+                from_ms: Some(NOW_MS),
+                ..Default::default()
+            }),
+            max_messages: Some(3),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(job.id, "job-1");
+    assert_eq!(job.state(), proto::RedriveState::Failed);
+    assert_eq!(job.started_at_ms, NOW_MS);
+    assert_eq!(job.finished_at_ms, Some(NOW_MS + 60_000));
+    assert_eq!(job.filter.as_ref().unwrap().from_ms, Some(NOW_MS));
+    assert_eq!(job.partitions[0].end, 14);
+    let status = client
+        .redrive_status(proto::RedriveStatusRequest {
+            queue: "jobs".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(status.redriven, 3);
+    let control = |action: proto::RedriveAction| proto::RedriveControlRequest {
+        queue: "jobs".into(),
+        action: action.into(),
+    };
+    client
+        .redrive_control(control(proto::RedriveAction::Pause))
+        .await
+        .unwrap();
+    let resume = client
+        .redrive_control(control(proto::RedriveAction::Resume))
+        .await
+        .unwrap_err();
+    assert_eq!(resume.code(), tonic::Code::FailedPrecondition);
+    let cancel = client
+        .redrive_control(control(proto::RedriveAction::Cancel))
+        .await
+        .unwrap_err();
+    assert_eq!(cancel.code(), tonic::Code::NotFound);
+    let unspecified = client
+        .redrive_control(control(proto::RedriveAction::Unspecified))
+        .await
+        .unwrap_err();
+    assert_eq!(unspecified.code(), tonic::Code::InvalidArgument);
+    let unknown = client
+        .redrive_status(proto::RedriveStatusRequest {
+            queue: "nope".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound);
+    assert_eq!(
+        h.fake.calls(),
+        vec![
+            Call::RedriveStart(
+                "jobs".into(),
+                RedriveRequest {
+                    rate_per_sec: 2.5,
+                    filter: Some(RedriveFilter {
+                        key: Some("k".into()),
+                        from: Some("2026-12-03T07:14:00.123Z".into()),
+                        ..RedriveFilter::default()
+                    }),
+                    max_messages: Some(3),
+                }
+            ),
+            Call::RedriveStatus("jobs".into()),
+            Call::RedriveControl("jobs".into(), RedriveAction::Pause),
+            Call::RedriveControl("jobs".into(), RedriveAction::Resume),
+            Call::RedriveControl("jobs".into(), RedriveAction::Cancel),
+            Call::RedriveStatus("nope".into()),
+        ]
+    );
     h.shutdown().await;
 }
 

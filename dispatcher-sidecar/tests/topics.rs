@@ -103,6 +103,7 @@ async fn setup_creates_tiers_dlq_and_ack_log_once_with_the_right_configs() {
             "jobs.acklog",
             "jobs.dedupe",
             "jobs.dlq",
+            "jobs.dlq.redrive",
             "jobs.index",
             "jobs.retry.10m",
             "jobs.retry.10s",
@@ -132,13 +133,13 @@ async fn setup_creates_tiers_dlq_and_ack_log_once_with_the_right_configs() {
     // Idempotent: the second run finds everything and creates nothing.
     let again = topics::ensure_topics(&admin, jobs, TIMEOUT).await.unwrap();
     assert!(again.created.is_empty(), "{again:?}");
-    assert_eq!(again.existing.len(), 8);
+    assert_eq!(again.existing.len(), 9);
 
     // An infinite primary retention gives an infinite DLQ retention.
     let forever = topics::ensure_topics(&admin, &config.queues[1], TIMEOUT)
         .await
         .unwrap();
-    assert_eq!(forever.created.len(), 5, "{forever:?}");
+    assert_eq!(forever.created.len(), 6, "{forever:?}");
     assert_eq!(describe(&admin, "forever.dlq").await["retention.ms"], "-1");
     assert_eq!(
         describe(&admin, "forever.retry.30s").await["retention.ms"],

@@ -9,6 +9,9 @@ use tonic::{Request, Response, Status};
 
 use super::edge;
 use crate::config::{PushEndpoint, QueueConfig};
+use crate::redrive::{
+    JobState, RedriveAction, RedriveError, RedriveFilter, RedriveJob, RedriveRequest,
+};
 use crate::service::{
     Delivery, NewMessage, PartitionStats, ProduceResult, ProduceStatus, QueueService, QueueStats,
     ReceiptOutcome, ServiceError,
@@ -205,6 +208,124 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
             .await
             .map_err(status)?;
         Ok(Response::new(proto::ResumeResponse {}))
+    }
+
+    async fn redrive_start(
+        &self,
+        request: Request<proto::RedriveStartRequest>,
+    ) -> Result<Response<proto::RedriveJob>, Status> {
+        let request = request.into_inner();
+        let start = RedriveRequest {
+            rate_per_sec: request.rate_per_sec,
+            filter: request.filter.map(|f| RedriveFilter {
+                message_id: f.message_id,
+                key: f.key,
+                error_contains: f.error_contains,
+                from: f.from_ms.map(super::json::rfc3339_ms),
+                to: f.to_ms.map(super::json::rfc3339_ms),
+            }),
+            max_messages: request.max_messages,
+        };
+        let job = self
+            .service
+            .redrive_start(&request.queue, start)
+            .await
+            .map_err(redrive_status)?;
+        Ok(Response::new(redrive_job(job)))
+    }
+
+    async fn redrive_status(
+        &self,
+        request: Request<proto::RedriveStatusRequest>,
+    ) -> Result<Response<proto::RedriveJob>, Status> {
+        let request = request.into_inner();
+        let job = self
+            .service
+            .redrive_status(&request.queue)
+            .await
+            .map_err(redrive_status)?;
+        Ok(Response::new(redrive_job(job)))
+    }
+
+    async fn redrive_control(
+        &self,
+        request: Request<proto::RedriveControlRequest>,
+    ) -> Result<Response<proto::RedriveJob>, Status> {
+        let request = request.into_inner();
+        let action = match proto::RedriveAction::try_from(request.action) {
+            Ok(proto::RedriveAction::Pause) => RedriveAction::Pause,
+            Ok(proto::RedriveAction::Resume) => RedriveAction::Resume,
+            Ok(proto::RedriveAction::Cancel) => RedriveAction::Cancel,
+            Ok(proto::RedriveAction::Unspecified) | Err(_) => {
+                return Err(Status::invalid_argument(
+                    "action must be PAUSE, RESUME or CANCEL",
+                ))
+            }
+        };
+        let job = self
+            .service
+            .redrive_control(&request.queue, action)
+            .await
+            .map_err(redrive_status)?;
+        Ok(Response::new(redrive_job(job)))
+    }
+}
+
+/// Conflict → FAILED_PRECONDITION, NoJob → NOT_FOUND, NotOwner →
+/// UNAVAILABLE; service errors as [`status`].
+fn redrive_status(e: RedriveError) -> Status {
+    let message = e.to_string();
+    match e {
+        RedriveError::Service(e) => status(e),
+        RedriveError::Conflict(_) => Status::failed_precondition(message),
+        RedriveError::NoJob(_) => Status::not_found(message),
+        RedriveError::NotOwner => Status::unavailable(message),
+    }
+}
+
+fn redrive_job(j: RedriveJob) -> proto::RedriveJob {
+    let ms = |t: &str| super::json::parse_rfc3339_ms(t).unwrap_or_default();
+    let state = match j.state {
+        JobState::Running => proto::RedriveState::Running,
+        JobState::Paused => proto::RedriveState::Paused,
+        JobState::Cancelled => proto::RedriveState::Cancelled,
+        JobState::Done => proto::RedriveState::Done,
+        JobState::Failed => proto::RedriveState::Failed,
+    };
+    proto::RedriveJob {
+        state: state.into(),
+        reason: j.reason,
+        filter: j.filter.map(|f| proto::RedriveFilter {
+            message_id: f.message_id,
+            key: f.key,
+            error_contains: f.error_contains,
+            from_ms: f.from.as_deref().and_then(crate::redrive::parse_time),
+            to_ms: f.to.as_deref().and_then(crate::redrive::parse_time),
+        }),
+        rate_per_sec: j.rate_per_sec,
+        max_messages: j.max_messages,
+        scanned: j.scanned,
+        matched: j.matched,
+        redriven: j.redriven,
+        skipped: j.skipped,
+        unreadable: j.unreadable,
+        remaining: j.remaining,
+        started_at_ms: ms(&j.started_at),
+        finished_at_ms: j.finished_at.as_deref().map(ms),
+        first_redriven_at_ms: j.first_redriven_at.as_deref().map(ms),
+        last_redriven_at_ms: j.last_redriven_at.as_deref().map(ms),
+        partitions: j
+            .partitions
+            .into_iter()
+            .map(|r| proto::RedriveRange {
+                partition: r.partition,
+                start: r.start,
+                end: r.end,
+                position: r.position,
+            })
+            .collect(),
+        id: j.id,
+        queue: j.queue,
     }
 }
 

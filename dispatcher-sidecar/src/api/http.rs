@@ -25,6 +25,7 @@ use super::json::{
     QueuesResponse, ReceiveBody, ReceiveResponse, StatsResponse, StatusResponse,
 };
 use super::json::{ParkedResponse, SkipBody};
+use crate::redrive::{RedriveAction, RedriveError, RedriveRequest};
 use crate::service::{QueueService, ServiceError, SkipOutcome};
 
 /// The largest request body accepted (413 above it): a full 1 MiB produce
@@ -58,6 +59,9 @@ enum Endpoint {
     Parked,
     Skip,
     Trace,
+    RedriveStart,
+    RedriveStatus,
+    RedriveControl(RedriveAction),
 }
 
 const fn route(method: &'static str, path: &'static str, endpoint: Endpoint) -> HttpRoute {
@@ -84,6 +88,23 @@ pub const HTTP_ROUTES: &[HttpRoute] = &[
     route("GET", "/queues/{q}/parked", Endpoint::Parked),
     route("POST", "/queues/{q}/skip", Endpoint::Skip),
     route("GET", "/messages/{message_id}", Endpoint::Trace),
+    route("POST", "/queues/{q}/redrive", Endpoint::RedriveStart),
+    route("GET", "/queues/{q}/redrive", Endpoint::RedriveStatus),
+    route(
+        "POST",
+        "/queues/{q}/redrive/pause",
+        Endpoint::RedriveControl(RedriveAction::Pause),
+    ),
+    route(
+        "POST",
+        "/queues/{q}/redrive/resume",
+        Endpoint::RedriveControl(RedriveAction::Resume),
+    ),
+    route(
+        "POST",
+        "/queues/{q}/redrive/cancel",
+        Endpoint::RedriveControl(RedriveAction::Cancel),
+    ),
 ];
 
 /// What every handler sees.
@@ -129,6 +150,13 @@ fn method_router<S: QueueService>(route: &HttpRoute) -> MethodRouter<Arc<ApiStat
         Endpoint::Parked => on(filter, parked::<S>),
         Endpoint::Skip => on(filter, skip::<S>),
         Endpoint::Trace => on(filter, trace_message::<S>),
+        Endpoint::RedriveStart => on(filter, redrive_start::<S>),
+        Endpoint::RedriveStatus => on(filter, redrive_status::<S>),
+        Endpoint::RedriveControl(action) => {
+            on(filter, move |state: AppState<S>, queue: QueueName| {
+                redrive_control::<S>(state, queue, action)
+            })
+        }
     }
 }
 
@@ -378,6 +406,51 @@ fn query_param(uri: &axum::http::Uri, name: &str) -> Option<String> {
     url.query_pairs()
         .find(|(k, _)| k == name)
         .map(|(_, v)| v.into_owned())
+}
+
+// Redrive (issue 8): the job's JSON is `crate::redrive::RedriveJob`.
+
+async fn redrive_start<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    JsonBody(body): JsonBody<RedriveRequest>,
+) -> Result<Response, ApiError> {
+    let job = state.service.redrive_start(&queue, body).await?;
+    Ok(json(StatusCode::ACCEPTED, &job))
+}
+
+async fn redrive_status<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+) -> Result<Response, ApiError> {
+    let job = state.service.redrive_status(&queue).await?;
+    Ok(json(StatusCode::OK, &job))
+}
+
+/// Any body is ignored: the route is the whole request.
+async fn redrive_control<S: QueueService>(
+    State(state): AppState<S>,
+    QueueName(queue): QueueName,
+    action: RedriveAction,
+) -> Result<Response, ApiError> {
+    let job = state.service.redrive_control(&queue, action).await?;
+    Ok(json(StatusCode::OK, &job))
+}
+
+impl From<RedriveError> for ApiError {
+    fn from(e: RedriveError) -> Self {
+        let message = e.to_string();
+        match e {
+            RedriveError::Service(e) => e.into(),
+            RedriveError::Conflict(_) => ApiError::new(StatusCode::CONFLICT, "conflict", message),
+            RedriveError::NoJob(_) => {
+                ApiError::new(StatusCode::NOT_FOUND, "no_redrive_job", message)
+            }
+            RedriveError::NotOwner => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_owner", message)
+            }
+        }
+    }
 }
 
 async fn no_route() -> ApiError {

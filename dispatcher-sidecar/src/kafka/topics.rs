@@ -26,6 +26,8 @@ pub enum TopicRole {
     Hold,
     /// The message-id index of traces (`crate::trace`).
     Index,
+    /// Which DLQ records were redriven (`crate::redrive::store`).
+    RedriveMarks,
 }
 
 /// The primary topic as the cluster describes it.
@@ -51,7 +53,8 @@ pub struct TopicSpec {
     pub configs: BTreeMap<String, String>,
 }
 
-/// The derived topics of `queue`, in order: retry tiers, DLQ, ack log.
+/// The derived topics of `queue`, in order: retry tiers, DLQ, ack log,
+/// dedupe, redrive marks.
 ///
 /// Every one has the primary's partition count and replication factor (the
 /// ack log's partition p holds the lease events of the primary's partition
@@ -136,6 +139,17 @@ pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
     specs.push(spec(
         crate::trace::index_topic(&queue.topic),
         TopicRole::Index,
+        BTreeMap::from([
+            ("cleanup.policy".to_string(), "compact,delete".to_string()),
+            ("retention.ms".to_string(), retention(0, 2)),
+        ]),
+    ));
+    // Redrive marks: compacted (the latest bitmap of each chunk counts), and
+    // gone with the DLQ's retention (a mark outliving its DLQ records is
+    // useless).
+    specs.push(spec(
+        crate::redrive::store::state_topic(queue),
+        TopicRole::RedriveMarks,
         BTreeMap::from([
             ("cleanup.policy".to_string(), "compact,delete".to_string()),
             ("retention.ms".to_string(), retention(0, 2)),
@@ -395,7 +409,8 @@ mod tests {
                 "jobs.dlq",
                 "jobs.acklog",
                 "jobs.dedupe",
-                "jobs.index"
+                "jobs.index",
+                "jobs.dlq.redrive"
             ]
         );
         assert!(specs
@@ -493,6 +508,15 @@ mod tests {
             by_name(&infinite, "jobs.index").configs["retention.ms"],
             "-1"
         );
+    }
+
+    #[test]
+    fn the_redrive_marks_are_compacted_and_kept_as_long_as_the_dlq() {
+        let specs = plan(&queue(""), &primary(1_000));
+        let m = by_name(&specs, "jobs.dlq.redrive");
+        assert_eq!(m.role, TopicRole::RedriveMarks);
+        assert_eq!(m.configs["cleanup.policy"], "compact,delete");
+        assert_eq!(m.configs["retention.ms"], "2000");
     }
 
     #[test]

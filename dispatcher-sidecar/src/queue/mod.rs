@@ -52,6 +52,7 @@ use tokio::task::JoinHandle;
 use crate::config::{Config, QueueConfig};
 use crate::kafka::consumer::{Assignment, QueueConsumer};
 use crate::lease::{QueuePartition, ReceiptCodec};
+use crate::redrive::{RedriveAction, RedriveError, RedriveJob, RedriveRequest, Redriver};
 use crate::service::{
     Delivery, ExtendResult, NackRequest, NewMessage, ParkedKeyInfo, ProduceResult, QueueService,
     QueueStats, ReceiptOutcome, ReceiveRequest, ServiceError, SkipOutcome, SkipRequest,
@@ -82,6 +83,8 @@ const CONSUMER_QUEUE_KBYTES: &str = "16384";
 pub struct Dispatcher {
     queues: HashMap<String, Arc<QueueRuntime>>,
     configs: Vec<QueueConfig>,
+    /// Each queue's redrive jobs (`crate::redrive`).
+    redrivers: HashMap<String, Arc<Redriver>>,
     producer: FutureProducer,
     stop: watch::Sender<bool>,
     tasks: Mutex<Vec<JoinHandle<()>>>,
@@ -111,6 +114,7 @@ impl Dispatcher {
         let secret: [u8; 32] = config.receipt_secret.mac_key();
         let (stop, _) = watch::channel(false);
         let mut queues = HashMap::new();
+        let mut redrivers = HashMap::new();
         let mut tasks = Vec::new();
         let reader_config = crate::kafka::admin_config(config);
         let fair = Arc::new(fair::FairShare::new(
@@ -174,12 +178,32 @@ impl Dispatcher {
                 )));
             }
             tasks.push(tokio::spawn(ticks(Arc::clone(&runtime), stop.subscribe())));
+            let owner = Arc::clone(&runtime);
+            let partition_0 = QueuePartition {
+                topic: 0,
+                partition: 0,
+            };
+            let redriver = Redriver::new(crate::redrive::job::RedriverParts {
+                queue: queue.clone(),
+                producer: producer.clone(),
+                reader_config: reader_config.clone(),
+                primary_partitions: counts.get(&queue.topic).copied().unwrap_or(1),
+                dlq_partitions: counts.get(&queue.dlq_topic).copied().unwrap_or(1),
+                state_partitions: counts
+                    .get(&crate::redrive::store::state_topic(queue))
+                    .copied()
+                    .unwrap_or(1),
+                owns: Arc::new(move || owner.owned().iter().any(|p| p.qp == partition_0)),
+                stop: stop.subscribe(),
+            })?;
+            redrivers.insert(queue.name.clone(), Arc::new(redriver));
             queues.insert(queue.name.clone(), runtime);
         }
         wait_for_assignments(&queues).await;
         Ok(Arc::new(Dispatcher {
             queues,
             configs: config.queues.clone(),
+            redrivers,
             producer,
             stop,
             tasks: Mutex::new(tasks),
@@ -194,6 +218,11 @@ impl Dispatcher {
         let tasks: Vec<JoinHandle<()>> = std::mem::take(&mut *self.tasks.lock().unwrap());
         for t in tasks {
             let _ = t.await;
+        }
+        // Running redrive jobs saw the stop: they write what is in flight
+        // and end.
+        for redriver in self.redrivers.values() {
+            redriver.shutdown().await;
         }
         for runtime in self.queues.values() {
             runtime.stop().await;
@@ -216,6 +245,12 @@ impl Dispatcher {
             .get(queue)
             .map(|q| q.owned().iter().map(|p| p.qp).collect())
             .unwrap_or_default()
+    }
+
+    fn redriver(&self, name: &str) -> Result<&Arc<Redriver>, RedriveError> {
+        self.redrivers
+            .get(name)
+            .ok_or_else(|| RedriveError::Service(ServiceError::UnknownQueue(name.to_owned())))
     }
 
     fn queue(&self, name: &str) -> Result<&Arc<QueueRuntime>, ServiceError> {
@@ -391,5 +426,25 @@ impl QueueService for Dispatcher {
             }
         }
         Ok(traces)
+    }
+
+    async fn redrive_start(
+        &self,
+        queue: &str,
+        request: RedriveRequest,
+    ) -> Result<RedriveJob, RedriveError> {
+        self.redriver(queue)?.start(request).await
+    }
+
+    async fn redrive_status(&self, queue: &str) -> Result<RedriveJob, RedriveError> {
+        self.redriver(queue)?.status().await
+    }
+
+    async fn redrive_control(
+        &self,
+        queue: &str,
+        action: RedriveAction,
+    ) -> Result<RedriveJob, RedriveError> {
+        self.redriver(queue)?.control(action).await
     }
 }

@@ -162,6 +162,9 @@ struct Readers {
     dlq: Mutex<BaseConsumer>,
     /// Ordered queues: reads the hold topic to replay a released key.
     hold: Mutex<BaseConsumer>,
+    /// Reads the redrive floors (`crate::redrive::store`), where the DLQ's
+    /// depth starts.
+    redrive_floors: Mutex<BaseConsumer>,
 }
 
 /// What the Kafka side says about the owned partitions and the DLQ.
@@ -285,6 +288,10 @@ impl QueueRuntime {
             meta: Mutex::new(reader::plain_consumer(&parts.reader_config, "stats")?),
             dlq: Mutex::new(reader::plain_consumer(&parts.reader_config, "dlq-reader")?),
             hold: Mutex::new(reader::hold_consumer(&parts.reader_config)?),
+            redrive_floors: Mutex::new(crate::redrive::store::floor_consumer(
+                &parts.reader_config,
+                &config,
+            )?),
         });
         let index = trace::IndexParts::new(
             crate::trace::index_topic(&config.topic),

@@ -48,13 +48,22 @@ impl QueueRuntime {
         let dlq = tokio::task::spawn_blocking(move || -> anyhow::Result<_> {
             let mut depth = 0;
             let mut starts = Vec::new();
+            // The DLQ's depth starts at each partition's redrive floor: the
+            // records below it were all redriven (`crate::redrive::store`).
+            let floors = crate::redrive::store::read_floors(
+                &readers.redrive_floors.lock().unwrap(),
+                &dlq_topic,
+                dlq_partitions,
+                STATS_TIMEOUT,
+            )?;
             {
                 let meta = readers.meta.lock().unwrap();
                 for p in 0..dlq_partitions {
                     let (low, high) = meta.fetch_watermarks(&dlq_topic, p, STATS_TIMEOUT)?;
-                    if high > low {
-                        depth += high - low;
-                        starts.push((p, low));
+                    let start = floors.get(&p).map_or(low, |&f| f.max(low));
+                    if high > start {
+                        depth += high - start;
+                        starts.push((p, start));
                     }
                 }
             }
