@@ -14,10 +14,12 @@ use common::{envelope_of, read_all, Broker};
 use dispatcher_sidecar::config::Config;
 use dispatcher_sidecar::kafka;
 use dispatcher_sidecar::queue::Dispatcher;
+use dispatcher_sidecar::redrive::RedriveRequest;
 use dispatcher_sidecar::service::{
     Delivery, NackRequest, NewMessage, ParkedKeyInfo, ProduceStatus, QueueService, ReceiptOutcome,
     ReceiveRequest, SkipOutcome, SkipRequest,
 };
+use dispatcher_sidecar::trace::EventKind;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::message::Message;
@@ -612,7 +614,7 @@ async fn ten_thousand_messages_over_fifty_keys_with_one_poison_message() {
     }
     let mut seen: HashMap<String, Vec<usize>> = HashMap::new();
     let deadline = Instant::now() + Duration::from_secs(600);
-    let mut dlq_record = None;
+    let mut poison_id = None;
     // Everything but K's messages after the poison one (which is delivered).
     let expected_before_release = N - (N / KEYS - poison.1 - 1);
     let mut count = 0;
@@ -624,6 +626,7 @@ async fn ten_thousand_messages_over_fifty_keys_with_one_poison_message() {
             let key = key_of(&m);
             let seq: usize = text(&m).parse().unwrap();
             if key == poison.0 && seq == poison.1 {
+                poison_id = Some(m.message_id.clone());
                 nack_permanent(&d, &m).await;
                 count += 1;
                 continue;
@@ -656,9 +659,19 @@ async fn ten_thousand_messages_over_fifty_keys_with_one_poison_message() {
     .await;
     let partition = parked[0].partition;
     let dlq = read_all(&config, "ord-10k.dlq", 4, 1);
-    dlq_record.get_or_insert(dlq[0].clone());
     assert_eq!(envelope_of(&dlq[0]).origin_partition, partition);
-    redrive(&config, "ord-10k", dlq_record.as_ref().unwrap()).await;
+    // The operator's redrive (the real job, through the service).
+    let job = d
+        .redrive_start(
+            Q,
+            RedriveRequest {
+                rate_per_sec: 100.0,
+                filter: None,
+                max_messages: None,
+            },
+        )
+        .await
+        .unwrap();
     let rest = drain_in_order(&d, N / KEYS - poison.1).await;
     let want: Vec<String> = (poison.1..N / KEYS).map(|s| s.to_string()).collect();
     assert_eq!(
@@ -666,6 +679,22 @@ async fn ten_thousand_messages_over_fifty_keys_with_one_poison_message() {
         "the redriven message, then K's held ones in order"
     );
     parked_until(&d, "K released", |p| p.is_empty()).await;
+    let status = d.redrive_status(Q).await.unwrap();
+    assert_eq!((status.id.as_str(), status.redriven), (job.id.as_str(), 1));
+    // The trace names the whole path of the poison message.
+    let poison_id = poison_id.expect("the poison message was delivered");
+    let traces = d.trace(&poison_id, Some(Q)).await.unwrap();
+    let kinds: Vec<EventKind> = traces[0].events.iter().map(|e| e.event).collect();
+    assert_eq!(
+        kinds,
+        [
+            EventKind::Produced,
+            EventKind::DeliveryFailed,
+            EventKind::DeadLettered,
+            EventKind::Redriven
+        ],
+        "{traces:#?}"
+    );
     d.shutdown().await;
 }
 

@@ -194,6 +194,13 @@ impl Dispatcher {
                     .copied()
                     .unwrap_or(1),
                 owns: Arc::new(move || owner.owned().iter().any(|p| p.qp == partition_0)),
+                index: {
+                    let runtime = runtime.clone();
+                    Arc::new(move |envelope, location| {
+                        let runtime = runtime.clone();
+                        Box::pin(async move { runtime.record_location(&envelope, location).await })
+                    })
+                },
                 stop: stop.subscribe(),
             })?;
             redrivers.insert(queue.name.clone(), Arc::new(redriver));

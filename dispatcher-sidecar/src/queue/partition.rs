@@ -24,7 +24,7 @@ use crate::lease::{Extended, FailureCause, LeaseError, QueuePartition, Receipt, 
 /// The header a redrive job sets on the records it produces (the agreed
 /// interface with the redrive job): a parked key's poison message coming
 /// back with it releases the key.
-pub const REDRIVE_JOB_HEADER: &str = "dispatcher.redrive-job";
+pub use crate::redrive::REDRIVE_JOB_HEADER;
 
 /// Records fetched and not yet leased, per partition: the prefetch bound.
 /// The backlog beyond it stays in Kafka.

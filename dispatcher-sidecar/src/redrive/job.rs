@@ -60,6 +60,14 @@ const CONTROL_WAIT: Duration = Duration::from_secs(2);
 /// The ownership test: does this instance own the queue's partition 0 now?
 pub type OwnsPartition0 = Arc<dyn Fn() -> bool + Send + Sync>;
 
+/// Records a redriven copy's location in the message-id index
+/// (`Dispatcher::record_location`); a failed write is counted there.
+pub type RecordLocation =
+    Arc<dyn Fn(RetryEnvelope, crate::trace::Location) -> IndexWrite + Send + Sync>;
+
+/// One index write of [`RecordLocation`].
+pub type IndexWrite = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Control {
     Run,
@@ -76,6 +84,7 @@ pub struct Redriver {
     dlq_partitions: i32,
     state_partitions: i32,
     owns: OwnsPartition0,
+    index: RecordLocation,
     /// Reads and commits the floors and reads the marks (blocking).
     floors: Arc<Mutex<BaseConsumer>>,
     /// The current or last job.
@@ -104,6 +113,8 @@ pub struct RedriverParts {
     pub dlq_partitions: i32,
     pub state_partitions: i32,
     pub owns: OwnsPartition0,
+    /// Tells the message-id index where each redriven copy is.
+    pub index: RecordLocation,
     /// Set to true when the dispatcher stops: a running job ends.
     pub stop: watch::Receiver<bool>,
 }
@@ -130,6 +141,7 @@ impl Redriver {
             dlq_partitions: parts.dlq_partitions.max(1),
             state_partitions: parts.state_partitions.max(1),
             owns: parts.owns,
+            index: parts.index,
             current: tokio::sync::Mutex::new(None),
             stop: parts.stop,
         })
@@ -437,6 +449,8 @@ struct InFlight {
     partition: i32,
     offset: i64,
     message_id: String,
+    /// The DLQ copy's envelope, for the index (copies only).
+    envelope: Option<RetryEnvelope>,
     what: Batched,
 }
 
@@ -771,7 +785,18 @@ impl Run {
 
     fn send(&mut self, r: DlqRecord, envelope: &RetryEnvelope) -> Result<(), Stop> {
         let rd = &self.redriver;
-        let headers = redriven_headers(&r.headers, envelope, &self.job_id, now_ms());
+        let mut headers = redriven_headers(&r.headers, envelope, &self.job_id, now_ms());
+        // The copy carries where the message has been (for a trace).
+        headers.push(crate::trace::path_header(
+            &r.headers,
+            crate::trace::Location {
+                kind: crate::trace::LocationKind::Dlq,
+                topic: rd.queue.dlq_topic.clone(),
+                partition: r.partition,
+                offset: r.offset,
+                at_ms: envelope.errors.last().map_or(0, |e| e.at_ms),
+            },
+        ));
         let owned = headers.iter().fold(
             rdkafka::message::OwnedHeaders::new_with_capacity(headers.len()),
             |h, (key, value)| {
@@ -801,6 +826,7 @@ impl Run {
             partition: r.partition,
             offset: r.offset,
             message_id: envelope.message_id.clone(),
+            envelope: Some(envelope.clone()),
             what: Batched::Copy(delivery),
         });
         Ok(())
@@ -836,13 +862,24 @@ impl Run {
                         }
                     }
                     self.advance_floor(f.partition, f.offset);
-                    redriven_written(
-                        &self.redriver.queue.name,
-                        &self.job_id,
-                        &f.message_id,
-                        (f.partition, f.offset),
-                        (delivery.partition, delivery.offset),
-                    );
+                    tracing::debug!(queue = %self.redriver.queue.name, job = %self.job_id,
+                        message_id = %f.message_id, dlq_partition = f.partition,
+                        dlq_offset = f.offset, partition = delivery.partition,
+                        offset = delivery.offset, "redriven");
+                    if let Some(envelope) = f.envelope {
+                        // Not awaited here: the index write is counted
+                        // (and a failure logged) by the index itself.
+                        tokio::spawn((self.redriver.index)(
+                            envelope,
+                            crate::trace::Location {
+                                kind: crate::trace::LocationKind::Redriven,
+                                topic: self.redriver.queue.topic.clone(),
+                                partition: delivery.partition,
+                                offset: delivery.offset,
+                                at_ms: delivery.timestamp.to_millis().unwrap_or_else(now_ms),
+                            },
+                        ));
+                    }
                 }
                 Ok(Err((e, _))) => {
                     self.block_floor(f.partition);
@@ -979,6 +1016,7 @@ impl Run {
                 partition: r.partition,
                 offset: r.offset,
                 message_id: String::new(),
+                envelope: None,
                 what,
             });
             return;
@@ -1075,30 +1113,4 @@ async fn sleep_opt(d: Option<Duration>) {
         Some(d) => tokio::time::sleep(d).await,
         None => std::future::pending().await,
     }
-}
-
-/// Called once for each redriven message after its copy was written (its
-/// delivery report came back), with the DLQ record it was copied from and
-/// where the copy is.
-///
-/// At merge, the message trace index (issue 8, owned by the trace side)
-/// records the new location here; nothing else in the redrive job writes
-/// to it.
-pub fn redriven_written(
-    queue: &str,
-    job_id: &str,
-    message_id: &str,
-    dlq: (i32, i64),
-    primary: (i32, i64),
-) {
-    tracing::debug!(
-        queue,
-        job = job_id,
-        message_id,
-        dlq_partition = dlq.0,
-        dlq_offset = dlq.1,
-        partition = primary.0,
-        offset = primary.1,
-        "redriven"
-    );
 }

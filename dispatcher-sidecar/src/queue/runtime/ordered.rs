@@ -159,9 +159,25 @@ impl QueueRuntime {
                 .map(|(offset, m)| self.send_hold_copy(&topic, hold_partition, part, *offset, m))
                 .collect();
             let mut results = Vec::with_capacity(jobs.len());
-            for send in sends {
-                results.push(Self::hold_offset(send).await);
+            let mut indexed = super::trace::IndexWrites::default();
+            for (envelope, send) in sends {
+                let result = Self::hold_offset(send).await;
+                if let Ok(hold_offset) = result {
+                    // The index names the hold copy (written before the
+                    // original is done, as for a retry copy).
+                    let location = crate::trace::Location {
+                        kind: crate::trace::LocationKind::Held,
+                        topic: topic.clone(),
+                        partition: hold_partition,
+                        offset: hold_offset,
+                        at_ms: now_ms(),
+                    };
+                    let entry = crate::trace::IndexEntry::from_envelope(&envelope, location);
+                    self.index_send(&mut indexed, &envelope.message_id, &entry);
+                }
+                results.push(result);
             }
+            indexed.wait(&self.config.name).await;
             let mut held = 0u64;
             let pending = {
                 let mut state = part.lock();
@@ -202,7 +218,10 @@ impl QueueRuntime {
         part: &Partition,
         offset: i64,
         m: &Buffered,
-    ) -> Result<DeliveryFuture, rdkafka::error::KafkaError> {
+    ) -> (
+        RetryEnvelope,
+        Result<DeliveryFuture, rdkafka::error::KafkaError>,
+    ) {
         let envelope = m.envelope.clone().unwrap_or_else(|| RetryEnvelope {
             origin_topic: self.config.topic.clone(),
             origin_partition: part.qp.partition,
@@ -219,6 +238,11 @@ impl QueueRuntime {
             ordered::HELD_FROM_HEADER.to_owned(),
             offset.to_string().into_bytes(),
         ));
+        // The copy carries where the message has been (for a trace).
+        headers.push(crate::trace::path_header(
+            &m.headers,
+            self.here(part.qp, offset, m),
+        ));
         let mut record = FutureRecord::to(topic)
             .partition(hold_partition)
             .payload(&m.payload[..])
@@ -226,7 +250,10 @@ impl QueueRuntime {
         if let Some(k) = &m.key {
             record = record.key(&k[..]);
         }
-        self.producer.send_result(record).map_err(|(e, _)| e)
+        (
+            envelope,
+            self.producer.send_result(record).map_err(|(e, _)| e),
+        )
     }
 
     /// The hold offset a copy was written at.
@@ -260,13 +287,18 @@ impl QueueRuntime {
         if let Some((offset, m)) = stuck {
             let topic = self.config.hold_topic();
             let hold_partition = part.qp.partition % self.hold_partitions;
-            let send = self.send_hold_copy(&topic, hold_partition, part, offset, &m);
+            let (envelope, send) = self.send_hold_copy(&topic, hold_partition, part, offset, &m);
             match Self::hold_offset(send).await {
                 Ok(hold_offset) => {
-                    part.state
-                        .lock()
-                        .unwrap()
-                        .stuck_held(offset, hold_offset, now_ms());
+                    let location = crate::trace::Location {
+                        kind: crate::trace::LocationKind::Held,
+                        topic: topic.clone(),
+                        partition: hold_partition,
+                        offset: hold_offset,
+                        at_ms: now_ms(),
+                    };
+                    self.record_location(&envelope, location).await;
+                    part.lock().stuck_held(offset, hold_offset, now_ms());
                     tracing::info!(queue = %self.config.name, partition = %part.qp, offset,
                         "gap cap: a message retried in place moved to the hold, its key parked until it is due");
                     metrics::counter!("dispatcher_held_total", "queue" => self.name()).increment(1);

@@ -17,7 +17,7 @@ use crate::trace::{
 /// How long one lookup may read the index and the record it names.
 const TRACE_TIMEOUT: Duration = Duration::from_secs(30);
 /// The header a redrive writes on a redriven copy (the redrive job's id).
-const REDRIVE_JOB_HEADER: &str = "dispatcher.redrive-job";
+use crate::redrive::REDRIVE_JOB_HEADER;
 
 /// The queue's index topic and its reader.
 pub(crate) struct IndexParts {
