@@ -87,6 +87,8 @@ pub struct Owners {
 struct View {
     fetched: Instant,
     owners: Arc<HashMap<(String, i32), String>>,
+    /// Every dispatcher instance in the group, assigned partitions or not.
+    members: Arc<Vec<String>>,
 }
 
 impl Owners {
@@ -126,17 +128,31 @@ impl Owners {
         found
     }
 
+    /// The advertised HTTP addresses of every dispatcher instance in
+    /// `group` now (a fresh DescribeGroups); `None` when it cannot be
+    /// described.
+    pub async fn members(&self, group: &str) -> Option<Vec<String>> {
+        let view = self.fetch(group).await?;
+        let members = view.members.to_vec();
+        self.views.lock().unwrap().insert(group.to_string(), view);
+        Some(members)
+    }
+
     async fn fetch(&self, group: &str) -> Option<View> {
         let client = self.client.clone();
         let group_name = group.to_string();
         let listed = tokio::task::spawn_blocking(move || {
             let list = client.fetch_group_list(Some(&group_name), DESCRIBE_TIMEOUT)?;
             let mut owners = HashMap::new();
+            let mut members = Vec::new();
             for g in list.groups() {
                 for member in g.members() {
                     let Some(addr) = address_from_client_id(member.client_id()) else {
                         continue;
                     };
+                    if !members.iter().any(|m| m == addr) {
+                        members.push(addr.to_string());
+                    }
                     let Some(bytes) = member.assignment() else {
                         continue;
                     };
@@ -154,14 +170,15 @@ impl Owners {
                     }
                 }
             }
-            Ok::<_, rdkafka::error::KafkaError>(owners)
+            Ok::<_, rdkafka::error::KafkaError>((owners, members))
         })
         .await
         .expect("describing a group does not panic");
         match listed {
-            Ok(owners) => Some(View {
+            Ok((owners, members)) => Some(View {
                 fetched: Instant::now(),
                 owners: Arc::new(owners),
+                members: Arc::new(members),
             }),
             Err(e) => {
                 tracing::warn!(%group, "describing the group to find a partition's owner: {e}");
@@ -513,9 +530,40 @@ impl<S: QueueService> QueueService for Forwarding<S> {
         self.local.stats(queue).await
     }
 
-    /// Not forwarded: a pause is this instance's (see `docs/dispatcher.md`).
+    /// Here, then on every other instance in the queue's group now (their
+    /// `/internal` route). An instance that could not be told is named in
+    /// an `Unavailable` error; the change stands where it was made, and a
+    /// retry (idempotent) finishes it.
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
-        self.local.set_paused(queue, paused).await
+        self.local.set_paused(queue, paused).await?;
+        let Some(route) = self.routes.get(queue) else {
+            return Ok(());
+        };
+        let action = if paused { "pause" } else { "resume" };
+        let Some(members) = self.owners.members(&route.group).await else {
+            return Err(ServiceError::Unavailable(format!(
+                "{action}d on this instance only: the group {:?} could not be described to \
+                 reach the others; retry",
+                route.group
+            )));
+        };
+        let mut failed = Vec::new();
+        for addr in members.iter().filter(|a| **a != self.me) {
+            let url = format!("http://{addr}{INTERNAL_PREFIX}/queues/{queue}/{action}");
+            match self.http.post(&url).send().await {
+                Ok(r) if r.status().is_success() => {}
+                Ok(r) => failed.push(format!("{addr} (HTTP {})", r.status())),
+                Err(e) => failed.push(format!("{addr} ({e})")),
+            }
+        }
+        if failed.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(queue, action, ?failed, "instances not reached");
+        Err(ServiceError::Unavailable(format!(
+            "{action}d here, but not on {}; retry",
+            failed.join(", ")
+        )))
     }
 
     /// Not merged: each instance lists the parked keys of the partitions it

@@ -172,3 +172,57 @@ async fn receipts_are_served_by_any_instance() {
     .await;
     assert_eq!(again["results"][0]["status"], "stale", "{again}");
 }
+
+/// A pause sent to one instance stops the queue on every instance of its
+/// group; a resume sent to another starts it everywhere again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_reaches_every_instance_of_the_queue() {
+    let broker = common::Broker::start(45460);
+    let config = broker.config("[[queue]]\nname = \"fwd\"\ntopic = \"fwd\"\n");
+    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
+    let created = admin
+        .create_topics(
+            &[NewTopic::new("fwd", 2, TopicReplication::Fixed(1))],
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap();
+    assert!(created[0].is_ok(), "{created:?}");
+    let dir = tempfile::tempdir().unwrap();
+    let a = start(&broker, dir.path(), "a", 45462);
+    let b = start(&broker, dir.path(), "b", 45464);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    wait_for_split(&http, &a, &b).await;
+    let paused = |i: &Instance| {
+        let url = format!("{}/queues/fwd", i.http);
+        let http = http.clone();
+        async move {
+            let stats: Value = http.get(&url).send().await.unwrap().json().await.unwrap();
+            stats["paused"].as_bool().unwrap()
+        }
+    };
+    assert!(!paused(&a).await && !paused(&b).await);
+
+    post(&http, format!("{}/queues/fwd/pause", a.http), Value::Null).await;
+    assert!(paused(&a).await, "the instance asked");
+    assert!(paused(&b).await, "the other instance");
+    // Nothing is delivered by either while paused; produce still works.
+    post(
+        &http,
+        format!("{}/queues/fwd/messages", b.http),
+        json!({ "messages": [{ "key": "k1", "payload": "p" }, { "key": "k2", "payload": "q" }] }),
+    )
+    .await;
+    for i in [&a, &b] {
+        let got = post(
+            &http,
+            format!("{}/queues/fwd/receive", i.http),
+            json!({ "max_messages": 10, "wait_seconds": 1 }),
+        )
+        .await;
+        assert_eq!(got["messages"], json!([]), "{got}");
+    }
+
+    post(&http, format!("{}/queues/fwd/resume", b.http), Value::Null).await;
+    assert!(!paused(&a).await && !paused(&b).await);
+}
