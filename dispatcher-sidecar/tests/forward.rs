@@ -5,7 +5,7 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use common::Instance;
 use std::time::{Duration, Instant};
 
 use dispatcher_sidecar::kafka;
@@ -13,47 +13,13 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use serde_json::{json, Value};
 
-struct Instance {
-    child: Child,
-    http: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start(broker: &common::Broker, dir: &std::path::Path, name: &str, port: u16) -> Instance {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "bootstrap_servers = \"{}\"\n\
-             http_listen = \"127.0.0.2:{port}\"\n\
-             grpc_listen = \"127.0.0.2:{}\"\n\
-             receipt_secret = \"forward-test-secret-0123456789\"\n\
-             [librdkafka]\n\
-             \"heartbeat.interval.ms\" = 300\n\
-             \"session.timeout.ms\" = 6000\n\
-             [[queue]]\nname = \"fwd\"\ntopic = \"fwd\"\nlease = \"30s\"\n",
-            broker.addr,
-            port + 1
-        ),
+    broker.dispatcher(
+        dir,
+        name,
+        port,
+        "[[queue]]\nname = \"fwd\"\ntopic = \"fwd\"\nlease = \"30s\"\n",
     )
-    .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_dispatcher"))
-        .args(["--config", path.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the dispatcher binary starts");
-    Instance {
-        child,
-        http: format!("http://127.0.0.2:{port}"),
-    }
 }
 
 async fn post(http: &reqwest::Client, url: String, body: Value) -> Value {

@@ -10,7 +10,7 @@ mod common;
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use common::{envelope_of, read_all, Broker};
+use common::{envelope_of, read_all, Broker, Instance};
 use dispatcher_sidecar::config::Config;
 use dispatcher_sidecar::kafka;
 use dispatcher_sidecar::queue::Dispatcher;
@@ -699,47 +699,13 @@ async fn ten_thousand_messages_over_fifty_keys_with_one_poison_message() {
 }
 
 /// A `dispatcher` binary serving the ordered queue `fwd` over HTTP.
-struct Instance {
-    child: std::process::Child,
-    http: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn start_instance(broker: &Broker, dir: &std::path::Path, name: &str, port: u16) -> Instance {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "bootstrap_servers = \"{}\"\n\
-             http_listen = \"127.0.0.2:{port}\"\n\
-             grpc_listen = \"127.0.0.2:{}\"\n\
-             receipt_secret = \"ordered-test-secret-0123456789\"\n\
-             [librdkafka]\n\
-             \"heartbeat.interval.ms\" = 300\n\
-             \"session.timeout.ms\" = 6000\n\
-             [[queue]]\nname = \"fwd\"\ntopic = \"ord-fwd\"\nlease = \"30s\"\nordered = true\n",
-            broker.addr,
-            port + 1
-        ),
+    broker.dispatcher(
+        dir,
+        name,
+        port,
+        "[[queue]]\nname = \"fwd\"\ntopic = \"ord-fwd\"\nlease = \"30s\"\nordered = true\n",
     )
-    .unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
-        .args(["--config", path.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("the dispatcher binary starts");
-    Instance {
-        child,
-        http: format!("http://127.0.0.2:{port}"),
-    }
 }
 
 /// A skip sent to the instance that does not own the key's partition is

@@ -11,7 +11,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{envelope_of, read_all, Broker};
+use common::{envelope_of, read_all, Broker, Instance};
 use dispatcher_sidecar::config::Config;
 use dispatcher_sidecar::forward::Forwarding;
 use dispatcher_sidecar::kafka;
@@ -724,18 +724,6 @@ async fn bad_redrive_requests_are_clean_4xx() {
 }
 
 /// A `dispatcher` binary serving queue `jobs` on `topic`.
-struct Instance {
-    child: std::process::Child,
-    http: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
 fn instance(
     broker: &Broker,
     dir: &std::path::Path,
@@ -743,34 +731,12 @@ fn instance(
     port: u16,
     topic: &str,
 ) -> Instance {
-    let path = dir.join(format!("{name}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "bootstrap_servers = \"{}\"\n\
-             http_listen = \"127.0.0.2:{port}\"\n\
-             grpc_listen = \"127.0.0.2:{}\"\n\
-             receipt_secret = \"redrive-test-secret-0123456789\"\n\
-             [librdkafka]\n\
-             \"heartbeat.interval.ms\" = 300\n\
-             \"session.timeout.ms\" = 6000\n\
-             [[queue]]\nname = \"{Q}\"\ntopic = \"{topic}\"\nlease = \"30s\"\n",
-            broker.addr,
-            port + 1
-        ),
+    broker.dispatcher(
+        dir,
+        name,
+        port,
+        &format!("[[queue]]\nname = \"{Q}\"\ntopic = \"{topic}\"\nlease = \"30s\"\n"),
     )
-    .unwrap();
-    let child = std::process::Command::new(env!("CARGO_BIN_EXE_dispatcher"))
-        .args(["--config", path.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::inherit())
-        .spawn()
-        .expect("the dispatcher binary starts");
-    Instance {
-        child,
-        http: format!("http://127.0.0.2:{port}"),
-    }
 }
 
 /// The partitions of the queue's topic `i` owns (empty while it starts).

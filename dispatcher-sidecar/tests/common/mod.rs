@@ -145,6 +145,63 @@ impl Drop for Broker {
     }
 }
 
+/// A `dispatcher` binary run by a test, killed on drop.
+pub struct Instance {
+    pub child: Child,
+    /// `http://127.0.0.2:<port>`.
+    pub http: String,
+}
+
+impl Drop for Instance {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Broker {
+    /// Runs the `dispatcher` binary against this broker with HTTP on
+    /// 127.0.0.2:`port` and gRPC on `port` + 1, the receipt secret every
+    /// instance of a test shares, short group timers, and `queues` (TOML
+    /// `[[queue]]` tables); its config file is `<dir>/<name>.toml`.
+    pub fn dispatcher(
+        &self,
+        dir: &std::path::Path,
+        name: &str,
+        port: u16,
+        queues: &str,
+    ) -> Instance {
+        let path = dir.join(format!("{name}.toml"));
+        std::fs::write(
+            &path,
+            format!(
+                "bootstrap_servers = \"{}\"\n\
+                 http_listen = \"127.0.0.2:{port}\"\n\
+                 grpc_listen = \"127.0.0.2:{}\"\n\
+                 receipt_secret = \"dispatcher-test-secret-0123456789\"\n\
+                 [librdkafka]\n\
+                 \"heartbeat.interval.ms\" = 300\n\
+                 \"session.timeout.ms\" = 6000\n\
+                 {queues}",
+                self.addr,
+                port + 1
+            ),
+        )
+        .unwrap();
+        let child = Command::new(env!("CARGO_BIN_EXE_dispatcher"))
+            .args(["--config", path.to_str().unwrap()])
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("the dispatcher binary starts");
+        Instance {
+            child,
+            http: format!("http://127.0.0.2:{port}"),
+        }
+    }
+}
+
 /// How long [`read_all`] waits for the records it wants.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
