@@ -575,10 +575,10 @@ fn failing_then_recovered(_route: &str, _attempt: u32) -> Answer {
     }
 }
 
-/// How long the breaker test's endpoint fails: the 30 s shortened,
-/// with cool-downs to match (0.5 s doubling up to 2 s): the breaker opens,
-/// probes, reopens and closes just as over 30 s.
-const FAILING_FOR: Duration = Duration::from_secs(12);
+/// How long the breaker test's endpoint fails: the 30 s, with short
+/// cool-downs (0.5 s doubling up to 2 s) so the breaker opens, probes and
+/// reopens many times before it closes.
+const FAILING_FOR: Duration = Duration::from_secs(30);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_failing_endpoint_opens_the_breaker_and_nothing_is_lost_when_it_recovers() {
@@ -663,11 +663,13 @@ async fn a_failing_endpoint_opens_the_breaker_and_nothing_is_lost_when_it_recove
                 0.0
             );
             // While open, the endpoint was left alone: without the breaker each of
-            // the 40 messages would fail every 1-5 s through the tiers for 12 s
+            // the 40 messages would fail every 1-5 s through the tiers for 30 s
             // (hundreds of requests). With it: the opening failures, the one probe
-            // per cool-down, and the few in flight when it opened.
+            // per cool-down (at most 2 s: 15 in 30 s), and the few in flight when
+            // it opened.
+            eprintln!("{failed} requests reached the failing endpoint");
             assert!(
-                failed <= 20,
+                failed <= 40,
                 "{failed} requests reached the failing endpoint"
             );
         }
