@@ -14,11 +14,23 @@ use rdkafka::client::DefaultClientContext;
 use serde_json::{json, Value};
 
 fn start(broker: &common::Broker, dir: &std::path::Path, name: &str, port: u16) -> Instance {
+    start_queue(broker, dir, name, port, "fwd")
+}
+
+/// An instance serving queue `queue` on the topic of the same name (its own
+/// topic and group, so tests can share one external broker).
+fn start_queue(
+    broker: &common::Broker,
+    dir: &std::path::Path,
+    name: &str,
+    port: u16,
+    queue: &str,
+) -> Instance {
     broker.dispatcher(
         dir,
         name,
         port,
-        "[[queue]]\nname = \"fwd\"\ntopic = \"fwd\"\nlease = \"30s\"\n",
+        &format!("[[queue]]\nname = \"{queue}\"\ntopic = \"{queue}\"\nlease = \"30s\"\n"),
     )
 }
 
@@ -29,12 +41,12 @@ async fn post(http: &reqwest::Client, url: String, body: Value) -> Value {
 }
 
 /// Both instances own one partition each (the group settled).
-async fn wait_for_split(http: &reqwest::Client, a: &Instance, b: &Instance) {
+async fn wait_for_split(http: &reqwest::Client, a: &Instance, b: &Instance, queue: &str) {
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
         let mut owned = Vec::new();
         for i in [a, b] {
-            let stats = match http.get(format!("{}/queues/fwd", i.http)).send().await {
+            let stats = match http.get(format!("{}/queues/{queue}", i.http)).send().await {
                 Ok(r) if r.status().is_success() => r.json::<Value>().await.unwrap(),
                 _ => Value::Null,
             };
@@ -68,7 +80,7 @@ async fn receipts_are_served_by_any_instance() {
     let a = start(&broker, dir.path(), "a", 45162);
     let b = start(&broker, dir.path(), "b", 45164);
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    wait_for_split(&http, &a, &b).await;
+    wait_for_split(&http, &a, &b, "fwd").await;
 
     // Keyed messages land on both partitions.
     let messages: Vec<Value> = (0..20)
@@ -144,23 +156,23 @@ async fn receipts_are_served_by_any_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_reaches_every_instance_of_the_queue() {
     let broker = common::Broker::start(45460);
-    let config = broker.config("[[queue]]\nname = \"fwd\"\ntopic = \"fwd\"\n");
+    let config = broker.config("[[queue]]\nname = \"paused\"\ntopic = \"paused\"\n");
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
     let created = admin
         .create_topics(
-            &[NewTopic::new("fwd", 2, TopicReplication::Fixed(1))],
+            &[NewTopic::new("paused", 2, TopicReplication::Fixed(1))],
             &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
         )
         .await
         .unwrap();
     assert!(created[0].is_ok(), "{created:?}");
     let dir = tempfile::tempdir().unwrap();
-    let a = start(&broker, dir.path(), "a", 45462);
-    let b = start(&broker, dir.path(), "b", 45464);
+    let a = start_queue(&broker, dir.path(), "a", 45462, "paused");
+    let b = start_queue(&broker, dir.path(), "b", 45464, "paused");
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    wait_for_split(&http, &a, &b).await;
+    wait_for_split(&http, &a, &b, "paused").await;
     let paused = |i: &Instance| {
-        let url = format!("{}/queues/fwd", i.http);
+        let url = format!("{}/queues/paused", i.http);
         let http = http.clone();
         async move {
             let stats: Value = http.get(&url).send().await.unwrap().json().await.unwrap();
@@ -169,26 +181,36 @@ async fn a_pause_reaches_every_instance_of_the_queue() {
     };
     assert!(!paused(&a).await && !paused(&b).await);
 
-    post(&http, format!("{}/queues/fwd/pause", a.http), Value::Null).await;
+    post(
+        &http,
+        format!("{}/queues/paused/pause", a.http),
+        Value::Null,
+    )
+    .await;
     assert!(paused(&a).await, "the instance asked");
     assert!(paused(&b).await, "the other instance");
     // Nothing is delivered by either while paused; produce still works.
     post(
         &http,
-        format!("{}/queues/fwd/messages", b.http),
+        format!("{}/queues/paused/messages", b.http),
         json!({ "messages": [{ "key": "k1", "payload": "p" }, { "key": "k2", "payload": "q" }] }),
     )
     .await;
     for i in [&a, &b] {
         let got = post(
             &http,
-            format!("{}/queues/fwd/receive", i.http),
+            format!("{}/queues/paused/receive", i.http),
             json!({ "max_messages": 10, "wait_seconds": 1 }),
         )
         .await;
         assert_eq!(got["messages"], json!([]), "{got}");
     }
 
-    post(&http, format!("{}/queues/fwd/resume", b.http), Value::Null).await;
+    post(
+        &http,
+        format!("{}/queues/paused/resume", b.http),
+        Value::Null,
+    )
+    .await;
     assert!(!paused(&a).await && !paused(&b).await);
 }
