@@ -156,23 +156,23 @@ async fn receipts_are_served_by_any_instance() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pause_reaches_every_instance_of_the_queue() {
     let broker = common::Broker::start(45460);
-    let config = broker.config("[[queue]]\nname = \"paused\"\ntopic = \"paused\"\n");
+    let config = broker.config("[[queue]]\nname = \"fwd-pause\"\ntopic = \"fwd-pause\"\n");
     let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
     let created = admin
         .create_topics(
-            &[NewTopic::new("paused", 2, TopicReplication::Fixed(1))],
+            &[NewTopic::new("fwd-pause", 2, TopicReplication::Fixed(1))],
             &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
         )
         .await
         .unwrap();
     assert!(created[0].is_ok(), "{created:?}");
     let dir = tempfile::tempdir().unwrap();
-    let a = start_queue(&broker, dir.path(), "a", 45462, "paused");
-    let b = start_queue(&broker, dir.path(), "b", 45464, "paused");
+    let a = start_queue(&broker, dir.path(), "a", 45462, "fwd-pause");
+    let b = start_queue(&broker, dir.path(), "b", 45464, "fwd-pause");
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
-    wait_for_split(&http, &a, &b, "paused").await;
+    wait_for_split(&http, &a, &b, "fwd-pause").await;
     let paused = |i: &Instance| {
-        let url = format!("{}/queues/paused", i.http);
+        let url = format!("{}/queues/fwd-pause", i.http);
         let http = http.clone();
         async move {
             let stats: Value = http.get(&url).send().await.unwrap().json().await.unwrap();
@@ -183,7 +183,7 @@ async fn a_pause_reaches_every_instance_of_the_queue() {
 
     post(
         &http,
-        format!("{}/queues/paused/pause", a.http),
+        format!("{}/queues/fwd-pause/pause", a.http),
         Value::Null,
     )
     .await;
@@ -192,14 +192,14 @@ async fn a_pause_reaches_every_instance_of_the_queue() {
     // Nothing is delivered by either while paused; produce still works.
     post(
         &http,
-        format!("{}/queues/paused/messages", b.http),
+        format!("{}/queues/fwd-pause/messages", b.http),
         json!({ "messages": [{ "key": "k1", "payload": "p" }, { "key": "k2", "payload": "q" }] }),
     )
     .await;
     for i in [&a, &b] {
         let got = post(
             &http,
-            format!("{}/queues/paused/receive", i.http),
+            format!("{}/queues/fwd-pause/receive", i.http),
             json!({ "max_messages": 10, "wait_seconds": 1 }),
         )
         .await;
@@ -208,7 +208,7 @@ async fn a_pause_reaches_every_instance_of_the_queue() {
 
     post(
         &http,
-        format!("{}/queues/paused/resume", b.http),
+        format!("{}/queues/fwd-pause/resume", b.http),
         Value::Null,
     )
     .await;
