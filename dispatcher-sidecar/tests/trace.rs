@@ -4,7 +4,9 @@
 
 mod common;
 
-use std::process::{Child, Command, Stdio};
+use common::Instance;
+
+use std::process::Command;
 use std::time::{Duration, Instant};
 
 use dispatcher_sidecar::kafka;
@@ -14,18 +16,6 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{json, Value};
 
 const TIMEOUT: Duration = Duration::from_secs(60);
-
-struct Instance {
-    child: Child,
-    http: String,
-}
-
-impl Drop for Instance {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 /// A broker on `port` with topic `topic` (one partition), and the config
 /// of a dispatcher serving queue `tr` on it: 1 s and 2 s tiers, three
@@ -70,34 +60,7 @@ fn client_config(broker: &common::Broker) -> dispatcher_sidecar::config::Config 
 /// Starts the binary with HTTP on `port` and gRPC on `port + 1`; returns
 /// once it answers `/healthz`.
 async fn start(broker: &common::Broker, dir: &std::path::Path, queue: &str, port: u16) -> Instance {
-    let path = dir.join(format!("d{port}.toml"));
-    std::fs::write(
-        &path,
-        format!(
-            "bootstrap_servers = \"{}\"\n\
-             http_listen = \"127.0.0.2:{port}\"\n\
-             grpc_listen = \"127.0.0.2:{}\"\n\
-             receipt_secret = \"trace-test-secret-0123456789abcdef\"\n\
-             [librdkafka]\n\
-             \"heartbeat.interval.ms\" = 300\n\
-             \"session.timeout.ms\" = 6000\n\
-             {queue}",
-            broker.addr,
-            port + 1
-        ),
-    )
-    .unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_dispatcher"))
-        .args(["--config", path.to_str().unwrap()])
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("the dispatcher binary starts");
-    let instance = Instance {
-        child,
-        http: format!("http://127.0.0.2:{port}"),
-    };
+    let instance = broker.dispatcher(dir, &format!("d{port}"), port, queue);
     let http = client();
     let deadline = Instant::now() + TIMEOUT;
     loop {

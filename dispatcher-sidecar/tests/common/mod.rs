@@ -15,6 +15,8 @@
 
 #![allow(dead_code)]
 
+pub mod recorder;
+
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
