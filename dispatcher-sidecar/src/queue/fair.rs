@@ -384,6 +384,33 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn room_granted_to_a_receive_that_went_away_goes_to_the_next() {
+        let fair = std::sync::Arc::new(FairShare::new(1, &[("a".into(), 1), ("b".into(), 1)]));
+        let later = || tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+        fair.in_flight_changed(1);
+        let gone = {
+            let fair = fair.clone();
+            tokio::spawn(async move { fair.acquire(0, 1, later()).await })
+        };
+        let next = {
+            let fair = fair.clone();
+            tokio::spawn(async move { fair.acquire(1, 1, later()).await })
+        };
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        // The first in line stops waiting (its client went away) without
+        // taking itself out of the line.
+        gone.abort();
+        let _ = gone.await;
+        fair.in_flight_changed(-1);
+        assert_eq!(next.await.unwrap(), 1);
+        assert_eq!(
+            fair.core.lock().unwrap().free(),
+            0,
+            "granted once, not twice"
+        );
+    }
+
+    #[tokio::test]
     async fn waiting_receives_are_woken_by_freed_room_or_their_deadline() {
         let fair = std::sync::Arc::new(FairShare::new(2, &[("a".into(), 1), ("b".into(), 1)]));
         let now = tokio::time::Instant::now;
