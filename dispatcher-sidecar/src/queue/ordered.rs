@@ -346,6 +346,24 @@ impl OrderedKeys {
         self.retries.remove(&offset);
     }
 
+    /// The record of `key` at `offset` left the partition (done, or below
+    /// the commit point): it is no longer held or waiting for the hold, and
+    /// when it was a released key's first record (its redriven message),
+    /// the key's hold is next.
+    pub(crate) fn record_gone(&mut self, key: &Bytes, offset: i64) {
+        self.remove(key, offset);
+        self.to_hold.remove(&offset);
+        if let Some(p) = self.parked.get_mut(key) {
+            if let Some(r) = &mut p.release {
+                if r.primary_offset == Some(offset) {
+                    r.primary_offset = None;
+                    self.out.push(OrderedRecord::Parked(p.clone()));
+                    self.check_finished(key);
+                }
+            }
+        }
+    }
+
     /// Forgets the retry states below the commit point.
     pub fn trim(&mut self, committed: i64) {
         self.retries = self.retries.split_off(&committed);

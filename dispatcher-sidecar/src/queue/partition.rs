@@ -84,18 +84,7 @@ impl PartitionState {
     fn remove_msg(&mut self, offset: i64) -> Option<Buffered> {
         let m = self.msgs.remove(&offset)?;
         if let (Some(keys), Some(key)) = (&mut self.ordered, &m.key) {
-            keys.remove(key, offset);
-            keys.to_hold.remove(&offset);
-            // A released key's redriven record is done: its hold is next.
-            if let Some(p) = keys.parked.get_mut(key) {
-                if let Some(r) = &mut p.release {
-                    if r.primary_offset == Some(offset) {
-                        r.primary_offset = None;
-                        keys.out.push(OrderedRecord::Parked(p.clone()));
-                        keys.check_finished(key);
-                    }
-                }
-            }
+            keys.record_gone(key, offset);
         }
         Some(m)
     }
@@ -401,19 +390,8 @@ impl PartitionState {
         if let Some(keys) = &mut self.ordered {
             for (offset, m) in below {
                 if let Some(key) = &m.key {
-                    keys.remove(key, offset);
-                    keys.to_hold.remove(&offset);
-                    // A released key's first record gone (left retention):
-                    // its hold is next.
-                    if let Some(p) = keys.parked.get_mut(key) {
-                        if let Some(r) = &mut p.release {
-                            if r.primary_offset == Some(offset) {
-                                r.primary_offset = None;
-                                keys.out.push(OrderedRecord::Parked(p.clone()));
-                                keys.check_finished(key);
-                            }
-                        }
-                    }
+                    // Left retention.
+                    keys.record_gone(key, offset);
                 }
             }
             keys.trim(committed);
