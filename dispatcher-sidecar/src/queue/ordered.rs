@@ -366,7 +366,13 @@ impl OrderedKeys {
 
     /// Forgets the retry states below the commit point.
     pub fn trim(&mut self, committed: i64) {
-        self.retries = self.retries.split_off(&committed);
+        while self
+            .retries
+            .first_key_value()
+            .is_some_and(|(&o, _)| o < committed)
+        {
+            self.retries.pop_first();
+        }
     }
 
     /// The record of `key` at `offset` may be leased: no lower offset of its
