@@ -14,6 +14,18 @@
 //! of dead offsets lie below the latest `CommitAdvanced` and are ignored.
 //! The ring is part of the key, so an owner with another gap cap never
 //! shares a key with an older one. The partition key holds the commit point.
+//!
+//! Leases are not per-offset records: each `lease` call writes one
+//! `LeasedBatch` under `kind 4 | ring u32 | slot u32`, the slot taken in turn
+//! from a ring of [`LEASE_BATCH_RING`] (one record per receive and partition
+//! instead of one per message, which was most of what the dispatcher wrote).
+//! Before a slot is reused, the leases its previous record holds that are
+//! still in flight are written into the new record, so the latest record
+//! of every live lease survives compaction. A lease ends with a per-offset
+//! record (acked, failed) or the commit point passing it, all later in the
+//! log than its batch record, so replaying in log order gives each offset
+//! its latest state. (Ack logs of the first writers held one `Leased` record
+//! per offset under the offset keys; a rebuild still reads them.)
 
 use super::{
     Attempt, ConsumerSlot, Failure, FailureCause, Generation, QueuePartition, Route,
@@ -23,15 +35,40 @@ use super::{
 const VERSION: u8 = 1;
 const KIND_PARTITION: u8 = 0;
 const KIND_OFFSET: u8 = 1;
+// Kinds 2 and 3 are the ordered queues' records (`queue::ordered`).
+const KIND_LEASE_BATCH: u8 = 4;
 
 const TAG_LEASED: u8 = 1;
 const TAG_ACKED: u8 = 2;
 const TAG_FAILED: u8 = 3;
 const TAG_COMMIT_ADVANCED: u8 = 4;
+const TAG_LEASED_BATCH: u8 = 5;
+const TAG_ACKED_RUN: u8 = 6;
+
+/// The number of lease-batch slots per partition (at most 65,536). A
+/// compacted ack log holds at most this many batch records per partition.
+pub const LEASE_BATCH_RING: u32 = 4096;
+
+/// Consecutive offsets leased alike, in a `LeasedBatch`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LeasedRun {
+    pub start: i64,
+    pub len: u32,
+    pub expiry_ms: i64,
+    pub consumer: ConsumerSlot,
+    pub attempt: Attempt,
+}
+
+impl LeasedRun {
+    pub fn offsets(&self) -> std::ops::Range<i64> {
+        self.start..self.start + i64::from(self.len)
+    }
+}
 
 /// A state change of one partition's leases.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum LeaseEvent {
+    /// One offset leased (read from ack logs of the first writers only).
     Leased {
         offset: i64,
         generation: Generation,
@@ -39,8 +76,22 @@ pub enum LeaseEvent {
         consumer: ConsumerSlot,
         attempt: Attempt,
     },
+    /// The leases of one `lease` call, and the live ones the slot's
+    /// previous record held, in offset order.
+    LeasedBatch {
+        /// The writer's number of slots (part of the key, as the offset ring).
+        ring: u32,
+        slot: u16,
+        generation: Generation,
+        runs: Vec<LeasedRun>,
+    },
     /// Acked above the commit point.
     Acked { offset: i64 },
+    /// `[start, end)` acked above the commit point (one ack request's
+    /// consecutive offsets). Keyed by the slot of its last offset: no later
+    /// record is ever written for that offset, and `end - 1 + ring` enters
+    /// the window only once the commit point has passed the whole run.
+    AckedRun { start: i64, end: i64 },
     /// Failed and waiting for its copy to be routed.
     Failed(Failure),
     /// Everything below `offset` is done. `generation` is the writer's
@@ -108,6 +159,12 @@ pub fn encode_record(partition: QueuePartition, ring: u32, event: &LeaseEvent) -
             value.push(TAG_ACKED);
             value.extend_from_slice(&offset.to_be_bytes());
         }
+        LeaseEvent::AckedRun { start, end } => {
+            offset_key(&mut key, *end - 1);
+            value.push(TAG_ACKED_RUN);
+            value.extend_from_slice(&start.to_be_bytes());
+            value.extend_from_slice(&end.to_be_bytes());
+        }
         LeaseEvent::Failed(f) => {
             offset_key(&mut key, f.offset);
             value.push(TAG_FAILED);
@@ -131,6 +188,27 @@ pub fn encode_record(partition: QueuePartition, ring: u32, event: &LeaseEvent) -
             let error = &f.error.as_bytes()[..f.error.len().min(MAX_ERROR_BYTES)];
             value.extend_from_slice(&(error.len() as u16).to_be_bytes());
             value.extend_from_slice(error);
+        }
+        LeaseEvent::LeasedBatch {
+            ring,
+            slot,
+            generation,
+            runs,
+        } => {
+            key.push(KIND_LEASE_BATCH);
+            key.extend_from_slice(&ring.to_be_bytes());
+            key.extend_from_slice(&u32::from(*slot).to_be_bytes());
+            value.reserve(9 + runs.len() * 26);
+            value.push(TAG_LEASED_BATCH);
+            value.extend_from_slice(&generation.0.to_be_bytes());
+            value.extend_from_slice(&(runs.len() as u32).to_be_bytes());
+            for run in runs {
+                value.extend_from_slice(&run.start.to_be_bytes());
+                value.extend_from_slice(&run.len.to_be_bytes());
+                value.extend_from_slice(&run.expiry_ms.to_be_bytes());
+                value.extend_from_slice(&run.consumer.0.to_be_bytes());
+                value.extend_from_slice(&run.attempt.0.to_be_bytes());
+            }
         }
         LeaseEvent::CommitAdvanced { offset, generation } => {
             key.push(KIND_PARTITION);
@@ -194,6 +272,7 @@ pub fn decode_record(
         partition: k.i32()?,
     };
     let kind = k.u8()?;
+    let mut batch_slot = None;
     let slot = match kind {
         KIND_PARTITION => None,
         KIND_OFFSET => {
@@ -203,6 +282,18 @@ pub fn decode_record(
                 return Err(EventDecodeError::KeyMismatch);
             }
             Some((ring, slot))
+        }
+        KIND_LEASE_BATCH => {
+            let ring = k.u32()?;
+            let slot = k.u32()?;
+            if slot >= ring {
+                return Err(EventDecodeError::KeyMismatch);
+            }
+            batch_slot = Some((
+                ring,
+                u16::try_from(slot).map_err(|_| EventDecodeError::KeyMismatch)?,
+            ));
+            None
         }
         other => return Err(EventDecodeError::Kind(other)),
     };
@@ -218,6 +309,13 @@ pub fn decode_record(
             attempt: Attempt(v.u16()?),
         },
         TAG_ACKED => LeaseEvent::Acked { offset: v.i64()? },
+        TAG_ACKED_RUN => {
+            let (start, end) = (v.i64()?, v.i64()?);
+            if start >= end {
+                return Err(EventDecodeError::Length);
+            }
+            LeaseEvent::AckedRun { start, end }
+        }
         TAG_FAILED => {
             let offset = v.i64()?;
             let attempt = Attempt(v.u16()?);
@@ -255,13 +353,42 @@ pub fn decode_record(
             offset: v.i64()?,
             generation: Generation(v.u32()?),
         },
+        TAG_LEASED_BATCH => {
+            let (ring, slot) = batch_slot.ok_or(EventDecodeError::KeyMismatch)?;
+            let generation = Generation(v.u32()?);
+            let n = v.u32()? as usize;
+            // Each run is 26 bytes: a count the value cannot hold is damage.
+            if n > v.0.len() / 26 {
+                return Err(EventDecodeError::Length);
+            }
+            let mut runs = Vec::with_capacity(n);
+            for _ in 0..n {
+                runs.push(LeasedRun {
+                    start: v.i64()?,
+                    len: v.u32()?,
+                    expiry_ms: v.i64()?,
+                    consumer: ConsumerSlot(v.u32()?),
+                    attempt: Attempt(v.u16()?),
+                });
+            }
+            LeaseEvent::LeasedBatch {
+                ring,
+                slot,
+                generation,
+                runs,
+            }
+        }
         other => return Err(EventDecodeError::Tag(other)),
     };
+    if batch_slot.is_some() != matches!(event, LeaseEvent::LeasedBatch { .. }) {
+        return Err(EventDecodeError::KeyMismatch);
+    }
     v.end()?;
     let offset = match &event {
         LeaseEvent::Leased { offset, .. } | LeaseEvent::Acked { offset } => Some(*offset),
+        LeaseEvent::AckedRun { end, .. } => Some(*end - 1),
         LeaseEvent::Failed(f) => Some(f.offset),
-        LeaseEvent::CommitAdvanced { .. } => None,
+        LeaseEvent::CommitAdvanced { .. } | LeaseEvent::LeasedBatch { .. } => None,
     };
     match (slot, offset) {
         (None, None) => {}
@@ -324,6 +451,28 @@ mod tests {
                 offset: 50,
                 generation: Generation(17),
             },
+            LeaseEvent::LeasedBatch {
+                ring: LEASE_BATCH_RING,
+                slot: 4095,
+                generation: Generation(3),
+                runs: vec![
+                    LeasedRun {
+                        start: 10,
+                        len: 90,
+                        expiry_ms: 1_700_000_000_000,
+                        consumer: ConsumerSlot(2),
+                        attempt: Attempt(1),
+                    },
+                    LeasedRun {
+                        start: 200,
+                        len: 1,
+                        expiry_ms: 1_700_000_060_000,
+                        consumer: ConsumerSlot(7),
+                        attempt: Attempt(4),
+                    },
+                ],
+            },
+            LeaseEvent::AckedRun { start: 8, end: 20 },
         ]
     }
 
@@ -355,6 +504,17 @@ mod tests {
             decode_record(&r.key, &r.value[..5]),
             Err(EventDecodeError::Length)
         );
+        // A run is keyed by its last offset's slot.
+        let run = encode_record(P4, 10, &samples()[6]);
+        assert_eq!(
+            run.key,
+            encode_record(P4, 10, &LeaseEvent::Acked { offset: 19 }).key
+        );
+        let empty = encode_record(P4, 10, &LeaseEvent::AckedRun { start: 9, end: 9 });
+        assert_eq!(
+            decode_record(&run.key, &empty.value),
+            Err(EventDecodeError::Length)
+        );
         let mut long = r.value.clone();
         long.push(0);
         assert_eq!(decode_record(&r.key, &long), Err(EventDecodeError::Length));
@@ -377,5 +537,22 @@ mod tests {
             Err(EventDecodeError::Version(9))
         );
         assert_eq!(decode_record(&r.key, &[42]), Err(EventDecodeError::Tag(42)));
+        // A lease batch under an offset key, an offset record under a
+        // batch key, and a batch whose run count is more than it holds.
+        let batch = encode_record(P4, 10, &samples()[5]);
+        assert_eq!(
+            decode_record(&r.key, &batch.value),
+            Err(EventDecodeError::KeyMismatch)
+        );
+        assert_eq!(
+            decode_record(&batch.key, &r.value),
+            Err(EventDecodeError::KeyMismatch)
+        );
+        let mut short = batch.value.clone();
+        short.truncate(short.len() - 26);
+        assert_eq!(
+            decode_record(&batch.key, &short),
+            Err(EventDecodeError::Length)
+        );
     }
 }

@@ -32,11 +32,14 @@ mod inspect;
 mod receipt;
 
 pub use envelope::{EnvelopeError, FailureRecord, RetryEnvelope, HEADER_PREFIX};
-pub use events::{decode_record, encode_record, AckLogRecord, EventDecodeError, LeaseEvent};
+pub use events::{
+    decode_record, encode_record, AckLogRecord, EventDecodeError, LeaseEvent, LeasedRun,
+    LEASE_BATCH_RING,
+};
 pub use inspect::OffsetState;
 pub use receipt::{Receipt, ReceiptCodec, ReceiptError};
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use acked::AckedRanges;
 
@@ -175,6 +178,8 @@ struct Lease {
     generation: Generation,
     consumer: ConsumerSlot,
     attempt: Attempt,
+    /// The lease-batch slot whose ack-log record holds this lease.
+    batch: u16,
 }
 
 impl Lease {
@@ -325,6 +330,14 @@ pub struct PartitionLeases {
     pending: BTreeMap<i64, Failure>,
     /// This ownership's generation, carried by every lease it grants.
     generation: Generation,
+    /// The lease-batch slot the next `lease` call writes its record under,
+    /// of `batch_ring`.
+    next_batch: u16,
+    batch_ring: u32,
+    /// The in-flight offsets each lease-batch slot's latest record holds.
+    /// Reusing a slot rewrites its live leases into the new record, so
+    /// compaction never drops the only record of a live lease.
+    batch_live: HashMap<u16, Vec<i64>>,
     events: Vec<LeaseEvent>,
     counters: LeaseCounters,
 }
@@ -348,6 +361,9 @@ impl PartitionLeases {
             acked: AckedRanges::default(),
             pending: BTreeMap::new(),
             generation: Generation(0),
+            next_batch: 0,
+            batch_ring: LEASE_BATCH_RING,
+            batch_live: HashMap::new(),
             events: Vec::new(),
             counters: LeaseCounters::default(),
         })
@@ -355,6 +371,14 @@ impl PartitionLeases {
 
     pub fn partition(&self) -> QueuePartition {
         self.partition
+    }
+
+    /// A smaller lease-batch ring, so tests reuse slots.
+    #[cfg(test)]
+    pub(crate) fn set_batch_ring(&mut self, ring: u16) {
+        assert!(ring > 0);
+        self.batch_ring = u32::from(ring);
+        self.next_batch = 0;
     }
 
     pub fn config(&self) -> &LeaseConfig {
@@ -416,6 +440,7 @@ impl PartitionLeases {
         let lease_ms = lease_ms.clamp(1, self.config.max_total_lease_ms);
         let deadline_ms = now_ms + self.config.max_total_lease_ms;
         let window_end = self.window_end();
+        let batch = self.next_batch;
         let mut grants = Vec::new();
         for Available {
             offset,
@@ -446,17 +471,11 @@ impl PartitionLeases {
                 generation,
                 consumer,
                 attempt,
+                batch,
             };
             self.in_flight.insert(offset, lease);
             self.by_expiry.insert((expiry_ms, offset));
             self.head = self.head.max(offset + 1);
-            self.events.push(LeaseEvent::Leased {
-                offset,
-                generation,
-                expiry_ms,
-                consumer,
-                attempt,
-            });
             grants.push(Grant {
                 receipt: Receipt {
                     partition: self.partition,
@@ -467,7 +486,56 @@ impl PartitionLeases {
                 attempt,
             });
         }
+        if !grants.is_empty() {
+            self.record_batch(batch, grants.iter().map(|g| g.receipt.offset));
+        }
         grants
+    }
+
+    /// Writes one record for the leases of one `lease` call, under the next
+    /// lease-batch slot: one ack-log record per receive and partition rather
+    /// than one per message. The leases the slot's previous record still
+    /// holds go into the new record too (the new one replaces it under
+    /// compaction).
+    fn record_batch(&mut self, batch: u16, granted: impl Iterator<Item = i64>) {
+        self.next_batch =
+            u16::try_from((u32::from(batch) + 1) % self.batch_ring).expect("the ring fits in u16");
+        let mut offsets = self.batch_live.remove(&batch).unwrap_or_default();
+        offsets.extend(granted);
+        offsets.sort_unstable();
+        let mut runs: Vec<LeasedRun> = Vec::new();
+        for &offset in &offsets {
+            let lease = self
+                .in_flight
+                .get_mut(&offset)
+                .expect("live leases are in flight");
+            lease.batch = batch;
+            let lease = *lease;
+            match runs.last_mut() {
+                Some(run)
+                    if run.start + i64::from(run.len) == offset
+                        && run.expiry_ms == lease.expiry_ms
+                        && run.consumer == lease.consumer
+                        && run.attempt == lease.attempt =>
+                {
+                    run.len += 1;
+                }
+                _ => runs.push(LeasedRun {
+                    start: offset,
+                    len: 1,
+                    expiry_ms: lease.expiry_ms,
+                    consumer: lease.consumer,
+                    attempt: lease.attempt,
+                }),
+            }
+        }
+        self.batch_live.insert(batch, offsets);
+        self.events.push(LeaseEvent::LeasedBatch {
+            ring: self.batch_ring,
+            slot: batch,
+            generation: self.generation,
+            runs,
+        });
     }
 
     /// The lease a receipt names, or why the receipt is stale (counted).
@@ -498,6 +566,14 @@ impl PartitionLeases {
     fn remove_lease(&mut self, offset: i64) -> Option<Lease> {
         let lease = self.in_flight.remove(&offset)?;
         self.by_expiry.remove(&(lease.expiry_ms, offset));
+        if let Some(live) = self.batch_live.get_mut(&lease.batch) {
+            if let Some(i) = live.iter().position(|&o| o == offset) {
+                live.swap_remove(i);
+            }
+            if live.is_empty() {
+                self.batch_live.remove(&lease.batch);
+            }
+        }
         Some(lease)
     }
 
@@ -708,7 +784,18 @@ impl PartitionLeases {
             self.advance_commit(committed);
         } else {
             self.acked.insert(offset, offset + 1);
-            self.events.push(LeaseEvent::Acked { offset });
+            // Consecutive acks (one worker's batch) make one record.
+            match self.events.last_mut() {
+                Some(LeaseEvent::Acked { offset: last }) if *last + 1 == offset => {
+                    let start = *last;
+                    *self.events.last_mut().expect("just matched") = LeaseEvent::AckedRun {
+                        start,
+                        end: offset + 1,
+                    };
+                }
+                Some(LeaseEvent::AckedRun { end, .. }) if *end == offset => *end += 1,
+                _ => self.events.push(LeaseEvent::Acked { offset }),
+            }
         }
     }
 
@@ -724,6 +811,7 @@ impl PartitionLeases {
             match last {
                 LeaseEvent::CommitAdvanced { .. } => {}
                 LeaseEvent::Acked { offset } if *offset < committed => {}
+                LeaseEvent::AckedRun { end, .. } if *end <= committed => {}
                 _ => break,
             }
             self.events.pop();
@@ -841,8 +929,30 @@ impl PartitionLeases {
                                 generation,
                                 consumer,
                                 attempt,
+                                batch: 0,
                             },
                         );
+                    }
+                }
+                LeaseEvent::LeasedBatch {
+                    generation, runs, ..
+                } => {
+                    saw(generation);
+                    for run in runs {
+                        for offset in run.offsets().filter(|&o| o >= s.committed) {
+                            s.pending.remove(&offset);
+                            s.in_flight.insert(
+                                offset,
+                                Lease {
+                                    expiry_ms: run.expiry_ms,
+                                    deadline_after_expiry_ms: 0,
+                                    generation,
+                                    consumer: run.consumer,
+                                    attempt: run.attempt,
+                                    batch: 0,
+                                },
+                            );
+                        }
                     }
                 }
                 LeaseEvent::Acked { offset } => {
@@ -851,6 +961,14 @@ impl PartitionLeases {
                         s.pending.remove(&offset);
                         s.acked.insert(offset, offset + 1);
                     }
+                }
+                LeaseEvent::AckedRun { start, end } => {
+                    let start = start.max(s.committed);
+                    for offset in start..end {
+                        s.in_flight.remove(&offset);
+                        s.pending.remove(&offset);
+                    }
+                    s.acked.insert(start, end);
                 }
                 LeaseEvent::Failed(failure) => {
                     if failure.offset >= s.committed {

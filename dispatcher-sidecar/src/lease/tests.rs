@@ -170,12 +170,17 @@ fn an_expired_lease_goes_to_the_first_tier_as_attempt_two() {
     assert_eq!(
         e.drain_events(),
         vec![
-            LeaseEvent::Leased {
-                offset: 0,
+            LeaseEvent::LeasedBatch {
+                ring: LEASE_BATCH_RING,
+                slot: 0,
                 generation: r.generation,
-                expiry_ms: MIN,
-                consumer: ConsumerSlot(1),
-                attempt: Attempt(1)
+                runs: vec![LeasedRun {
+                    start: 0,
+                    len: 1,
+                    expiry_ms: MIN,
+                    consumer: ConsumerSlot(1),
+                    attempt: Attempt(1)
+                }],
             },
             LeaseEvent::Failed(failures[0].clone()),
             commit_record(1),
@@ -386,7 +391,7 @@ fn extend_is_capped_at_the_maximum_total_lease() {
     // Extends are not ack-log events (a new owner expires every lease).
     assert!(matches!(
         e.drain_events().as_slice(),
-        [LeaseEvent::Leased { .. }, LeaseEvent::Failed(_)]
+        [LeaseEvent::LeasedBatch { .. }, LeaseEvent::Failed(_)]
     ));
 }
 
@@ -631,8 +636,15 @@ fn run_workload(e: &mut PartitionLeases, steps: usize, seed: u64) -> Vec<AckLogR
                 held.extend(grants.iter().map(|g| g.receipt));
             }
             4..=6 if !held.is_empty() => {
-                let r = held.swap_remove(next(held.len() as u64) as usize);
-                let _ = e.ack(&r);
+                // Up to five acks in one request, in offset order (runs).
+                let n = (1 + next(5) as usize).min(held.len());
+                let mut acks: Vec<Receipt> = (0..n)
+                    .map(|_| held.swap_remove(next(held.len() as u64) as usize))
+                    .collect();
+                acks.sort_by_key(|r| r.offset);
+                for r in acks {
+                    let _ = e.ack(&r);
+                }
             }
             7 if !held.is_empty() => {
                 let r = held.swap_remove(next(held.len() as u64) as usize);
@@ -674,6 +686,17 @@ fn run_workload(e: &mut PartitionLeases, steps: usize, seed: u64) -> Vec<AckLogR
     let from = e.committed_offset();
     let grants = e.lease(avail(from..log_end + 5), 100, ConsumerSlot(1), MIN, now);
     assert!(grants.len() >= 3, "the window has room");
+    // Single leases after it, so small batch rings reuse its slot while its
+    // leases are in flight.
+    for i in 0..6 {
+        e.lease(
+            avail(log_end + 5 + i..log_end + 6 + i),
+            1,
+            ConsumerSlot(2),
+            MIN,
+            now,
+        );
+    }
     e.ack(&grants.last().unwrap().receipt).unwrap();
     e.nack(&grants[0].receipt, None, "last", false, now)
         .unwrap();
@@ -694,6 +717,79 @@ fn decode_all(records: &[AckLogRecord]) -> Vec<LeaseEvent> {
         .collect()
 }
 
+#[test]
+fn one_record_per_lease_call_and_a_reused_slot_keeps_its_live_leases() {
+    let mut e = engine(LeaseConfig::default());
+    e.set_batch_ring(2);
+    // Slot 0: offsets 0..3, of which 1 is still in flight when slot 0 is
+    // used again.
+    let first = e.lease(avail(0..3), 3, ConsumerSlot(1), MIN, 0);
+    let events = e.drain_events();
+    assert_eq!(events.len(), 1, "one record for three leases");
+    e.ack(&first[0].receipt).unwrap();
+    e.ack(&first[2].receipt).unwrap();
+    // Slot 1, then slot 0 again.
+    e.lease(avail(3..5), 2, ConsumerSlot(2), MIN, S);
+    e.lease(avail(5..6), 1, ConsumerSlot(3), 2 * MIN, 2 * S);
+    let records: Vec<AckLogRecord> = events
+        .iter()
+        .chain(&e.drain_events())
+        .map(|ev| e.encode(ev))
+        .collect();
+    let last = decode_record(&records.last().unwrap().key, &records.last().unwrap().value)
+        .unwrap()
+        .1;
+    assert_eq!(
+        last,
+        LeaseEvent::LeasedBatch {
+            ring: 2,
+            slot: 0,
+            generation: Generation(0),
+            runs: vec![
+                LeasedRun {
+                    start: 1,
+                    len: 1,
+                    expiry_ms: MIN,
+                    consumer: ConsumerSlot(1),
+                    attempt: Attempt(1)
+                },
+                LeasedRun {
+                    start: 5,
+                    len: 1,
+                    expiry_ms: 2 * S + 2 * MIN,
+                    consumer: ConsumerSlot(3),
+                    attempt: Attempt(1)
+                },
+            ],
+        },
+        "offset 1 is carried into the slot's new record"
+    );
+    // Compaction drops the first slot-0 record; offset 1 is still known to
+    // be in flight.
+    let compacted = compact(&records);
+    let r =
+        PartitionLeases::rebuild(P0, LeaseConfig::default(), 0, decode_all(&compacted)).unwrap();
+    let expired: Vec<i64> = r.expired.iter().map(|x| x.offset).collect();
+    assert_eq!(expired, vec![1, 3, 4, 5]);
+    // Acked leases leave the slot's live set: nothing is carried.
+    let mut e = engine(LeaseConfig::default());
+    e.set_batch_ring(1);
+    let g = e.lease(avail(0..2), 2, ConsumerSlot(1), MIN, 0);
+    e.ack(&g[0].receipt).unwrap();
+    e.ack(&g[1].receipt).unwrap();
+    e.lease(avail(2..3), 1, ConsumerSlot(1), MIN, 0);
+    let runs = e
+        .drain_events()
+        .into_iter()
+        .filter_map(|ev| match ev {
+            LeaseEvent::LeasedBatch { runs, .. } => Some(runs),
+            _ => None,
+        })
+        .next_back()
+        .unwrap();
+    assert_eq!(runs.iter().map(|r| r.start).collect::<Vec<_>>(), vec![2]);
+}
+
 /// What log compaction leaves: the latest record per key, in log order.
 fn compact(records: &[AckLogRecord]) -> Vec<AckLogRecord> {
     let mut last: BTreeMap<&[u8], usize> = BTreeMap::new();
@@ -707,13 +803,16 @@ fn compact(records: &[AckLogRecord]) -> Vec<AckLogRecord> {
 
 #[test]
 fn a_rebuild_from_the_ack_log_equals_the_live_state_with_leases_expired() {
+    // Batch rings of 3 and 5 reuse lease-batch slots all the time (records
+    // with live leases carried forward); the default one never wraps here.
     for seed in (1u64..=12).chain([0xdead_beef]) {
-        for gap_cap in [8u32, 64, 100_000] {
+        for (gap_cap, batch_ring) in [(8u32, 3u16), (64, 5), (100_000, 4096)] {
             let config = LeaseConfig {
                 gap_cap,
                 ..LeaseConfig::default()
             };
             let mut live = PartitionLeases::new(P0, config.clone(), 0).unwrap();
+            live.set_batch_ring(batch_ring);
             let records = run_workload(&mut live, 3_000, seed);
             let want = live_view(&live);
             assert!(
@@ -723,8 +822,8 @@ fn a_rebuild_from_the_ack_log_equals_the_live_state_with_leases_expired() {
             let compacted = compact(&records);
             if gap_cap < 100_000 {
                 assert!(
-                    compacted.len() <= gap_cap as usize + 1,
-                    "the ring bounds the topic"
+                    compacted.len() <= gap_cap as usize + usize::from(batch_ring) + 1,
+                    "the rings bound the topic"
                 );
             }
             for (what, stream) in [("full log", &records), ("compacted", &compacted)] {

@@ -38,6 +38,7 @@ const VERSION: u8 = 1;
 pub const KIND_RETRY: u8 = 2;
 /// The key kind of a parked key's record (the message key follows).
 pub const KIND_PARKED: u8 = 3;
+// Kind 4 is the lease engine's lease batches (`lease::events`).
 const TAG_RETRY: u8 = 1;
 const TAG_PARKED: u8 = 2;
 /// Parked keys kept per partition. Past it a dead-lettered key is not

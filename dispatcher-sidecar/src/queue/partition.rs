@@ -1117,8 +1117,18 @@ pub fn acked_above_commit(events: &[LeaseEvent], committed: i64) -> BTreeSet<i64
             LeaseEvent::Acked { offset } => {
                 acked.insert(*offset);
             }
+            LeaseEvent::AckedRun { start, end } => {
+                acked.extend(*start..*end);
+            }
             LeaseEvent::Leased { offset, .. } => {
                 acked.remove(offset);
+            }
+            LeaseEvent::LeasedBatch { runs, .. } => {
+                for run in runs {
+                    for offset in run.offsets() {
+                        acked.remove(&offset);
+                    }
+                }
             }
             LeaseEvent::Failed(f) => {
                 acked.remove(&f.offset);
