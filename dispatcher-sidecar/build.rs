@@ -14,7 +14,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // A delivery's key and payload are `Bytes`, shared with the record the
     // dispatcher holds, so answering a receive or pushing copies each
     // payload once.
+    // `SizedCodec` encodes each message into room reserved for all of it.
     tonic_prost_build::configure()
+        .codec_path("crate::api::codec::SizedCodec")
         .bytes(".dispatcher.v1.Delivery.key")
         .bytes(".dispatcher.v1.Delivery.payload")
         .bytes(".dispatcher.push.v1.PushRequest.key")

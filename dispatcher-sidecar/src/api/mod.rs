@@ -17,6 +17,7 @@
 //!
 //! [`ServiceError`]: crate::service::ServiceError
 
+pub mod codec;
 mod edge;
 pub mod grpc;
 pub mod http;
