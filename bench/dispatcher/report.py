@@ -195,6 +195,14 @@ def main(run_dir):
     row(f"÷ share group (target ≥ {TARGET_RATIO:.0f}x)", ratios)
     row("cycle latency p50 ms", [field(s, "p50_ms", "{:,.1f}") for _, s in sides])
     row("cycle latency p99 ms", [field(s, "p99_ms", "{:,.1f}") for _, s in sides])
+    # The dispatcher's workers time the two halves of a cycle apart (the
+    # share consumer's poll and commit are not timed so): "-" there.
+    row("receive p50 / p99 ms", [
+        f"{field(s, 'receive_p50_ms', '{:,.1f}')} / {field(s, 'receive_p99_ms', '{:,.1f}')}"
+        if s.result and "receive_p50_ms" in s.result else "-" for _, s in sides])
+    row("ack p50 / p99 ms", [
+        f"{field(s, 'ack_p50_ms', '{:,.1f}')} / {field(s, 'ack_p99_ms', '{:,.1f}')}"
+        if s.result and "ack_p50_ms" in s.result else "-" for _, s in sides])
     row("messages per cycle", [
         num(float(s.result["acked"]) / float(s.result["cycles"]), "{:,.1f}")
         if s.result and float(s.result.get("cycles", 0) or 0) > 0 else "-" for _, s in sides])

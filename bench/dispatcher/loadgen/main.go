@@ -60,7 +60,10 @@ type Result struct {
 	Errors          int64 // failed HTTP requests
 	FirstMessage    time.Duration
 	LatenciesSorted []time.Duration
-	LastError       string
+	// The two halves of each cycle: the receive's round trip, and the ack's.
+	ReceiveSorted []time.Duration
+	AckSorted     []time.Duration
+	LastError     string
 }
 
 func main() {
@@ -119,9 +122,12 @@ func (r Result) Line(cfg Config) string {
 		first = float64(r.FirstMessage) / float64(time.Millisecond)
 	}
 	return fmt.Sprintf("RESULT status=%s api=%s workers=%d batch=%d commit=ack acked=%d counted=%d elapsed_s=%.3f"+
-		" msgs_per_s=%.1f p50_ms=%.2f p99_ms=%.2f cycles=%d redelivered=%d failed=%d errors=%d first_message_ms=%.0f",
+		" msgs_per_s=%.1f p50_ms=%.2f p99_ms=%.2f receive_p50_ms=%.2f receive_p99_ms=%.2f ack_p50_ms=%.2f ack_p99_ms=%.2f"+
+		" cycles=%d redelivered=%d failed=%d errors=%d first_message_ms=%.0f",
 		r.Status, cfg.API, cfg.Workers, cfg.Batch, r.Acked, r.Counted, secs, rate,
 		percentileMs(r.LatenciesSorted, 0.50), percentileMs(r.LatenciesSorted, 0.99),
+		percentileMs(r.ReceiveSorted, 0.50), percentileMs(r.ReceiveSorted, 0.99),
+		percentileMs(r.AckSorted, 0.50), percentileMs(r.AckSorted, 0.99),
 		r.Cycles, r.Redelivered, r.Failed, r.Errors, first)
 }
 
@@ -178,7 +184,7 @@ func Run(parent context.Context, cfg Config, newAPI func() (api, error)) Result 
 		defer a.Close()
 		apis[i] = a
 	}
-	latencies := make([][]time.Duration, cfg.Workers)
+	latencies := make([]workerLatencies, cfg.Workers)
 	var wg sync.WaitGroup
 	for i := 0; i < cfg.Workers; i++ {
 		wg.Add(1)
@@ -189,11 +195,15 @@ func Run(parent context.Context, cfg Config, newAPI func() (api, error)) Result 
 	}
 	wg.Wait()
 
-	var all []time.Duration
+	var all, receives, acks []time.Duration
 	for _, l := range latencies {
-		all = append(all, l...)
+		all = append(all, l.cycle...)
+		receives = append(receives, l.receive...)
+		acks = append(acks, l.ack...)
 	}
-	sort.Slice(all, func(i, j int) bool { return all[i] < all[j] })
+	for _, d := range [][]time.Duration{all, receives, acks} {
+		sort.Slice(d, func(i, j int) bool { return d[i] < d[j] })
+	}
 	res := Result{
 		Acked:           r.acked.Load(),
 		Cycles:          r.cycles.Load(),
@@ -201,6 +211,8 @@ func Run(parent context.Context, cfg Config, newAPI func() (api, error)) Result 
 		Failed:          r.failed.Load(),
 		Errors:          r.errors.Load(),
 		LatenciesSorted: all,
+		ReceiveSorted:   receives,
+		AckSorted:       acks,
 		LastError:       r.lastErr,
 	}
 	first, done := r.firstNs.Load(), r.doneNs.Load()
@@ -222,9 +234,15 @@ func Run(parent context.Context, cfg Config, newAPI func() (api, error)) Result 
 	return res
 }
 
+// workerLatencies are one worker's cycles that returned messages, whole
+// and in halves.
+type workerLatencies struct {
+	cycle, receive, ack []time.Duration
+}
+
 // work is one pull worker: receive, ack what came, repeat.
-func (r *run) work(ctx context.Context, a api, consumer string) []time.Duration {
-	var latencies []time.Duration
+func (r *run) work(ctx context.Context, a api, consumer string) workerLatencies {
+	var latencies workerLatencies
 	consecutiveErrors := 0
 	for ctx.Err() == nil {
 		cycleStart := time.Now()
@@ -239,10 +257,13 @@ func (r *run) work(ctx context.Context, a api, consumer string) []time.Duration 
 				}
 			}
 			var ok, notOK int64
+			ackStart := time.Now()
 			ok, notOK, err = a.ack(ctx, receipts)
 			if err == nil {
 				r.failed.Add(notOK)
-				latencies = append(latencies, time.Since(cycleStart))
+				latencies.cycle = append(latencies.cycle, time.Since(cycleStart))
+				latencies.receive = append(latencies.receive, ackStart.Sub(cycleStart))
+				latencies.ack = append(latencies.ack, time.Since(ackStart))
 				r.cycles.Add(1)
 				r.confirm(ok)
 			}
