@@ -252,10 +252,15 @@ impl QueueRuntime {
             // cap can be leased now.
             self.ready.notify_waiters();
         }
+        // How long the ack waits for Kafka: the part of its latency the
+        // dispatcher does not control (docs/operations.md).
+        let waiting = std::time::Instant::now();
         pending
             .wait()
             .await
             .map_err(|e| unavailable(format!("ack log: {e}")))?;
+        metrics::histogram!("dispatcher_ack_log_write_seconds", "queue" => self.name())
+            .record(waiting.elapsed().as_secs_f64());
         // Ordered queues: a replayed copy acked, read the key's next one now
         // rather than at the next tick.
         for (qp, (part, _)) in &by_partition {
