@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
 # Dispatcher vs Kafka share groups (issue 7):
 #   bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]
-#                       [--rounds K] [--share-commit sync|async] [--api http|grpc] [--skip-lease-figures]
+#                       [--rounds K] [--share-commit sync|async] [--api http|grpc]
+#                       [--worker-mode receive-ack|prefetch] [--skip-lease-figures]
 # Leased + acked messages/s with N pull workers, three ways, on this machine:
 #   share       Apache Kafka 4.4's KafkaShareConsumer, explicit acknowledgement,
 #               N consumers in one share group (bench/dispatcher/share-bench)
 #   dispatcher  our dispatcher in front of our broker, N pull workers doing
 #               receive -> ack (bench/dispatcher/loadgen) over the HTTP/JSON
-#               API, or the gRPC API with --api grpc
+#               API, or the gRPC API with --api grpc. --worker-mode prefetch:
+#               each worker asks for its next batch before it acks the one it
+#               holds (at most two batches each). In both modes a worker's
+#               acks are confirmed before it takes up its next batch, as with
+#               commitSync.
 #   dispatcher  the same dispatcher in front of the same Apache Kafka
 #               (shows what the dispatcher costs, independent of our broker)
 # Each side gets its own topic of P partitions pre-loaded with M records of
@@ -66,7 +71,8 @@ SHARED_PROPS=(
 
 usage() {
   echo "usage: bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]" >&2
-  echo "                           [--rounds K] [--share-commit sync|async] [--api http|grpc] [--skip-lease-figures]" >&2
+  echo "                           [--rounds K] [--share-commit sync|async] [--api http|grpc]" >&2
+  echo "                           [--worker-mode receive-ack|prefetch] [--skip-lease-figures]" >&2
   exit 2
 }
 positive() { [[ ${1:-} =~ ^[0-9]+$ && $1 -ge 1 ]]; }
@@ -86,8 +92,9 @@ rounds=1
 # How share-bench's workers commit their acknowledgements: sync (commitSync(),
 # what a worker that must know its work is settled does) or async.
 share_commit=sync
-# The API the dispatcher's pull workers use.
+# The API the dispatcher's pull workers use, and how they cycle.
 api=http
+worker_mode=receive-ack
 while (($#)); do
   case "$1" in
     --smoke) smoke=1; shift ;;
@@ -98,6 +105,9 @@ while (($#)); do
     --record-bytes) positive "${2:-}" || usage; record_bytes=$2; shift 2 ;;
     --share-commit) [[ ${2:-} == sync || ${2:-} == async ]] || usage; share_commit=$2; shift 2 ;;
     --api) [[ ${2:-} == http || ${2:-} == grpc ]] || usage; api=$2; shift 2 ;;
+    --worker-mode)
+      [[ ${2:-} == receive-ack || ${2:-} == prefetch ]] || usage
+      worker_mode=$2; shift 2 ;;
     --rounds) positive "${2:-}" || usage; rounds=$2; shift 2 ;;
     --skip-lease-figures) lease_figures=0; shift ;;
     *) usage ;;
@@ -299,6 +309,7 @@ note partitions "$partitions"
 note batch "$batch"
 note share_commit "$share_commit"
 note api "$api"
+note worker_mode "$worker_mode"
 note rounds "$rounds"
 note record_bytes "$record_bytes"
 note lease_s "$LEASE_S"
@@ -416,8 +427,10 @@ run_dispatcher() {
   preload "$name" "$bootstrap" "$port" "$name" || return 1
   blog "$name: starting the dispatcher"
   start_dispatcher "$name" "$bootstrap" || { blog "$name: not run: $(cat "$run_dir/$name.why")"; return 1; }
-  blog "$name: $workers $api pull workers, receive -> ack, until $messages acks"
-  measured "$name" "$((run_timeout_s + 30))" "$broker" "$PROGRAMS/loadgen/loadgen" -api "$api" \
+  local mode=()
+  [[ $worker_mode == receive-ack ]] || mode=("-$worker_mode")
+  blog "$name: $workers $api pull workers ($worker_mode), until $messages acks"
+  measured "$name" "$((run_timeout_s + 30))" "$broker" "$PROGRAMS/loadgen/loadgen" -api "$api" "${mode[@]}" \
     -url "http://127.0.0.1:$DISPATCHER_HTTP_PORT" -grpc "127.0.0.1:$DISPATCHER_GRPC_PORT" -queue bench -workers "$workers" -messages "$messages" \
     -batch "$batch" -wait 1s -lease "${LEASE_S}s" -timeout "${run_timeout_s}s"
   local rc=$?

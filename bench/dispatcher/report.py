@@ -162,6 +162,7 @@ def main(run_dir):
         f"of {meta.get('record_bytes')} B pre-loaded into {meta.get('partitions')} partitions per side, "
         f"batch {meta.get('batch')}, lease {meta.get('lease_s')} s, {rounds} round{'s' if rounds > 1 else ''}, "
         f"dispatcher workers on its {'gRPC' if meta.get('api') == 'grpc' else 'HTTP/JSON'} API"
+        f" ({meta.get('worker_mode', 'receive-ack')})"
         f"{' (smoke run)' if meta.get('smoke') == '1' else ''}."
     )
     out.append(

@@ -10,6 +10,11 @@
 // partition assignment) is left out; it is reported as first_message_ms.
 // Latency is per cycle: from sending a receive that returned messages to the
 // ack response for them.
+//
+// With -prefetch a worker asks for its next batch before it acks the one it
+// holds (at most two batches leased per worker), so the receive's round trip
+// overlaps the ack's; its acks are still confirmed before it takes up the
+// next batch.
 package main
 
 import (
@@ -46,6 +51,8 @@ type Config struct {
 	// run gives up: a dispatcher that answers nothing but errors must not keep
 	// the harness busy until the timeout.
 	MaxErrors int
+	// Prefetch: keep the next receive in flight while acking a batch.
+	Prefetch bool
 }
 
 // Result is what one run measured.
@@ -79,6 +86,7 @@ func main() {
 	flag.DurationVar(&cfg.Lease, "lease", 60*time.Second, "lease_seconds of each receive (whole seconds)")
 	flag.DurationVar(&cfg.Timeout, "timeout", 300*time.Second, "give up after this long, print what was acked, exit 1")
 	flag.IntVar(&cfg.MaxErrors, "max-errors", 50, "consecutive failed requests of one worker before the run gives up")
+	flag.BoolVar(&cfg.Prefetch, "prefetch", false, "keep each worker's next receive in flight while it acks its batch")
 	flag.Parse()
 	if cfg.Queue == "" || cfg.Messages < 1 || cfg.Workers < 1 || cfg.Batch < 1 || flag.NArg() != 0 ||
 		(cfg.API != "http" && cfg.API != "grpc") {
@@ -121,10 +129,14 @@ func (r Result) Line(cfg Config) string {
 	if r.FirstMessage > 0 {
 		first = float64(r.FirstMessage) / float64(time.Millisecond)
 	}
-	return fmt.Sprintf("RESULT status=%s api=%s workers=%d batch=%d commit=ack acked=%d counted=%d elapsed_s=%.3f"+
+	commit := "ack"
+	if cfg.Prefetch {
+		commit = "ack-prefetch"
+	}
+	return fmt.Sprintf("RESULT status=%s api=%s workers=%d batch=%d commit=%s acked=%d counted=%d elapsed_s=%.3f"+
 		" msgs_per_s=%.1f p50_ms=%.2f p99_ms=%.2f receive_p50_ms=%.2f receive_p99_ms=%.2f ack_p50_ms=%.2f ack_p99_ms=%.2f"+
 		" cycles=%d redelivered=%d failed=%d errors=%d first_message_ms=%.0f",
-		r.Status, cfg.API, cfg.Workers, cfg.Batch, r.Acked, r.Counted, secs, rate,
+		r.Status, cfg.API, cfg.Workers, cfg.Batch, commit, r.Acked, r.Counted, secs, rate,
 		percentileMs(r.LatenciesSorted, 0.50), percentileMs(r.LatenciesSorted, 0.99),
 		percentileMs(r.ReceiveSorted, 0.50), percentileMs(r.ReceiveSorted, 0.99),
 		percentileMs(r.AckSorted, 0.50), percentileMs(r.AckSorted, 0.99),
@@ -240,56 +252,101 @@ type workerLatencies struct {
 	cycle, receive, ack []time.Duration
 }
 
-// work is one pull worker: receive, ack what came, repeat.
+// received is one receive's answer and when it was asked for.
+type received struct {
+	msgs  []receivedMessage
+	err   error
+	start time.Time
+}
+
+// work is one pull worker: receive, ack what came, repeat. With
+// cfg.Prefetch it asks for its next batch before it acks the one it holds
+// (at most two batches leased at a time); a cycle then runs from the
+// receive of a batch to its ack, including the time the batch waited while
+// the previous one was acked.
 func (r *run) work(ctx context.Context, a api, consumer string) workerLatencies {
 	var latencies workerLatencies
+	receive := func() received {
+		start := time.Now()
+		msgs, err := a.receive(ctx, consumer)
+		return received{msgs, err, start}
+	}
+	var next chan received
+	if r.cfg.Prefetch {
+		next = make(chan received, 1)
+		go func() { next <- receive() }()
+	}
 	consecutiveErrors := 0
 	for ctx.Err() == nil {
-		cycleStart := time.Now()
-		msgs, err := a.receive(ctx, consumer)
-		if err == nil && len(msgs) > 0 {
-			r.firstNs.CompareAndSwap(0, int64(time.Since(r.start)))
-			receipts := make([]string, len(msgs))
-			for i, m := range msgs {
-				receipts[i] = m.Receipt
-				if m.Attempt > 1 {
-					r.redelivered.Add(1)
-				}
-			}
-			var ok, notOK int64
-			ackStart := time.Now()
-			ok, notOK, err = a.ack(ctx, receipts)
-			if err == nil {
-				r.failed.Add(notOK)
-				latencies.cycle = append(latencies.cycle, time.Since(cycleStart))
-				latencies.receive = append(latencies.receive, ackStart.Sub(cycleStart))
-				latencies.ack = append(latencies.ack, time.Since(ackStart))
-				r.cycles.Add(1)
-				r.confirm(ok)
-			}
+		var got received
+		if next != nil {
+			got = <-next
+			go func() { next <- receive() }()
+		} else {
+			got = receive()
+		}
+		err := got.err
+		if err == nil && len(got.msgs) > 0 {
+			err = r.ackBatch(ctx, a, got, &latencies)
 		}
 		if err != nil {
-			if ctx.Err() != nil {
-				break // stopped mid-request: not an error of the dispatcher
-			}
-			r.errors.Add(1)
-			r.noteError(err)
-			consecutiveErrors++
-			if consecutiveErrors >= r.cfg.MaxErrors {
-				r.gaveUp.Store(true)
-				r.stop()
+			if !r.failedRequest(ctx, err, &consecutiveErrors) {
 				break
-			}
-			// A short pause, so that a dispatcher that is still starting is not hammered.
-			select {
-			case <-ctx.Done():
-			case <-time.After(100 * time.Millisecond):
 			}
 			continue
 		}
 		consecutiveErrors = 0
 	}
+	if next != nil {
+		<-next // the receive still in flight ends with ctx
+	}
 	return latencies
+}
+
+// ackBatch acks a received batch and, once the ack answered, counts it.
+func (r *run) ackBatch(ctx context.Context, a api, got received, latencies *workerLatencies) error {
+	r.firstNs.CompareAndSwap(0, int64(time.Since(r.start)))
+	receipts := make([]string, len(got.msgs))
+	for i, m := range got.msgs {
+		receipts[i] = m.Receipt
+		if m.Attempt > 1 {
+			r.redelivered.Add(1)
+		}
+	}
+	ackStart := time.Now()
+	ok, notOK, err := a.ack(ctx, receipts)
+	if err != nil {
+		return err
+	}
+	r.failed.Add(notOK)
+	latencies.cycle = append(latencies.cycle, time.Since(got.start))
+	latencies.receive = append(latencies.receive, ackStart.Sub(got.start))
+	latencies.ack = append(latencies.ack, time.Since(ackStart))
+	r.cycles.Add(1)
+	r.confirm(ok)
+	return nil
+}
+
+// failedRequest counts a failed request and pauses briefly; false when the
+// worker must stop (the run was stopped, or it gave up).
+func (r *run) failedRequest(ctx context.Context, err error, consecutive *int) bool {
+	if ctx.Err() != nil {
+		return false // stopped mid-request: not an error of the dispatcher
+	}
+	r.errors.Add(1)
+	r.noteError(err)
+	*consecutive++
+	if *consecutive >= r.cfg.MaxErrors {
+		r.gaveUp.Store(true)
+		r.stop()
+		return false
+	}
+	// A short pause, so that a dispatcher that is still starting is not hammered.
+	select {
+	case <-ctx.Done():
+	case <-time.After(100 * time.Millisecond):
+	}
+	return true
 }
 
 func (r *run) confirm(n int64) {

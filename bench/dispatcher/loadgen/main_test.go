@@ -109,6 +109,28 @@ func TestEveryMessageIsAckedOnceAndCounted(t *testing.T) {
 	}
 }
 
+func TestPrefetchingWorkersAckEveryMessageOnce(t *testing.T) {
+	q := newFakeQueue(1000)
+	srv := httptest.NewServer(q)
+	defer srv.Close()
+	cfg := testConfig(srv.URL, 1000)
+	cfg.Prefetch = true
+	res := runHTTP(cfg, 4)
+	if res.Status != "ok" || res.Acked != 1000 || res.Counted != 1000 || res.Failed != 0 || res.Errors != 0 {
+		t.Fatalf("%+v", res)
+	}
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for i := 0; i < 1000; i++ {
+		if n := q.acked[fmt.Sprintf("r-%d", i)]; n != 1 {
+			t.Fatalf("message %d acked %d times", i, n)
+		}
+	}
+	if !strings.Contains(res.Line(cfg), "commit=ack-prefetch") {
+		t.Fatalf("%s", res.Line(cfg))
+	}
+}
+
 func TestStopsAtTheTargetCount(t *testing.T) {
 	q := newFakeQueue(100000)
 	srv := httptest.NewServer(q)
