@@ -15,7 +15,8 @@ import (
 // fakeQueue serves the receive/ack contract over a fixed set of messages:
 // each is leased once (no expiry), and an ack of a receipt not leased, or
 // acked before, answers "stale". It records every ack so the test can check
-// that the load generator acked each message exactly once.
+// that the load generator acked each message exactly once, and the most
+// messages any one consumer held leased at once.
 type fakeQueue struct {
 	mu        sync.Mutex
 	next      int
@@ -25,10 +26,15 @@ type fakeQueue struct {
 	consumers map[string]bool
 	bareArray bool // answer receives with a bare array instead of {"messages": ...}
 	failAcks  int  // the first failAcks acks answer HTTP 503
+	ackDelay  time.Duration
+	holder    map[string]string // receipt -> consumer, while leased
+	held      map[string]int    // consumer -> messages leased and not acked
+	maxHeld   int
 }
 
 func newFakeQueue(total int) *fakeQueue {
-	return &fakeQueue{total: total, leased: map[string]bool{}, acked: map[string]int{}, consumers: map[string]bool{}}
+	return &fakeQueue{total: total, leased: map[string]bool{}, acked: map[string]int{}, consumers: map[string]bool{},
+		holder: map[string]string{}, held: map[string]int{}}
 }
 
 func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -37,18 +43,25 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	if r.URL.Path == "/queues/bench/ack" {
+		time.Sleep(q.ackDelay)
+	}
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	switch r.URL.Path {
 	case "/queues/bench/receive":
 		max := int(body["max_messages"].(float64))
-		if id, ok := body["consumer_id"].(string); ok {
+		id, _ := body["consumer_id"].(string)
+		if id != "" {
 			q.consumers[id] = true
 		}
 		msgs := []map[string]any{}
 		for len(msgs) < max && q.next < q.total {
 			receipt := fmt.Sprintf("r-%d", q.next)
 			q.leased[receipt] = true
+			q.holder[receipt] = id
+			q.held[id]++
+			q.maxHeld = maxInt(q.maxHeld, q.held[id])
 			msgs = append(msgs, map[string]any{"message_id": fmt.Sprint(q.next), "receipt": receipt, "attempt": 1})
 			q.next++
 		}
@@ -69,6 +82,7 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			status := "stale"
 			if q.leased[receipt] {
 				delete(q.leased, receipt)
+				q.held[q.holder[receipt]]--
 				status = "ok"
 			}
 			q.acked[receipt]++
@@ -78,6 +92,13 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
+}
+
+func maxInt(a, b int) int {
+	if a > b {
+		return a
+	}
+	return b
 }
 
 func testConfig(url string, messages int64) Config {
@@ -110,24 +131,38 @@ func TestEveryMessageIsAckedOnceAndCounted(t *testing.T) {
 }
 
 func TestPrefetchingWorkersAckEveryMessageOnce(t *testing.T) {
-	q := newFakeQueue(1000)
-	srv := httptest.NewServer(q)
-	defer srv.Close()
-	cfg := testConfig(srv.URL, 1000)
-	cfg.Prefetch = true
-	res := runHTTP(cfg, 4)
-	if res.Status != "ok" || res.Acked != 1000 || res.Counted != 1000 || res.Failed != 0 || res.Errors != 0 {
-		t.Fatalf("%+v", res)
-	}
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	for i := 0; i < 1000; i++ {
-		if n := q.acked[fmt.Sprintf("r-%d", i)]; n != 1 {
-			t.Fatalf("message %d acked %d times", i, n)
+	for _, prefetch := range []bool{false, true} {
+		q := newFakeQueue(1000)
+		// Slow acks: a prefetching worker's next receive lands before its ack.
+		q.ackDelay = 2 * time.Millisecond
+		srv := httptest.NewServer(q)
+		cfg := testConfig(srv.URL, 1000)
+		cfg.Prefetch = prefetch
+		res := runHTTP(cfg, 4)
+		srv.Close()
+		if res.Status != "ok" || res.Acked != 1000 || res.Counted != 1000 || res.Failed != 0 || res.Errors != 0 {
+			t.Fatalf("prefetch=%v: %+v", prefetch, res)
 		}
+		q.mu.Lock()
+		for i := 0; i < 1000; i++ {
+			if n := q.acked[fmt.Sprintf("r-%d", i)]; n != 1 {
+				t.Fatalf("prefetch=%v: message %d acked %d times", prefetch, i, n)
+			}
+		}
+		// One batch held at a time without prefetch; two at most with it.
+		want := cfg.Batch
+		if prefetch {
+			want = 2 * cfg.Batch
+		}
+		if q.maxHeld != want {
+			t.Fatalf("prefetch=%v: a consumer held up to %d messages, want %d", prefetch, q.maxHeld, want)
+		}
+		q.mu.Unlock()
 	}
-	if !strings.Contains(res.Line(cfg), "commit=ack-prefetch") {
-		t.Fatalf("%s", res.Line(cfg))
+	cfg := testConfig("", 1000)
+	cfg.Prefetch = true
+	if line := (Result{}).Line(cfg); !strings.Contains(line, "commit=ack-prefetch") {
+		t.Fatalf("%s", line)
 	}
 }
 
