@@ -66,10 +66,22 @@ pub fn consumer_config(config: &Config, queue: &QueueConfig) -> ClientConfig {
     if !config.librdkafka.contains_key(PREFETCH_KIB) {
         c.set(PREFETCH_KIB, "16384");
     }
+    // Once a partition's pre-fetch passes that bound, librdkafka stops
+    // fetching it for `fetch.queue.backoff.ms`, 1 s by default, even if the
+    // queue drains meanwhile. The dispatcher drains 16 MiB of a busy
+    // partition in about a second, so with the default each partition
+    // stalled for much of every second: in four alternating pairs of runs
+    // of the dispatcher benchmark, 105-126k msgs/s with 1 s against
+    // 133-142k with 10 ms (docs/benchmarks.md). Not 0: then librdkafka's
+    // broker thread spins for as long as a queue is full (a core, measured).
+    if !config.librdkafka.contains_key(FETCH_QUEUE_BACKOFF_MS) {
+        c.set(FETCH_QUEUE_BACKOFF_MS, "10");
+    }
     c
 }
 
 const PREFETCH_KIB: &str = "queued.max.messages.kbytes";
+const FETCH_QUEUE_BACKOFF_MS: &str = "fetch.queue.backoff.ms";
 
 /// The producer settings: acks from every in-sync replica and idempotence,
 /// so a retried write lands once and an ack means the copy is durable.
@@ -120,6 +132,7 @@ mod tests {
         assert_eq!(cc.get("enable.auto.offset.store"), Some("false"));
         assert_eq!(cc.get("auto.offset.reset"), Some("earliest"));
         assert_eq!(cc.get("queued.max.messages.kbytes"), Some("16384"));
+        assert_eq!(cc.get("fetch.queue.backoff.ms"), Some("10"));
         assert_eq!(cc.get("socket.nagle.disable"), Some("true"));
         assert_eq!(cc.get("allow.auto.create.topics"), Some("false"));
         assert_eq!(cc.get("client.id"), Some("dispatcher-q"));
@@ -152,11 +165,12 @@ mod tests {
     #[test]
     fn librdkafka_extras_reach_every_client() {
         let c = config(
-            "[librdkafka]\n\"auto.offset.reset\" = \"latest\"\n\"socket.timeout.ms\" = 1000\n\"linger.ms\" = 2\n\"queued.max.messages.kbytes\" = 1024",
+            "[librdkafka]\n\"auto.offset.reset\" = \"latest\"\n\"socket.timeout.ms\" = 1000\n\"linger.ms\" = 2\n\"queued.max.messages.kbytes\" = 1024\n\"fetch.queue.backoff.ms\" = 500",
         );
         let cc = consumer_config(&c, &c.queues[0]);
         assert_eq!(cc.get("auto.offset.reset"), Some("latest"));
         assert_eq!(cc.get("queued.max.messages.kbytes"), Some("1024"));
+        assert_eq!(cc.get("fetch.queue.backoff.ms"), Some("500"));
         assert_eq!(cc.get("socket.timeout.ms"), Some("1000"));
         assert_eq!(admin_config(&c).get("socket.timeout.ms"), Some("1000"));
         assert_eq!(producer_config(&c).get("socket.timeout.ms"), Some("1000"));
