@@ -29,7 +29,8 @@
 # (release) unless DISPATCHER_BIN / BROKER_BIN name binaries. Raw outputs, logs
 # and the table go to ${BENCH_OUT:-bench/out}/dispatcher-<UTC time>/
 # (bench/out/dispatcher-latest points at the last run). docs/benchmarks.md
-# describes the method and what the comparison leaves out.
+# describes the method and what the comparison leaves out. LOADGEN_GOGC sets
+# the Go workers' GOGC (default 400, see below).
 #
 # --smoke: tiny counts, to prove the harness works end to end in seconds
 # (given built binaries). Exit status: 0 when every side ran to its count and
@@ -55,6 +56,12 @@ LEASE_S=60
 # The producer of the pre-load: bench/run.sh's.
 PRODUCER_PROPS=(acks=all linger.ms=5 batch.size=65536)
 KAFKA_JAVA_OPTS="-Xms512m -Xmx1g -XX:+AlwaysPreTouch"
+# The workers' heaps: the share group's consumers run in a JVM with -Xmx1g;
+# the dispatcher's Go workers get GOGC=400 (a heap goal of about 16 MiB).
+# With Go's default (100) their live heap of 2 MiB meant a collection about
+# every 5 ms (891 in a 4.5 s run, 10% of their CPU, gctrace) and 40% more
+# worker CPU in all, on the cores the dispatcher needs (docs/benchmarks.md).
+LOADGEN_GOGC=${LOADGEN_GOGC:-400}
 # Settings both brokers get (as in bench/run.sh).
 SHARED_PROPS=(
   num.partitions=1
@@ -315,6 +322,7 @@ note record_bytes "$record_bytes"
 note lease_s "$LEASE_S"
 note producer_props "${PRODUCER_PROPS[*]}"
 note kafka_java_opts "$KAFKA_JAVA_OPTS"
+note loadgen_gogc "$LOADGEN_GOGC"
 note clk_tck "$clk_tck"
 
 # Each run keeps its pre-loaded topic until the end: 3 x rounds topics of
@@ -430,7 +438,7 @@ run_dispatcher() {
   local mode=()
   [[ $worker_mode == receive-ack ]] || mode=("-$worker_mode")
   blog "$name: $workers $api pull workers ($worker_mode), until $messages acks"
-  measured "$name" "$((run_timeout_s + 30))" "$broker" "$PROGRAMS/loadgen/loadgen" -api "$api" "${mode[@]}" \
+  measured "$name" "$((run_timeout_s + 30))" "$broker" env GOGC="$LOADGEN_GOGC" "$PROGRAMS/loadgen/loadgen" -api "$api" "${mode[@]}" \
     -url "http://127.0.0.1:$DISPATCHER_HTTP_PORT" -grpc "127.0.0.1:$DISPATCHER_GRPC_PORT" -queue bench -workers "$workers" -messages "$messages" \
     -batch "$batch" -wait 1s -lease "${LEASE_S}s" -timeout "${run_timeout_s}s"
   local rc=$?

@@ -169,7 +169,8 @@ def main(run_dir):
         f"Apache Kafka {meta.get('kafka_version', '?')} (share.version={meta.get('share_version', '?')}); "
         f"dispatcher {meta.get('dispatcher_version', 'not built')}; our broker {meta.get('ours_version', 'not built')}; "
         f"bench {meta.get('bench_commit', '?')}; {meta.get('date_utc', '?')}; {meta.get('cpus', '?')} CPUs "
-        f"({meta.get('cpu_model', '?')}); {meta.get('java', '?')}."
+        f"({meta.get('cpu_model', '?')}); {meta.get('java', '?')}; share-group workers in a JVM with -Xmx1g, "
+        f"dispatcher workers with GOGC={meta.get('loadgen_gogc', '100')}."
     )
     out.append(
         f"Load average (1, 5, 15 min) at start {meta.get('loadavg_start', '?')}, at end {meta.get('loadavg_end', '?')}. "
