@@ -70,10 +70,11 @@ pub fn consumer_config(config: &Config, queue: &QueueConfig) -> ClientConfig {
     // fetching it for `fetch.queue.backoff.ms`, 1 s by default, even if the
     // queue drains meanwhile. The dispatcher drains 16 MiB of a busy
     // partition in about a second, so with the default each partition
-    // stalled for much of every second: in four alternating pairs of runs
-    // of the dispatcher benchmark, 105-126k msgs/s with 1 s against
-    // 133-142k with 10 ms (docs/benchmarks.md). Not 0: then librdkafka's
-    // broker thread spins for as long as a queue is full (a core, measured).
+    // stalled for much of every second: in four alternating pairs of
+    // single runs of the dispatcher benchmark's workers, 105-126k msgs/s
+    // with 1 s against 133-142k with 10 ms (docs/benchmarks.md). Not 0:
+    // then librdkafka's broker thread spins for as long as a queue is full
+    // (a core, measured).
     if !config.librdkafka.contains_key(FETCH_QUEUE_BACKOFF_MS) {
         c.set(FETCH_QUEUE_BACKOFF_MS, "10");
     }
