@@ -253,14 +253,13 @@ impl QueueRuntime {
             self.ready.notify_waiters();
         }
         // How long the ack waits for Kafka: the part of its latency the
-        // dispatcher does not control (docs/operations.md).
+        // dispatcher does not control (docs/operations.md). Recorded for a
+        // failed write too: a leader that times out is the slowest case.
         let waiting = std::time::Instant::now();
-        pending
-            .wait()
-            .await
-            .map_err(|e| unavailable(format!("ack log: {e}")))?;
+        let written = pending.wait().await;
         metrics::histogram!("dispatcher_ack_log_write_seconds", "queue" => self.name())
             .record(waiting.elapsed().as_secs_f64());
+        written.map_err(|e| unavailable(format!("ack log: {e}")))?;
         // Ordered queues: a replayed copy acked, read the key's next one now
         // rather than at the next tick.
         for (qp, (part, _)) in &by_partition {
