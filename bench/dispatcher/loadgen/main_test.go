@@ -50,18 +50,18 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	defer q.mu.Unlock()
 	switch r.URL.Path {
 	case "/queues/bench/receive":
-		max := int(body["max_messages"].(float64))
+		limit := int(body["max_messages"].(float64))
 		id, _ := body["consumer_id"].(string)
 		if id != "" {
 			q.consumers[id] = true
 		}
 		msgs := []map[string]any{}
-		for len(msgs) < max && q.next < q.total {
+		for len(msgs) < limit && q.next < q.total {
 			receipt := fmt.Sprintf("r-%d", q.next)
 			q.leased[receipt] = true
 			q.holder[receipt] = id
 			q.held[id]++
-			q.maxHeld = maxInt(q.maxHeld, q.held[id])
+			q.maxHeld = max(q.maxHeld, q.held[id])
 			msgs = append(msgs, map[string]any{"message_id": fmt.Sprint(q.next), "receipt": receipt, "attempt": 1})
 			q.next++
 		}
@@ -92,13 +92,6 @@ func (q *fakeQueue) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	default:
 		http.NotFound(w, r)
 	}
-}
-
-func maxInt(a, b int) int {
-	if a > b {
-		return a
-	}
-	return b
 }
 
 func testConfig(url string, messages int64) Config {
