@@ -4,7 +4,7 @@
 #   <datadir>/cluster.env        KIND, N, PORT, CONTROLLER_PORT, METRICS_PORT, BOOTSTRAP, CGROUP_PREFIX
 #   <datadir>/nodes              "<id> <pid> <address>" per node, rewritten when a node (re)starts
 #   <datadir>/node<i>/           server.properties, launch (execs the node), out.log, pid, data/
-# Node i listens on 127.0.0.i: every node uses the same ports (CLUSTER_PORT, default 40092, for
+# Node i listens on 127.0.0.i: every node uses the same ports (CLUSTER_PORT, default 30092, for
 # clients; +1 for the controller listener; +2 for our broker's metrics).
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 

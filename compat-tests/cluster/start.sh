@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Starts a local cluster: start.sh <ours|kafka> <n> <datadir>, n = 1, 3 or 5.
-# Node i (node.id=i) listens on 127.0.0.i (clients on CLUSTER_PORT, default 40092, the
+# Node i (node.id=i) listens on 127.0.0.i (clients on CLUSTER_PORT, default 30092, the
 # controller listener on +1; our broker's metrics on +2), with data under <datadir>/node<i>.
 # Waits until a metadata request lists n brokers, writes "<id> <pid> <address>" lines to
 # <datadir>/nodes and prints the bootstrap list. Stop it with stop.sh <datadir>; act on one
@@ -21,7 +21,12 @@ n=$2
 [[ $n == 1 || $n == 3 || $n == 5 ]] || die "n must be 1, 3 or 5, not '$n'"
 mkdir -p "$3"
 CLUSTER_DATA=$(cd "$3" && pwd)
-port=${CLUSTER_PORT:-40092}
+# Below Linux's ephemeral range (32768-60999). Node 1 listens on 127.0.0.1, the source
+# address of every loopback connection; a client socket, open or in TIME_WAIT, that holds
+# one of node 1's ports as its source port makes the bind fail with EADDRINUSE even with
+# SO_REUSEADDR. The old default 40092 is the likely cause of a CI run whose node 1 never
+# listened on 40093 while nodes 2 and 3 started.
+port=${CLUSTER_PORT:-30092}
 cport=$((port + 1))
 mport=$((port + 2))
 

@@ -13,7 +13,7 @@
 #   e  kill -9 the active (Raft/KRaft) controller: a topic creation succeeds after re-election
 #   f  rolling restart: SIGTERM (controlled shutdown) and restart each node in turn: the
 #      producer sees no error it does not retry, and no partition stalls > 10 s
-# Environment: CLUSTER_PORT (default 40092), FAULTS_RATE (records/s, default 200),
+# Environment: CLUSTER_PORT (default 30092), FAULTS_RATE (records/s, default 200),
 # FAULTS_WORKDIR (default a new directory under /tmp; kept), BROKER_BIN (ours).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../cluster/common.sh"
