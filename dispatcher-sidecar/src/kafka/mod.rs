@@ -92,6 +92,11 @@ const FETCH_QUEUE_BACKOFF_MS: &str = "fetch.queue.backoff.ms";
 /// ack's ack-log events, a nack's copy, a produce), so a batching delay is
 /// latency added to each of them. Writes still batch: what queues up while
 /// a request to the partition's leader is in flight goes in the next one.
+/// With 1 ms, librdkafka's broker thread, woken by an ack's first record,
+/// slept out the linger (`poll` with a 1 ms timeout, seen with strace), so
+/// every ack waited about 1.1 ms at the median against 0.4 ms with none,
+/// and one or two workers' rate was a third lower (bench figures in
+/// docs/benchmarks.md); from four workers on, the two were alike.
 pub fn producer_config(config: &Config) -> ClientConfig {
     let mut c = base_config(config, "dispatcher-producer");
     if !config.librdkafka.contains_key("linger.ms") {

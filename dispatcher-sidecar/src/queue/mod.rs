@@ -104,12 +104,9 @@ impl Dispatcher {
         for queue in &config.queues {
             crate::kafka::topics::ensure_topics(&admin, queue, KAFKA_TIMEOUT).await?;
         }
-        let mut producer_config = crate::kafka::producer_config(config);
-        if !config.librdkafka.contains_key("linger.ms") {
-            // Ack-log writes are awaited before answering: batch briefly.
-            producer_config.set("linger.ms", "1");
-        }
-        let producer: FutureProducer = producer_config.create().context("creating the producer")?;
+        let producer: FutureProducer = crate::kafka::producer_config(config)
+            .create()
+            .context("creating the producer")?;
         // The same key `forward` verifies receipts with.
         let secret: [u8; 32] = config.receipt_secret.mac_key();
         let (stop, _) = watch::channel(false);
