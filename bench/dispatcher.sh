@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Dispatcher vs Kafka share groups (issue 7):
 #   bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]
-#                       [--rounds K] [--share-commit sync|async] [--api http|grpc]
+#                       [--rounds K] [--warmup W] [--share-commit sync|async] [--api http|grpc]
 #                       [--worker-mode receive-ack|prefetch] [--skip-lease-figures]
 # Leased + acked messages/s with N pull workers, three ways, on this machine:
 #   share       Apache Kafka 4.4's KafkaShareConsumer, explicit acknowledgement,
@@ -19,7 +19,11 @@
 # S bytes by kafka-producer-perf-test before anything is timed, and drains it:
 # the run ends when M acknowledgements have been confirmed. --rounds K repeats
 # the three K times (order reversed every other round, fresh topics and group
-# each time) and the table shows the median. Then the two
+# each time) and the table shows the median. --warmup W (default 5, 0 with
+# --smoke) first runs W rounds of all three that are reported but not counted:
+# the share group got faster round after round while Kafka's JVM warmed up
+# (77.6k, 105.7k, 100.2k, 112.9k, 133.3k msgs/s, then 132-153k), so medians
+# of cold rounds favoured the dispatcher almost twofold. Then the two
 # memory figures of the lease engine: bytes per in-flight lease (the
 # lease_memory test) and the rebuild time of a partition from 1M ack-log
 # records (the lease_rebuild example).
@@ -78,7 +82,7 @@ SHARED_PROPS=(
 
 usage() {
   echo "usage: bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]" >&2
-  echo "                           [--rounds K] [--share-commit sync|async] [--api http|grpc]" >&2
+  echo "                           [--rounds K] [--warmup W] [--share-commit sync|async] [--api http|grpc]" >&2
   echo "                           [--worker-mode receive-ack|prefetch] [--skip-lease-figures]" >&2
   exit 2
 }
@@ -96,6 +100,7 @@ record_bytes=1024
 explicit_messages=0
 lease_figures=1
 rounds=1
+warmup=
 # How share-bench's workers commit their acknowledgements: sync (commitSync(),
 # what a worker that must know its work is settled does) or async.
 share_commit=sync
@@ -116,6 +121,7 @@ while (($#)); do
       [[ ${2:-} == receive-ack || ${2:-} == prefetch ]] || usage
       worker_mode=$2; shift 2 ;;
     --rounds) positive "${2:-}" || usage; rounds=$2; shift 2 ;;
+    --warmup) [[ ${2:-} =~ ^[0-9]+$ ]] || usage; warmup=$2; shift 2 ;;
     --skip-lease-figures) lease_figures=0; shift ;;
     *) usage ;;
   esac
@@ -127,6 +133,7 @@ if ((smoke)); then
   ((explicit_messages)) || messages=2000
   rebuild_records=100000
 fi
+[[ -n $warmup ]] || warmup=$((smoke ? 0 : 5))
 # Bounds: a side gets 60 s plus 1 ms per message (over 16 minutes at
 # 1,000,000), far above any rate seen, so only a stuck side hits it.
 run_timeout_s=$((60 + messages / 1000))
@@ -318,6 +325,7 @@ note share_commit "$share_commit"
 note api "$api"
 note worker_mode "$worker_mode"
 note rounds "$rounds"
+note warmup "$warmup"
 note record_bytes "$record_bytes"
 note lease_s "$LEASE_S"
 note producer_props "${PRODUCER_PROPS[*]}"
@@ -325,9 +333,9 @@ note kafka_java_opts "$KAFKA_JAVA_OPTS"
 note loadgen_gogc "$LOADGEN_GOGC"
 note clk_tck "$clk_tck"
 
-# Each run keeps its pre-loaded topic until the end: 3 x rounds topics of
-# M x S bytes (and Kafka's and our broker's indexes), plus a margin.
-need_kib=$((3 * rounds * messages * (record_bytes + 100) / 1024 + 1024 * 1024))
+# Each run keeps its pre-loaded topic until the end: 3 x (rounds + warm-up)
+# topics of M x S bytes (and Kafka's and our broker's indexes), plus a margin.
+need_kib=$((3 * (rounds + warmup) * messages * (record_bytes + 100) / 1024 + 1024 * 1024))
 free_kib=$(df -Pk "$tmp" | awk 'NR == 2 {print $4}')
 ((free_kib > need_kib)) || die "$((free_kib / 1024)) MiB free in $tmp, the run needs about $((need_kib / 1024)) MiB"
 
@@ -449,9 +457,10 @@ run_dispatcher() {
   return $rc
 }
 
-# run_side <side> <round>: one measured run of one side, or why it cannot run.
+# run_side <side> <tag>: one run of one side (tag r<k>: measured round k,
+# w<k>: warm-up round k), or why it cannot run.
 run_side() {
-  local side=$1 name="$1-r$2"
+  local side=$1 name="$1-$2"
   if [[ $side == share ]]; then
     run_share "$name"
     return
@@ -478,11 +487,16 @@ run_side() {
 # Every other round runs the sides in reverse, so that none always meets a
 # warmer or a busier machine. Each run has its own topic (and share group).
 status=0
-for round in $(seq 1 "$rounds"); do
+tags=()
+for ((k = 1; k <= warmup; k++)); do tags+=("w$k"); done
+for ((k = 1; k <= rounds; k++)); do tags+=("r$k"); done
+i=0
+for tag in "${tags[@]}"; do
+  i=$((i + 1))
   order=(share dispatcher-ours dispatcher-kafka)
-  ((round % 2 == 0)) && order=(dispatcher-kafka dispatcher-ours share)
+  ((i % 2 == 0)) && order=(dispatcher-kafka dispatcher-ours share)
   for side in "${order[@]}"; do
-    run_side "$side" "$round" || status=1
+    run_side "$side" "$tag" || status=1
   done
 done
 

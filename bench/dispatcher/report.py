@@ -5,7 +5,8 @@
 
 The run dir holds meta.env (key=value lines), and per side (share,
 dispatcher-ours, dispatcher-kafka) and round k (1..rounds), under the prefix
-<side>-r<k>: .out with the client's RESULT line,
+<side>-r<k>: .out with the client's RESULT line (warm-up rounds, not
+counted, under <side>-w<k>),
 .rc, .time (GNU time: user s, system s, max RSS KiB), .broker_cpu and
 .dispatcher_cpu (clock ticks before and after), .dispatcher_rss_kib, or .why
 when the run did not happen; and
@@ -152,6 +153,7 @@ def main(run_dir):
     hz = float(meta.get("clk_tck") or 100)
     commit = "Sync" if meta.get("share_commit", "sync") == "sync" else "Async"
     rounds = int(meta.get("rounds") or 1)
+    warmup = int(meta.get("warmup") or 0)
     aggregated = [(label.format(commit=commit), SideRounds(run_dir, name, hz, rounds)) for name, label in SIDES]
     # Every row but the rate shows the median round (an empty Side when none ran).
     sides = [(label, agg.median or agg.first_failure) for label, agg in aggregated]
@@ -177,6 +179,16 @@ def main(run_dir):
         "A cycle is one poll (receive) and the confirmed acknowledgement of what it returned."
         + (" Rows below the rate show each side's median round." if rounds > 1 else "")
     )
+    if warmup:
+        warm = []
+        for name, label in SIDES:
+            runs = [Side(run_dir, f"{name}-w{k}", hz) for k in range(1, warmup + 1)]
+            rates = " / ".join(num(r.rate()) if r.ok else "failed" for r in runs)
+            warm.append(f"{label.format(commit=commit)} {rates}")
+        out.append(
+            f"Before them, {warmup} warm-up round{'s' if warmup > 1 else ''} of each side, not counted (msgs/s): "
+            + "; ".join(warm) + "."
+        )
     out.append("")
     out.append("| Metric | " + " | ".join(label for label, _ in sides) + " |")
     out.append("|---|" + "---|" * len(sides))
