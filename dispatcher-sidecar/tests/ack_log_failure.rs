@@ -11,11 +11,8 @@ use common::recorder::TestRecorder;
 
 use std::time::{Duration, Instant};
 
-use dispatcher_sidecar::kafka;
 use dispatcher_sidecar::queue::Dispatcher;
 use dispatcher_sidecar::service::{NewMessage, QueueService, ReceiveRequest, ServiceError};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 
 const Q: &str = "fragile";
 
@@ -35,15 +32,7 @@ async fn an_ack_whose_ack_log_write_fails_answers_unavailable_and_its_wait_is_co
     config
         .librdkafka
         .insert("message.timeout.ms".into(), "2000".into());
-    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
-    let r = admin
-        .create_topics(
-            &[NewTopic::new("fragile", 1, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    assert!(r[0].is_ok(), "{r:?}");
+    common::create_topic(&config, "fragile", 1).await;
     let d = Dispatcher::start(&config).await.unwrap();
     let message = NewMessage {
         message_id: Some("m1".into()),

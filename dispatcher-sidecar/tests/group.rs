@@ -12,7 +12,7 @@ use dispatcher_sidecar::config::QueueConfig;
 use dispatcher_sidecar::kafka::consumer::{Assignment, Decode, FetchError, QueueConsumer};
 use dispatcher_sidecar::kafka::producer::{Producer, Record};
 use dispatcher_sidecar::kafka::{self};
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::message::{Header, Headers, Message, OwnedHeaders, OwnedMessage};
 use tokio::sync::watch;
@@ -45,18 +45,6 @@ impl Decode for Owned {
 }
 
 const TIMEOUT: Duration = Duration::from_secs(30);
-
-async fn create_topic(config: &dispatcher_sidecar::config::Config, name: &str, partitions: i32) {
-    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(config).create().unwrap();
-    let r = admin
-        .create_topics(
-            &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
-            &AdminOptions::new().request_timeout(Some(TIMEOUT)),
-        )
-        .await
-        .unwrap();
-    assert!(r[0].is_ok(), "{r:?}");
-}
 
 /// Starts a consumer and a task that applies its assignment events to a
 /// watched set (releasing revokes at once), as the lease engine's owner would.
@@ -115,7 +103,7 @@ async fn two_consumers_split_the_partitions_and_one_takes_over_when_the_other_le
     let broker = common::Broker::start(45020);
     let config = broker.config("[[queue]]\nname = \"work\"\ntopic = \"work\"\n");
     let queue = &config.queues[0];
-    create_topic(&config, "work", 4).await;
+    common::create_topic(&config, "work", 4).await;
     let all: BTreeSet<i32> = (0..4).collect();
 
     let (a, mut a_owned, a_revokes) = start(&config, queue);
@@ -154,7 +142,7 @@ async fn a_produced_message_is_fetched_from_its_partition_and_committed() {
     let broker = common::Broker::start(45030);
     let config = broker.config("[[queue]]\nname = \"mail\"\ntopic = \"mail\"\n");
     let queue = &config.queues[0];
-    create_topic(&config, "mail", 3).await;
+    common::create_topic(&config, "mail", 3).await;
 
     let producer = Producer::new(&kafka::producer_config(&config), Duration::from_secs(5)).unwrap();
     let mut offsets = Vec::new();
@@ -222,7 +210,7 @@ async fn a_revoked_owner_commits_before_releasing_and_the_new_owner_resumes_ther
     let broker = common::Broker::start(45040);
     let config = broker.config("[[queue]]\nname = \"hand\"\ntopic = \"hand\"\n");
     let queue = &config.queues[0];
-    create_topic(&config, "hand", 2).await;
+    common::create_topic(&config, "hand", 2).await;
     let producer = Producer::new(&kafka::producer_config(&config), Duration::from_secs(5)).unwrap();
     for p in 0..2 {
         for i in 0..4u8 {
@@ -306,7 +294,7 @@ async fn a_partition_added_later_is_assigned_and_fetched() {
     let broker = common::Broker::start(45060);
     let config = broker.config("[[queue]]\nname = \"grow\"\ntopic = \"grow\"\n");
     let queue = &config.queues[0];
-    create_topic(&config, "grow", 1).await;
+    common::create_topic(&config, "grow", 1).await;
     let (consumer, mut owned, _) = start(&config, queue);
     wait_for("the first partition", &mut owned, |o| o.len() == 1).await;
 

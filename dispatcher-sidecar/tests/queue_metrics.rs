@@ -8,13 +8,10 @@ use common::recorder::TestRecorder;
 
 use std::time::{Duration, Instant};
 
-use dispatcher_sidecar::kafka;
 use dispatcher_sidecar::queue::Dispatcher;
 use dispatcher_sidecar::service::{
     NackRequest, NewMessage, ProduceStatus, QueueService, ReceiptOutcome, ReceiveRequest,
 };
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 
 const Q: &str = "metered";
 
@@ -26,15 +23,7 @@ async fn the_runtime_emits_the_contracted_metrics() {
     let config = broker.config(&format!(
         "[[queue]]\nname = \"{Q}\"\ntopic = \"metered\"\nlease = \"30s\"\nretry_tiers = [\"1s\"]\n"
     ));
-    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
-    let r = admin
-        .create_topics(
-            &[NewTopic::new("metered", 1, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    assert!(r[0].is_ok());
+    common::create_topic(&config, "metered", 1).await;
     let d = Dispatcher::start(&config).await.unwrap();
     let m = |payload: &str| NewMessage {
         message_id: Some(payload.into()),

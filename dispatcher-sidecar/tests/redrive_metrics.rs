@@ -8,14 +8,11 @@ use common::recorder::TestRecorder;
 
 use std::time::{Duration, Instant};
 
-use dispatcher_sidecar::kafka;
 use dispatcher_sidecar::queue::Dispatcher;
 use dispatcher_sidecar::redrive::{JobState, RedriveAction, RedriveFilter, RedriveRequest};
 use dispatcher_sidecar::service::{
     NackRequest, NewMessage, QueueService, ReceiptOutcome, ReceiveRequest,
 };
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
-use rdkafka::client::DefaultClientContext;
 
 const Q: &str = "redriven";
 
@@ -72,15 +69,7 @@ async fn a_redrive_job_counts_its_outcomes_and_shows_its_state() {
     let config = broker.config(&format!(
         "[[queue]]\nname = \"{Q}\"\ntopic = \"redriven\"\nlease = \"30s\"\n"
     ));
-    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(&config).create().unwrap();
-    let r = admin
-        .create_topics(
-            &[NewTopic::new("redriven", 1, TopicReplication::Fixed(1))],
-            &AdminOptions::new(),
-        )
-        .await
-        .unwrap();
-    assert!(r[0].is_ok());
+    common::create_topic(&config, "redriven", 1).await;
     let d = Dispatcher::start(&config).await.unwrap();
     dead_letter(&d, &["a", "b", "a"]).await;
     let q = format!("queue={Q}");

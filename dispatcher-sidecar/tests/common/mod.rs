@@ -26,6 +26,8 @@ use std::time::{Duration, Instant};
 use dispatcher_sidecar::config::Config;
 use dispatcher_sidecar::kafka;
 use dispatcher_sidecar::lease::RetryEnvelope;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -245,4 +247,18 @@ pub fn envelope_of(m: &rdkafka::message::OwnedMessage) -> RetryEnvelope {
         .map(|h| (h.key.to_owned(), h.value.unwrap_or_default().to_vec()))
         .collect();
     RetryEnvelope::from_headers(&headers).unwrap().unwrap()
+}
+
+/// Creates `name` with `partitions` partitions (replication factor 1) on the
+/// broker `config` names, and checks that the broker took it.
+pub async fn create_topic(config: &Config, name: &str, partitions: i32) {
+    let admin: AdminClient<DefaultClientContext> = kafka::admin_config(config).create().unwrap();
+    let r = admin
+        .create_topics(
+            &[NewTopic::new(name, partitions, TopicReplication::Fixed(1))],
+            &AdminOptions::new().request_timeout(Some(Duration::from_secs(30))),
+        )
+        .await
+        .unwrap();
+    assert!(r[0].is_ok(), "{r:?}");
 }
