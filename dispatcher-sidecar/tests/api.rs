@@ -252,7 +252,8 @@ impl QueueService for Fake {
         )
     }
 
-    /// The fake holds no messages: every valid id is unknown.
+    /// The fake knows one message, `traced` (in `jobs`): every other valid
+    /// id is unknown.
     async fn trace(
         &self,
         message_id: &str,
@@ -263,7 +264,10 @@ impl QueueService for Fake {
         if let Some(q) = queue {
             self.check(q)?;
         }
-        Ok(Vec::new())
+        if message_id != "traced" || queue.is_some_and(|q| q != "jobs") {
+            return Ok(Vec::new());
+        }
+        Ok(vec![traced_message()])
     }
 
     async fn redrive_start(
@@ -1598,8 +1602,212 @@ async fn every_documented_route_reaches_a_handler() {
     h.shutdown().await;
 }
 
+/// The trace of `traced`: failed once, retried, and now leased again.
+fn traced_message() -> dispatcher_sidecar::trace::MessageTrace {
+    use dispatcher_sidecar::trace::{
+        CurrentState, EventKind, LocationKind, MessageTrace, Place, Source, Status, TraceEvent,
+    };
+    let event = |at: i64, event: EventKind, topic: &str| TraceEvent {
+        at,
+        event,
+        topic: Some(topic.into()),
+        partition: Some(1),
+        offset: Some(at / 1000),
+        attempt: None,
+        consumer: None,
+        error: None,
+    };
+    MessageTrace {
+        queue: "jobs".into(),
+        message_id: "traced".into(),
+        events: vec![
+            event(NOW_MS - 3000, EventKind::Produced, "jobs-topic"),
+            TraceEvent {
+                attempt: Some(1),
+                consumer: Some("w1".into()),
+                error: Some("boom".into()),
+                topic: None,
+                partition: None,
+                offset: None,
+                ..event(NOW_MS - 2000, EventKind::DeliveryFailed, "")
+            },
+            event(NOW_MS - 1000, EventKind::Retried, "jobs-topic.retry.10s"),
+        ],
+        state: CurrentState {
+            status: Status::InFlight,
+            location: Place {
+                kind: LocationKind::Retry,
+                topic: "jobs-topic.retry.10s".into(),
+                partition: 1,
+                offset: 7,
+            },
+            detail: "leased to w2".into(),
+            source: Source::Owner,
+            consumer: Some("w2".into()),
+            attempt: Some(2),
+            lease_expires_at: Some(NOW_MS + 60_000),
+            due_at: None,
+            committed_offset: Some(7),
+            log_start_offset: Some(0),
+        },
+    }
+}
+
 // ---------------------------------------------------------------------------
 // gRPC.
+
+/// Parked, Skip and Trace answer what their HTTP routes answer.
+#[tokio::test]
+async fn grpc_parked_skip_and_trace_carry_what_http_shows() {
+    let h = start().await;
+    let mut client = h.grpc().await;
+
+    let parked = client
+        .parked(proto::ParkedRequest {
+            queue: "jobs".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .parked;
+    assert_eq!(
+        parked,
+        [
+            proto::ParkedKey {
+                partition: 1,
+                key: b"K".to_vec(),
+                message_id: "m-1".into(),
+                parked_at_ms: 0,
+                held: 3,
+                released_by: None,
+            },
+            proto::ParkedKey {
+                partition: 0,
+                key: vec![0xff, 0x00],
+                message_id: "m-2".into(),
+                parked_at_ms: 1_000,
+                held: 0,
+                released_by: Some("skip".into()),
+            },
+        ]
+    );
+
+    let skip = |key: &[u8], message_id: &str| proto::SkipRequest {
+        queue: "jobs".into(),
+        partition: 1,
+        key: key.to_vec(),
+        message_id: message_id.into(),
+    };
+    for (request, expected) in [
+        (skip(b"K", "m-1"), proto::SkipStatus::Released),
+        (skip(b"K", "m-9"), proto::SkipStatus::OtherMessage),
+        (skip(b"R", "m-1"), proto::SkipStatus::AlreadyReleased),
+        (skip(b"X", "m-1"), proto::SkipStatus::NotParked),
+    ] {
+        let got = client.skip(request.clone()).await.unwrap().into_inner();
+        assert_eq!(got.status(), expected, "{request:?}");
+    }
+    let empty_id = client.skip(skip(b"K", "")).await.unwrap_err();
+    assert_eq!(empty_id.code(), tonic::Code::InvalidArgument);
+    let calls = h.fake.calls();
+    assert_eq!(
+        calls[1],
+        Call::Skip(
+            "jobs".into(),
+            SkipRequest {
+                partition: 1,
+                key: b"K".to_vec(),
+                message_id: "m-1".into(),
+            }
+        )
+    );
+    assert_eq!(calls.len(), 5, "the empty id never reached the service");
+
+    let trace = client
+        .trace(proto::TraceRequest {
+            message_id: "traced".into(),
+            queue: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(trace.message_id, "traced");
+    let [t] = trace.traces.as_slice() else {
+        panic!("one trace: {trace:?}")
+    };
+    let (status, http) = h.get("/messages/traced").await;
+    assert_eq!(status, StatusCode::OK);
+    let ht = &http["traces"][0];
+    assert_eq!(t.queue, "jobs");
+    assert_eq!(t.events.len(), 3);
+    let kinds: Vec<_> = t.events.iter().map(|e| e.event()).collect();
+    assert_eq!(
+        kinds,
+        [
+            proto::TraceEventKind::Produced,
+            proto::TraceEventKind::DeliveryFailed,
+            proto::TraceEventKind::Retried
+        ]
+    );
+    for (e, he) in t.events.iter().zip(ht["events"].as_array().unwrap()) {
+        assert_eq!(Some(e.at_ms), he["at"].as_str().map(rfc3339_ms), "{he}");
+        assert_eq!(e.topic.as_deref(), he["topic"].as_str(), "{he}");
+        assert_eq!(e.partition.map(i64::from), he["partition"].as_i64());
+        assert_eq!(e.offset, he["offset"].as_i64());
+        assert_eq!(e.attempt.map(u64::from), he["attempt"].as_u64());
+        assert_eq!(e.consumer.as_deref(), he["consumer"].as_str());
+        assert_eq!(e.error.as_deref(), he["error"].as_str());
+    }
+    let state = t.state.as_ref().unwrap();
+    assert_eq!(ht["state"]["status"], "in_flight");
+    assert_eq!(state.status(), proto::MessageStatus::InFlight);
+    assert_eq!(state.source(), proto::TraceSource::Owner);
+    assert_eq!(
+        state.location,
+        Some(proto::TracePlace {
+            kind: proto::LocationKind::Retry.into(),
+            topic: "jobs-topic.retry.10s".into(),
+            partition: 1,
+            offset: 7,
+        })
+    );
+    assert_eq!(state.detail, "leased to w2");
+    assert_eq!(
+        (state.consumer.as_deref(), state.attempt),
+        (Some("w2"), Some(2))
+    );
+    assert_eq!(state.lease_expires_at_ms, Some(NOW_MS + 60_000));
+    assert_eq!(
+        Some(NOW_MS + 60_000),
+        ht["state"]["lease_expires_at"].as_str().map(rfc3339_ms)
+    );
+    assert_eq!(state.due_at_ms, None);
+    assert_eq!(
+        (state.committed_offset, state.log_start_offset),
+        (Some(7), Some(0))
+    );
+
+    for (message_id, queue, code) in [
+        ("unknown", None, tonic::Code::NotFound),
+        ("traced", Some("nope"), tonic::Code::NotFound),
+        ("a\u{1}b", None, tonic::Code::InvalidArgument),
+    ] {
+        let err = client
+            .trace(proto::TraceRequest {
+                message_id: message_id.into(),
+                queue: queue.map(Into::into),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), code, "{message_id} {queue:?}: {err:?}");
+    }
+    h.shutdown().await;
+}
+
+/// Milliseconds since the epoch of the HTTP API's RFC 3339 times.
+fn rfc3339_ms(text: &str) -> i64 {
+    dispatcher_sidecar::redrive::parse_time(text).expect("an RFC 3339 time")
+}
 
 #[tokio::test]
 async fn grpc_serves_every_rpc() {
@@ -1841,6 +2049,23 @@ async fn grpc_maps_service_errors_to_status_codes() {
             .await
             .unwrap_err();
         assert_eq!(receive.code(), code, "{receive:?}");
+        let parked = client
+            .parked(proto::ParkedRequest {
+                queue: queue.into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(parked.code(), code, "{parked:?}");
+        let skipped = client
+            .skip(proto::SkipRequest {
+                queue: queue.into(),
+                partition: 1,
+                key: b"K".to_vec(),
+                message_id: "m-1".into(),
+            })
+            .await
+            .unwrap_err();
+        assert_eq!(skipped.code(), code, "{skipped:?}");
     }
     h.shutdown().await;
 }

@@ -11,6 +11,8 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 use common::{envelope_of, read_all, Broker, Instance};
+use dispatcher_sidecar::api::grpc::proto;
+use dispatcher_sidecar::api::grpc::proto::dispatcher_client::DispatcherClient;
 use dispatcher_sidecar::config::Config;
 use dispatcher_sidecar::kafka;
 use dispatcher_sidecar::queue::Dispatcher;
@@ -801,6 +803,36 @@ async fn a_skip_sent_to_another_instance_reaches_the_partition_owner() {
         json!({"parked": []}),
         "answered per instance"
     );
+    // gRPC: the owner's Parked shows the key; a Skip naming the wrong
+    // message, sent to the other instance, is refused by the owner.
+    let mut grpc = DispatcherClient::connect(owner.grpc.clone()).await.unwrap();
+    let parked = grpc
+        .parked(proto::ParkedRequest {
+            queue: "fwd".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .parked;
+    assert_eq!(parked.len(), 1, "{parked:?}");
+    assert_eq!((parked[0].key.as_slice(), parked[0].held), (&b"K"[..], 1));
+    assert_eq!(Some(parked[0].partition.into()), partition.as_i64());
+    assert_eq!(
+        Some(parked[0].message_id.as_str()),
+        k0["message_id"].as_str()
+    );
+    let mut grpc_other = DispatcherClient::connect(other.grpc.clone()).await.unwrap();
+    let refused = grpc_other
+        .skip(proto::SkipRequest {
+            queue: "fwd".into(),
+            partition: parked[0].partition,
+            key: b"K".to_vec(),
+            message_id: "nope".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(refused.status(), proto::SkipStatus::OtherMessage);
     let skip = |body: Value| {
         http.post(format!("{}/queues/fwd/skip", other.http))
             .json(&body)

@@ -1,5 +1,5 @@
-//! Issue 8, tracing: `GET /messages/{message_id}` and `dispatcher trace`
-//! against our broker, through the `dispatcher` binary (the index must
+//! Issue 8, tracing: `GET /messages/{message_id}`, gRPC `Trace` and
+//! `dispatcher trace` against our broker, through the `dispatcher` binary (the index must
 //! outlive the process that wrote it). Ports 45400-45449.
 
 mod common;
@@ -9,6 +9,8 @@ use common::Instance;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use dispatcher_sidecar::api::grpc::proto;
+use dispatcher_sidecar::api::grpc::proto::dispatcher_client::DispatcherClient;
 use dispatcher_sidecar::kafka;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
@@ -199,6 +201,62 @@ async fn a_message_nacked_twice_then_dead_lettered_shows_every_step_in_order() {
     assert!(times.windows(2).all(|w| w[0] <= w[1]), "{times:?}");
     assert_eq!(t["state"]["location"]["kind"], "dlq");
     assert_eq!(t["state"]["location"]["topic"], "trdlq.dlq");
+
+    // The gRPC Trace carries the same path and state.
+    let mut grpc = DispatcherClient::connect(d.grpc.clone()).await.unwrap();
+    let answer = grpc
+        .trace(proto::TraceRequest {
+            message_id: "order-17".into(),
+            queue: Some("tr".into()),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let [g] = answer.traces.as_slice() else {
+        panic!("one trace: {answer:?}")
+    };
+    use proto::TraceEventKind as K;
+    let kinds: Vec<K> = g.events.iter().map(|e| e.event()).collect();
+    assert_eq!(
+        kinds,
+        [
+            K::Produced,
+            K::DeliveryFailed,
+            K::Retried,
+            K::DeliveryFailed,
+            K::Retried,
+            K::DeliveryFailed,
+            K::DeadLettered
+        ]
+    );
+    let at: Vec<Option<i64>> = g.events.iter().map(|e| Some(e.at_ms)).collect();
+    let http_at: Vec<Option<i64>> = events
+        .iter()
+        .map(|e| dispatcher_sidecar::redrive::parse_time(e["at"].as_str().unwrap()))
+        .collect();
+    assert_eq!(at, http_at);
+    for (e, he) in g.events.iter().zip(events) {
+        assert_eq!(e.topic.as_deref(), he["topic"].as_str(), "{he}");
+        assert_eq!(e.offset, he["offset"].as_i64(), "{he}");
+        assert_eq!(e.attempt.map(u64::from), he["attempt"].as_u64(), "{he}");
+        assert_eq!(e.consumer.as_deref(), he["consumer"].as_str(), "{he}");
+        assert_eq!(e.error.as_deref(), he["error"].as_str(), "{he}");
+    }
+    let state = g.state.as_ref().unwrap();
+    assert_eq!(state.status(), proto::MessageStatus::DeadLettered);
+    let place = state.location.as_ref().unwrap();
+    assert_eq!(
+        (place.kind(), place.topic.as_str()),
+        (proto::LocationKind::Dlq, "trdlq.dlq")
+    );
+    let unknown = grpc
+        .trace(proto::TraceRequest {
+            message_id: "never-produced".into(),
+            queue: None,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), tonic::Code::NotFound, "{unknown:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::service::{
-    NackRequest, NewMessage, ReceiveRequest, ServiceError, MAX_CONSUMER_ID_BYTES,
+    NackRequest, NewMessage, ReceiveRequest, ServiceError, SkipRequest, MAX_CONSUMER_ID_BYTES,
     MAX_PRODUCE_BYTES, MAX_PRODUCE_MESSAGES, MAX_RECEIVE_MESSAGES, MAX_RECEIVE_WAIT,
 };
 
@@ -144,6 +144,34 @@ pub(crate) fn nack_request(
         error: error.map(|e| truncate(e, MAX_NACK_ERROR_BYTES)),
         permanent,
     }
+}
+
+/// A skip names the message its key is parked by: not empty.
+pub(crate) fn skip_request(
+    partition: i32,
+    key: Vec<u8>,
+    message_id: String,
+) -> Result<SkipRequest, ServiceError> {
+    if message_id.is_empty() {
+        return Err(invalid("message_id must not be empty".into()));
+    }
+    Ok(SkipRequest {
+        partition,
+        key,
+        message_id,
+    })
+}
+
+/// Why a trace found nothing, in both APIs' words.
+pub(crate) fn unknown_message(message_id: &str, queue: Option<&str>) -> String {
+    let who = match queue {
+        Some(q) => format!("queue {q:?} knows no message {message_id:?}"),
+        None => format!("no queue of this dispatcher knows message {message_id:?}"),
+    };
+    format!(
+        "{who}: it was never produced there, or its index entry left retention, \
+         or a derived id (<topic>-<partition>-<offset>) names no record"
+    )
 }
 
 fn truncate(mut text: String, max_bytes: usize) -> String {

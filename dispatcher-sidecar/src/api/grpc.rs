@@ -13,8 +13,12 @@ use crate::redrive::{
     JobState, RedriveAction, RedriveError, RedriveFilter, RedriveJob, RedriveRequest,
 };
 use crate::service::{
-    Delivery, NewMessage, PartitionStats, ProduceResult, ProduceStatus, QueueService, QueueStats,
-    ReceiptOutcome, ServiceError,
+    Delivery, NewMessage, ParkedKeyInfo, PartitionStats, ProduceResult, ProduceStatus,
+    QueueService, QueueStats, ReceiptOutcome, ServiceError, SkipOutcome,
+};
+use crate::trace::{
+    CurrentState, EventKind, LocationKind, MessageTrace, Place, Source, Status as TraceStatus,
+    TraceEvent,
 };
 
 /// The code generated from `proto/dispatcher.proto` (package
@@ -208,6 +212,67 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
             .await
             .map_err(status)?;
         Ok(Response::new(proto::ResumeResponse {}))
+    }
+
+    async fn parked(
+        &self,
+        request: Request<proto::ParkedRequest>,
+    ) -> Result<Response<proto::ParkedResponse>, Status> {
+        let request = request.into_inner();
+        let parked = self.service.parked(&request.queue).await.map_err(status)?;
+        Ok(Response::new(proto::ParkedResponse {
+            parked: parked.into_iter().map(parked_key).collect(),
+        }))
+    }
+
+    async fn skip(
+        &self,
+        request: Request<proto::SkipRequest>,
+    ) -> Result<Response<proto::SkipResponse>, Status> {
+        let request = request.into_inner();
+        let skip = edge::skip_request(request.partition, request.key, request.message_id)
+            .map_err(status)?;
+        let skip_status = match self
+            .service
+            .skip(&request.queue, skip)
+            .await
+            .map_err(status)?
+        {
+            SkipOutcome::Released => proto::SkipStatus::Released,
+            SkipOutcome::NotParked => proto::SkipStatus::NotParked,
+            SkipOutcome::OtherMessage => proto::SkipStatus::OtherMessage,
+            SkipOutcome::AlreadyReleased => proto::SkipStatus::AlreadyReleased,
+            SkipOutcome::NotOwner => {
+                return Err(Status::unavailable(
+                    "the partition's owner could not be reached (a rebalance?); retry",
+                ))
+            }
+        };
+        Ok(Response::new(proto::SkipResponse {
+            status: skip_status.into(),
+        }))
+    }
+
+    async fn trace(
+        &self,
+        request: Request<proto::TraceRequest>,
+    ) -> Result<Response<proto::TraceResponse>, Status> {
+        let request = request.into_inner();
+        let traces = self
+            .service
+            .trace(&request.message_id, request.queue.as_deref())
+            .await
+            .map_err(status)?;
+        if traces.is_empty() {
+            return Err(Status::not_found(edge::unknown_message(
+                &request.message_id,
+                request.queue.as_deref(),
+            )));
+        }
+        Ok(Response::new(proto::TraceResponse {
+            message_id: request.message_id,
+            traces: traces.into_iter().map(message_trace).collect(),
+        }))
     }
 
     async fn redrive_start(
@@ -430,5 +495,94 @@ fn partition_stats(p: PartitionStats) -> proto::PartitionStats {
         depth: p.depth,
         in_flight: p.in_flight,
         oldest_unacked_age_ms: p.oldest_unacked_age_ms,
+    }
+}
+
+fn parked_key(p: ParkedKeyInfo) -> proto::ParkedKey {
+    proto::ParkedKey {
+        partition: p.partition,
+        key: p.key,
+        message_id: p.message_id,
+        parked_at_ms: p.parked_at_ms,
+        held: p.held,
+        released_by: p.released_by,
+    }
+}
+
+fn message_trace(t: MessageTrace) -> proto::MessageTrace {
+    proto::MessageTrace {
+        queue: t.queue,
+        message_id: t.message_id,
+        events: t.events.into_iter().map(trace_event).collect(),
+        state: Some(trace_state(t.state)),
+    }
+}
+
+fn trace_event(e: TraceEvent) -> proto::TraceEvent {
+    let kind = match e.event {
+        EventKind::Produced => proto::TraceEventKind::Produced,
+        EventKind::DeliveryFailed => proto::TraceEventKind::DeliveryFailed,
+        EventKind::Retried => proto::TraceEventKind::Retried,
+        EventKind::DeadLettered => proto::TraceEventKind::DeadLettered,
+        EventKind::Redriven => proto::TraceEventKind::Redriven,
+        EventKind::Held => proto::TraceEventKind::Held,
+        EventKind::Moved => proto::TraceEventKind::Moved,
+    };
+    proto::TraceEvent {
+        at_ms: e.at,
+        event: kind.into(),
+        topic: e.topic,
+        partition: e.partition,
+        offset: e.offset,
+        attempt: e.attempt.map(u32::from),
+        consumer: e.consumer,
+        error: e.error,
+    }
+}
+
+fn trace_state(s: CurrentState) -> proto::TraceState {
+    let status = match s.status {
+        TraceStatus::Queued => proto::MessageStatus::Queued,
+        TraceStatus::Waiting => proto::MessageStatus::Waiting,
+        TraceStatus::InFlight => proto::MessageStatus::InFlight,
+        TraceStatus::PendingRoute => proto::MessageStatus::PendingRoute,
+        TraceStatus::Acked => proto::MessageStatus::Acked,
+        TraceStatus::DeadLettered => proto::MessageStatus::DeadLettered,
+        TraceStatus::Held => proto::MessageStatus::Held,
+        TraceStatus::LeftRetention => proto::MessageStatus::LeftRetention,
+        TraceStatus::NotAcked => proto::MessageStatus::NotAcked,
+    };
+    let source = match s.source {
+        Source::Owner => proto::TraceSource::Owner,
+        Source::Commit => proto::TraceSource::Commit,
+        Source::Log => proto::TraceSource::Log,
+    };
+    proto::TraceState {
+        status: status.into(),
+        location: Some(trace_place(s.location)),
+        detail: s.detail,
+        source: source.into(),
+        consumer: s.consumer,
+        attempt: s.attempt.map(u32::from),
+        lease_expires_at_ms: s.lease_expires_at,
+        due_at_ms: s.due_at,
+        committed_offset: s.committed_offset,
+        log_start_offset: s.log_start_offset,
+    }
+}
+
+fn trace_place(p: Place) -> proto::TracePlace {
+    let kind = match p.kind {
+        LocationKind::Primary => proto::LocationKind::Primary,
+        LocationKind::Retry => proto::LocationKind::Retry,
+        LocationKind::Dlq => proto::LocationKind::Dlq,
+        LocationKind::Redriven => proto::LocationKind::Redriven,
+        LocationKind::Held => proto::LocationKind::Held,
+    };
+    proto::TracePlace {
+        kind: kind.into(),
+        topic: p.topic,
+        partition: p.partition,
+        offset: p.offset,
     }
 }

@@ -366,17 +366,10 @@ async fn trace_message<S: QueueService>(
     let queue = query_param(&uri, "queue");
     let traces = state.service.trace(&message_id, queue.as_deref()).await?;
     if traces.is_empty() {
-        let who = match &queue {
-            Some(q) => format!("queue {q:?} knows no message {message_id:?}"),
-            None => format!("no queue of this dispatcher knows message {message_id:?}"),
-        };
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,
             "unknown_message",
-            format!(
-                "{who}: it was never produced there, or its index entry left retention, \
-                 or a derived id (<topic>-<partition>-<offset>) names no record"
-            ),
+            edge::unknown_message(&message_id, queue.as_deref()),
         ));
     }
     Ok(json(

@@ -616,15 +616,6 @@ impl SkipBody {
                 ))
             }
         };
-        if self.message_id.is_empty() {
-            return Err(ServiceError::InvalidArgument(
-                "message_id must not be empty".into(),
-            ));
-        }
-        Ok(crate::service::SkipRequest {
-            partition: self.partition,
-            key,
-            message_id: self.message_id,
-        })
+        super::edge::skip_request(self.partition, key, self.message_id)
     }
 }

@@ -154,6 +154,8 @@ pub struct Instance {
     pub child: Child,
     /// `http://127.0.0.2:<port>`.
     pub http: String,
+    /// `http://127.0.0.2:<port + 1>`, the gRPC API.
+    pub grpc: String,
 }
 
 impl Drop for Instance {
@@ -202,6 +204,7 @@ impl Broker {
         Instance {
             child,
             http: format!("http://127.0.0.2:{port}"),
+            grpc: format!("http://127.0.0.2:{}", port + 1),
         }
     }
 }
