@@ -213,4 +213,34 @@ async fn a_pause_reaches_every_instance_of_the_queue() {
     )
     .await;
     assert!(!paused(&a).await && !paused(&b).await);
+
+    // An instance that cannot be told (killed, still a member until its
+    // session times out) is named in a 503; the pause stands where it was
+    // asked, and a retry succeeds once the group has dropped the instance.
+    let mut b = b;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let pause = || {
+        http.post(format!("{}/queues/fwd-pause/pause", a.http))
+            .send()
+    };
+    let refused = pause().await.unwrap();
+    assert_eq!(refused.status(), reqwest::StatusCode::SERVICE_UNAVAILABLE);
+    let body: Value = refused.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "unavailable", "{body}");
+    let message = body["error"]["message"].as_str().unwrap_or_default();
+    assert!(
+        message.contains("not on 127.0.0.2:45464"),
+        "names the instance not reached: {body}"
+    );
+    assert!(paused(&a).await, "paused where it was asked");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !pause().await.unwrap().status().is_success() {
+        assert!(
+            Instant::now() < deadline,
+            "the group never dropped the killed instance"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(paused(&a).await);
 }
