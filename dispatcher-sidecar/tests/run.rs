@@ -1,5 +1,6 @@
 //! The binary end to end: `dispatcher --config` against our broker sets up
-//! the queue's topics, joins the group, and leaves cleanly on SIGTERM.
+//! the queue's topics, joins the group, runs without transparent huge
+//! pages, and leaves cleanly on SIGTERM.
 
 mod common;
 
@@ -110,6 +111,17 @@ async fn terminate(child: &mut std::process::Child, limit: Duration) -> std::pro
 async fn the_binary_sets_up_topics_and_stops_on_sigterm() {
     let broker = common::Broker::start(45050);
     let mut running = start_dispatcher(&broker, "e2e", 45051).await;
+    // Transparent huge pages are off for the process (src/main.rs): the
+    // kernel reports it per process (Linux 5.0 and later).
+    if cfg!(target_os = "linux") {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", running.0.id())).unwrap();
+        let thp = status.lines().find(|l| l.starts_with("THP_enabled:"));
+        assert_eq!(
+            thp.map(|l| l.split_whitespace().collect::<Vec<_>>()),
+            Some(vec!["THP_enabled:", "0"]),
+            "{status}"
+        );
+    }
     let status = terminate(&mut running.0, TIMEOUT).await;
     assert!(status.success(), "clean exit on SIGTERM: {status}");
 }
