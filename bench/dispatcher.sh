@@ -201,6 +201,8 @@ cpu_ticks() {
   read -r -a fields <<<"$rest"
   echo $((fields[11] + fields[12]))
 }
+# Busy clock ticks of the whole machine, all CPUs (/proc/stat: all but idle and iowait).
+machine_ticks() { awk '/^cpu / {print $2 + $3 + $4 + $7 + $8 + $9; exit}' /proc/stat; }
 peak_rss_kib() { awk '/^VmHWM:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo 0; }
 port_in_use() { ss -Htan "( sport = :$1 )" 2>/dev/null | grep -q .; }
 port_listening() { ss -Hltn "( sport = :$1 )" 2>/dev/null | grep -q .; }
@@ -361,13 +363,21 @@ preload() {
 # ticks of the broker (and of the dispatcher, when one runs) around it, and the
 # client's own CPU and peak RSS (GNU time) in <side>.time.
 measured() {
-  local side=$1 limit=$2 broker=$3 b_before d_before=0
+  local side=$1 limit=$2 broker=$3 b_before d_before=0 o_before m_before other
   shift 3
+  # The broker this side does not use: its CPU during the run is work left
+  # over from the previous side (log cleaning, JIT) competing for the cores.
+  other=$kafka_pid
+  [[ $broker == "$kafka_pid" ]] && other=$ours_pid
   b_before=$(cpu_ticks "$broker")
+  o_before=$(cpu_ticks "$other")
+  m_before=$(machine_ticks)
   [[ -n $dispatcher_pid ]] && d_before=$(cpu_ticks "$dispatcher_pid")
   bounded "$side" "$limit" /usr/bin/time -f '%U %S %M' -o "$run_dir/$side.time" "$@"
   local rc=$?
   echo "$b_before $(cpu_ticks "$broker")" >"$run_dir/$side.broker_cpu"
+  echo "$o_before $(cpu_ticks "$other")" >"$run_dir/$side.other_broker_cpu"
+  echo "$m_before $(machine_ticks)" >"$run_dir/$side.machine_cpu"
   if [[ -n $dispatcher_pid ]]; then
     echo "$d_before $(cpu_ticks "$dispatcher_pid")" >"$run_dir/$side.dispatcher_cpu"
     peak_rss_kib "$dispatcher_pid" >"$run_dir/$side.dispatcher_rss_kib"

@@ -7,8 +7,10 @@ The run dir holds meta.env (key=value lines), and per side (share,
 dispatcher-ours, dispatcher-kafka) and round k (1..rounds), under the prefix
 <side>-r<k>: .out with the client's RESULT line (warm-up rounds, not
 counted, under <side>-w<k>),
-.rc, .time (GNU time: user s, system s, max RSS KiB), .broker_cpu and
-.dispatcher_cpu (clock ticks before and after), .dispatcher_rss_kib, or .why
+.rc, .time (GNU time: user s, system s, max RSS KiB), .broker_cpu,
+.other_broker_cpu (the broker the side does not use), .machine_cpu (busy
+ticks of all CPUs) and .dispatcher_cpu (clock ticks before and after),
+.dispatcher_rss_kib, or .why
 when the run did not happen; and
 lease-memory.out/.err, lease-rebuild.out for the lease engine's figures.
 With several rounds, a side's column is its median-rate round, and the rate
@@ -73,6 +75,8 @@ class Side:
         rc = (read(base + ".rc") or "").strip()
         self.rc = int(rc) if rc.lstrip("-").isdigit() else None
         self.broker_cpu_s = ticks_s(base + ".broker_cpu", hz)
+        self.other_broker_cpu_s = ticks_s(base + ".other_broker_cpu", hz)
+        self.machine_cpu_s = ticks_s(base + ".machine_cpu", hz)
         self.dispatcher_cpu_s = ticks_s(base + ".dispatcher_cpu", hz)
         rss = (read(base + ".dispatcher_rss_kib") or "").strip()
         self.dispatcher_rss_mib = int(rss) / 1024 if rss.isdigit() and int(rss) > 0 else None
@@ -224,6 +228,9 @@ def main(run_dir):
     row("redelivered (attempt or delivery count > 1)", [field(s, "redelivered", "{:,.0f}") for _, s in sides])
     row("acks not confirmed", [field(s, "failed", "{:,.0f}") for _, s in sides])
     row("broker CPU s during the run", [num(s.broker_cpu_s, "{:.2f}") for _, s in sides])
+    row("the other broker's CPU s during the run (not this side's)",
+        [num(s.other_broker_cpu_s, "{:.2f}") for _, s in sides])
+    row("whole machine's busy CPU s during the run", [num(s.machine_cpu_s, "{:.2f}") for _, s in sides])
     row("dispatcher CPU s during the run", ["n/a"] + [num(s.dispatcher_cpu_s, "{:.2f}") for _, s in sides[1:]])
     row("workers' process CPU s", [num(s.client_cpu_s, "{:.2f}") for _, s in sides])
     row("dispatcher peak RSS MiB", ["n/a"] + [num(s.dispatcher_rss_mib, "{:.0f}") for _, s in sides[1:]])
