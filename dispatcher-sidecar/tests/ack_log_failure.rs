@@ -76,12 +76,7 @@ async fn an_ack_whose_ack_log_write_fails_answers_unavailable_and_its_wait_is_co
         0,
         "an unconfirmed ack is not counted as one"
     );
-    let waits = recorder.histograms.lock().unwrap()
-        [&format!("dispatcher_ack_log_write_seconds{{{q}}}")]
-        .0
-        .lock()
-        .unwrap()
-        .clone();
+    let waits = recorder.histogram(&format!("dispatcher_ack_log_write_seconds{{{q}}}"));
     assert_eq!(waits.len(), 1, "{waits:?}");
     assert!((1.5..30.0).contains(&waits[0]), "{waits:?}");
     // No shutdown: with the broker gone it would only wait out its commit

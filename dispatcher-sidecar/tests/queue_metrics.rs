@@ -104,20 +104,10 @@ async fn the_runtime_emits_the_contracted_metrics() {
     ] {
         assert_eq!(recorder.counter(&name), want, "{name}");
     }
-    let attempts = recorder.histograms.lock().unwrap()
-        [&format!("dispatcher_delivery_attempts{{{q}}}")]
-        .0
-        .lock()
-        .unwrap()
-        .clone();
+    let attempts = recorder.histogram(&format!("dispatcher_delivery_attempts{{{q}}}"));
     assert_eq!(attempts, vec![1.0, 1.0, 1.0, 2.0]);
     // One ack-log wait per ack call, each well under Kafka's request timeout.
-    let waits = recorder.histograms.lock().unwrap()
-        [&format!("dispatcher_ack_log_write_seconds{{{q}}}")]
-        .0
-        .lock()
-        .unwrap()
-        .clone();
+    let waits = recorder.histogram(&format!("dispatcher_ack_log_write_seconds{{{q}}}"));
     assert_eq!(waits.len(), 2, "{waits:?}");
     assert!(waits.iter().all(|w| (0.0..30.0).contains(w)), "{waits:?}");
     // The gauges follow within a few seconds (watermarks are read ~5 s apart).

@@ -85,6 +85,16 @@ impl TestRecorder {
             .map_or(0, |c| c.load(Ordering::SeqCst))
     }
 
+    /// Every value recorded in the histogram `name`, in order; empty when
+    /// nothing was.
+    pub fn histogram(&self, name: &str) -> Vec<f64> {
+        self.histograms
+            .lock()
+            .unwrap()
+            .get(name)
+            .map_or_else(Vec::new, |h| h.0.lock().unwrap().clone())
+    }
+
     pub fn gauge(&self, name: &str) -> Option<f64> {
         self.gauges
             .lock()
