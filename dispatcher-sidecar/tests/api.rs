@@ -247,6 +247,7 @@ impl QueueService for Fake {
                 (b"K", "m-1") => SkipOutcome::Released,
                 (b"K", _) => SkipOutcome::OtherMessage,
                 (b"R", _) => SkipOutcome::AlreadyReleased,
+                (b"O", _) => SkipOutcome::NotOwner,
                 _ => SkipOutcome::NotParked,
             },
         )
@@ -533,7 +534,7 @@ async fn stats_route_returns_the_queue_figures() {
 }
 
 #[tokio::test]
-async fn parked_keys_list_utf8_or_base64_keys_and_skip_maps_refusals_to_404_and_409() {
+async fn parked_keys_list_utf8_or_base64_keys_and_skip_maps_refusals_to_404_409_and_503() {
     let h = start().await;
     assert_eq!(
         h.get("/queues/jobs/parked").await,
@@ -571,6 +572,11 @@ async fn parked_keys_list_utf8_or_base64_keys_and_skip_maps_refusals_to_404_and_
         skip(json!({"partition": 1, "key": "X", "message_id": "m-1"})).await,
         StatusCode::NOT_FOUND,
         "not_parked",
+    );
+    assert_error(
+        skip(json!({"partition": 1, "key": "O", "message_id": "m-1"})).await,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "unavailable",
     );
     for bad in [
         json!({"partition": 1, "message_id": "m-1"}),
@@ -1707,6 +1713,8 @@ async fn grpc_parked_skip_and_trace_carry_what_http_shows() {
         let got = client.skip(request.clone()).await.unwrap().into_inner();
         assert_eq!(got.status(), expected, "{request:?}");
     }
+    let unreached = client.skip(skip(b"O", "m-1")).await.unwrap_err();
+    assert_eq!(unreached.code(), tonic::Code::Unavailable, "{unreached:?}");
     let empty_id = client.skip(skip(b"K", "")).await.unwrap_err();
     assert_eq!(empty_id.code(), tonic::Code::InvalidArgument);
     let calls = h.fake.calls();
@@ -1721,7 +1729,7 @@ async fn grpc_parked_skip_and_trace_carry_what_http_shows() {
             }
         )
     );
-    assert_eq!(calls.len(), 5, "the empty id never reached the service");
+    assert_eq!(calls.len(), 6, "the empty id never reached the service");
 
     let trace = client
         .trace(proto::TraceRequest {

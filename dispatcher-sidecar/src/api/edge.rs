@@ -162,6 +162,10 @@ pub(crate) fn skip_request(
     })
 }
 
+/// A skip whose partition's owner could not be asked, in both APIs' words.
+pub(crate) const SKIP_OWNER_UNREACHED: &str =
+    "the partition's owner could not be reached (a rebalance?); retry";
+
 /// Why a trace found nothing, in both APIs' words.
 pub(crate) fn unknown_message(message_id: &str, queue: Option<&str>) -> String {
     let who = match queue {

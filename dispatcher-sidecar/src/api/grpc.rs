@@ -242,11 +242,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
             SkipOutcome::NotParked => proto::SkipStatus::NotParked,
             SkipOutcome::OtherMessage => proto::SkipStatus::OtherMessage,
             SkipOutcome::AlreadyReleased => proto::SkipStatus::AlreadyReleased,
-            SkipOutcome::NotOwner => {
-                return Err(Status::unavailable(
-                    "the partition's owner could not be reached (a rebalance?); retry",
-                ))
-            }
+            SkipOutcome::NotOwner => return Err(Status::unavailable(edge::SKIP_OWNER_UNREACHED)),
         };
         Ok(Response::new(proto::SkipResponse {
             status: skip_status.into(),

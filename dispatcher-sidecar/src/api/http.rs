@@ -334,7 +334,7 @@ async fn skip<S: QueueService>(
         SkipOutcome::NotOwner => Err(ApiError::new(
             StatusCode::SERVICE_UNAVAILABLE,
             "unavailable",
-            "the partition's owner could not be reached (a rebalance?); retry".into(),
+            edge::SKIP_OWNER_UNREACHED.into(),
         )),
     }
 }
