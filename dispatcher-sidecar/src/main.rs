@@ -43,7 +43,8 @@ fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .init();
     if let Err(e) = thp_off {
-        tracing::debug!("transparent huge pages stay on: {e}");
+        // docs/operations.md says THP is off; say so when it is not.
+        tracing::warn!("transparent huge pages stay on for this process: {e}");
     }
     if std::env::args().nth(1).as_deref() == Some("trace") {
         return trace(std::env::args().skip(2));
