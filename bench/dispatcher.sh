@@ -360,8 +360,9 @@ preload() {
 }
 
 # measured <side> <limit> <broker pid> cmd...: the client run, with the CPU
-# ticks of the broker (and of the dispatcher, when one runs) around it, and the
-# client's own CPU and peak RSS (GNU time) in <side>.time.
+# ticks of the broker (and of the dispatcher, when one runs) around it, those
+# of the other broker and the whole machine's busy ticks, and the client's
+# own CPU and peak RSS (GNU time) in <side>.time.
 measured() {
   local side=$1 limit=$2 broker=$3 b_before d_before=0 o_before m_before other
   shift 3
