@@ -8,6 +8,7 @@
 
 pub mod consumer;
 pub mod dedupe_log;
+pub mod follow;
 pub mod producer;
 pub mod topics;
 
