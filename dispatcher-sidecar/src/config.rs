@@ -200,6 +200,11 @@ impl QueueConfig {
         format!("{}.hold", self.topic)
     }
 
+    /// The queue's control topic: its pause state (`kafka::control`).
+    pub fn control_topic(&self) -> String {
+        format!("{}.control", self.topic)
+    }
+
     /// Every retry tier's topic, in tier order.
     pub fn retry_topics(&self) -> Vec<String> {
         self.retry_tiers

@@ -530,11 +530,19 @@ impl<S: QueueService> QueueService for Forwarding<S> {
         self.local.stats(queue).await
     }
 
-    /// Here, then on every other instance in the queue's group now (their
-    /// `/internal` route). An instance that could not be told is named in
-    /// an `Unavailable` error; the change stands where it was made, and a
-    /// retry (idempotent) finishes it.
+    async fn record_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
+        self.local.record_paused(queue, paused).await
+    }
+
+    /// Recorded in the control topic first (so it outlives restarts and
+    /// reaches instances that join later; nothing changes when that
+    /// fails), then applied here, then on every other instance in the
+    /// queue's group now (their `/internal` route). An instance that could
+    /// not be told is named in an `Unavailable` error; the change stands
+    /// where it was made, the instance takes it up when it reads the
+    /// control topic, and a retry (idempotent) confirms it.
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
+        self.local.record_paused(queue, paused).await?;
         self.local.set_paused(queue, paused).await?;
         let Some(route) = self.routes.get(queue) else {
             return Ok(());

@@ -229,9 +229,20 @@ pub trait QueueService: Send + Sync + 'static {
 
     fn stats(&self, queue: &str) -> impl Future<Output = Result<QueueStats, ServiceError>> + Send;
 
+    /// Records the queue's pause state (`true`: paused) where it outlives
+    /// the instances (the control topic), so an instance that restarts or
+    /// joins later takes it up; applies nothing by itself. An error means
+    /// nothing was recorded.
+    fn record_paused(
+        &self,
+        queue: &str,
+        paused: bool,
+    ) -> impl Future<Output = Result<(), ServiceError>> + Send;
+
     /// Pauses (`true`) or resumes (`false`) the queue's deliveries on this
     /// instance: while paused, receives (pull and push) lease nothing and
     /// a long poll waits; produce, ack, nack and extend go on. Idempotent.
+    /// The public API records the change first (`record_paused`).
     fn set_paused(
         &self,
         queue: &str,

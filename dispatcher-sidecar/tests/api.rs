@@ -43,6 +43,7 @@ enum Call {
     Extend(String, String, Duration),
     Stats(String),
     SetPaused(String, bool),
+    RecordPaused(String, bool),
     Parked(String),
     Skip(String, SkipRequest),
     RedriveStart(String, RedriveRequest),
@@ -209,6 +210,11 @@ impl QueueService for Fake {
                 },
             ],
         })
+    }
+
+    async fn record_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
+        self.record(Call::RecordPaused(queue.into(), paused));
+        self.check(queue)
     }
 
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {

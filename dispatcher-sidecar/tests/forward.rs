@@ -243,4 +243,87 @@ async fn a_pause_reaches_every_instance_of_the_queue() {
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
     assert!(paused(&a).await);
+
+    // The pause is recorded in the queue's control topic: an instance that
+    // joins the group later starts paused, and so does one restarted after
+    // a kill -9. Each answers its first stats already paused: the control
+    // topic is read before the API listens.
+    let first_stats = |i: &Instance| {
+        let url = format!("{}/queues/fwd-pause", i.http);
+        let http = http.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(60);
+            loop {
+                if let Ok(r) = http.get(&url).send().await {
+                    if r.status().is_success() {
+                        return r.json::<Value>().await.unwrap()["paused"]
+                            .as_bool()
+                            .unwrap();
+                    }
+                }
+                assert!(Instant::now() < deadline, "{url} never answered");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    let c = start_queue(&broker, dir.path(), "c", 45466, "fwd-pause");
+    assert!(first_stats(&c).await, "a later instance starts paused");
+    let mut a = a;
+    a.child.kill().unwrap();
+    a.child.wait().unwrap();
+    let a = start_queue(&broker, dir.path(), "a", 45462, "fwd-pause");
+    assert!(first_stats(&a).await, "a restarted instance starts paused");
+    let got = post(
+        &http,
+        format!("{}/queues/fwd-pause/receive", a.http),
+        json!({ "max_messages": 10, "wait_seconds": 1 }),
+    )
+    .await;
+    assert_eq!(got["messages"], json!([]), "{got}");
+
+    // A resume is recorded too (a tombstone): the restarted instance starts
+    // unpaused.
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while !http
+        .post(format!("{}/queues/fwd-pause/resume", c.http))
+        .send()
+        .await
+        .unwrap()
+        .status()
+        .is_success()
+    {
+        // The killed `a` may still be a member until its session times out.
+        assert!(Instant::now() < deadline, "the resume never reached both");
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    assert!(!paused(&a).await && !paused(&c).await);
+    let mut c = c;
+    c.child.kill().unwrap();
+    c.child.wait().unwrap();
+    let c = start_queue(&broker, dir.path(), "c", 45466, "fwd-pause");
+    assert!(!first_stats(&c).await, "a resume outlives a restart");
+
+    // Each instance follows the control topic: a pause recorded by any
+    // instance, here written straight to the topic as a `record_paused`
+    // whose broadcast reached nobody, applies everywhere within moments.
+    let producer: rdkafka::producer::FutureProducer =
+        kafka::producer_config(&config).create().unwrap();
+    producer
+        .send(
+            rdkafka::producer::FutureRecord::to("fwd-pause.control")
+                .partition(0)
+                .key(&kafka::control::pause_key("fwd-pause-dispatcher"))
+                .payload(&kafka::control::pause_value(0)),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !(paused(&a).await && paused(&c).await) {
+        assert!(
+            Instant::now() < deadline,
+            "the recorded pause never reached both instances"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }

@@ -101,6 +101,7 @@ async fn setup_creates_tiers_dlq_and_ack_log_once_with_the_right_configs() {
         created,
         [
             "jobs.acklog",
+            "jobs.control",
             "jobs.dedupe",
             "jobs.dlq",
             "jobs.dlq.redrive",
@@ -114,9 +115,14 @@ async fn setup_creates_tiers_dlq_and_ack_log_once_with_the_right_configs() {
     assert!(report.existing.is_empty());
 
     let counts = partitions(&admin);
-    for t in &created {
+    for t in created.iter().filter(|t| *t != "jobs.control") {
         assert_eq!(counts[t], 4, "{t} has the primary's partition count");
     }
+    assert_eq!(counts["jobs.control"], 1, "one control partition");
+    assert_eq!(
+        describe(&admin, "jobs.control").await["cleanup.policy"],
+        "compact"
+    );
     let dlq = describe(&admin, "jobs.dlq").await;
     assert_eq!(
         dlq["retention.ms"], "7200000",
@@ -133,13 +139,13 @@ async fn setup_creates_tiers_dlq_and_ack_log_once_with_the_right_configs() {
     // Idempotent: the second run finds everything and creates nothing.
     let again = topics::ensure_topics(&admin, jobs, TIMEOUT).await.unwrap();
     assert!(again.created.is_empty(), "{again:?}");
-    assert_eq!(again.existing.len(), 9);
+    assert_eq!(again.existing.len(), 10);
 
     // An infinite primary retention gives an infinite DLQ retention.
     let forever = topics::ensure_topics(&admin, &config.queues[1], TIMEOUT)
         .await
         .unwrap();
-    assert_eq!(forever.created.len(), 6, "{forever:?}");
+    assert_eq!(forever.created.len(), 7, "{forever:?}");
     assert_eq!(describe(&admin, "forever.dlq").await["retention.ms"], "-1");
     assert_eq!(
         describe(&admin, "forever.retry.30s").await["retention.ms"],

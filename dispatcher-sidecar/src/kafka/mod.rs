@@ -7,6 +7,7 @@
 //! assignments. The lease engine decides.
 
 pub mod consumer;
+pub mod control;
 pub mod dedupe_log;
 pub mod follow;
 pub mod producer;

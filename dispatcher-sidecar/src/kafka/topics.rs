@@ -28,6 +28,8 @@ pub enum TopicRole {
     Index,
     /// Which DLQ records were redriven (`crate::redrive::store`).
     RedriveMarks,
+    /// Operator state that outlives instances: the pause (`super::control`).
+    Control,
 }
 
 /// The primary topic as the cluster describes it.
@@ -53,8 +55,8 @@ pub struct TopicSpec {
     pub configs: BTreeMap<String, String>,
 }
 
-/// The derived topics of `queue`, in order: retry tiers, DLQ, ack log,
-/// dedupe, redrive marks.
+/// The derived topics of `queue`, in order: retry tiers, DLQ, (hold,) ack
+/// log, dedupe, index, redrive marks, control.
 ///
 /// Every one has the primary's partition count and replication factor (the
 /// ack log's partition p holds the lease events of the primary's partition
@@ -67,7 +69,8 @@ pub struct TopicSpec {
 /// window, so an id older than two windows is gone from disk too). The
 /// message-id index (`<topic>.index`) is compacted (one entry per message)
 /// and deleted after the DLQ's retention, so an entry outlives every copy of
-/// its message.
+/// its message. The control topic (`<topic>.control`) has one partition
+/// and is compacted only: a pause stands until a resume, however long ago.
 pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
     let retention = |extra_ms: i64, factor: i64| -> String {
         if primary.retention_ms < 0 {
@@ -155,6 +158,14 @@ pub fn plan(queue: &QueueConfig, primary: &PrimaryTopic) -> Vec<TopicSpec> {
             ("retention.ms".to_string(), retention(0, 2)),
         ]),
     ));
+    specs.push(TopicSpec {
+        partitions: 1,
+        ..spec(
+            queue.control_topic(),
+            TopicRole::Control,
+            BTreeMap::from([("cleanup.policy".to_string(), "compact".to_string())]),
+        )
+    });
     specs
 }
 
@@ -410,11 +421,13 @@ mod tests {
                 "jobs.acklog",
                 "jobs.dedupe",
                 "jobs.index",
-                "jobs.dlq.redrive"
+                "jobs.dlq.redrive",
+                "jobs.control"
             ]
         );
         assert!(specs
             .iter()
+            .filter(|s| s.role != TopicRole::Control)
             .all(|s| s.partitions == 6 && s.replication_factor == 3));
         assert!(specs
             .iter()
@@ -517,6 +530,21 @@ mod tests {
         assert_eq!(m.role, TopicRole::RedriveMarks);
         assert_eq!(m.configs["cleanup.policy"], "compact,delete");
         assert_eq!(m.configs["retention.ms"], "2000");
+    }
+
+    #[test]
+    fn the_control_topic_has_one_partition_and_is_never_deleted() {
+        let specs = plan(&queue(""), &primary(1_000));
+        let c = by_name(&specs, "jobs.control");
+        assert_eq!(c.role, TopicRole::Control);
+        assert_eq!((c.partitions, c.replication_factor), (1, 3));
+        assert_eq!(
+            c.configs,
+            BTreeMap::from([
+                ("cleanup.policy".to_string(), "compact".to_string()),
+                ("min.insync.replicas".to_string(), "2".to_string()),
+            ])
+        );
     }
 
     #[test]

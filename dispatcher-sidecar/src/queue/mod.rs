@@ -165,6 +165,7 @@ impl Dispatcher {
                     .unwrap_or(1),
             })?);
             runtime.follow_dedupe(&reader_config).await?;
+            runtime.follow_control(&reader_config).await?;
             for (t, events) in event_streams.into_iter().enumerate() {
                 let t = u16::try_from(t).context("too many retry tiers")?;
                 tasks.push(tokio::spawn(assignments(
@@ -394,6 +395,10 @@ impl QueueService for Dispatcher {
 
     async fn stats(&self, queue: &str) -> Result<QueueStats, ServiceError> {
         self.queue(queue)?.stats().await
+    }
+
+    async fn record_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {
+        self.queue(queue)?.record_paused(paused).await
     }
 
     async fn set_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {

@@ -19,6 +19,7 @@ use tokio::task::JoinHandle;
 
 use crate::config::{format_duration, QueueConfig};
 use crate::kafka::consumer::{FetchError, QueueConsumer};
+use crate::kafka::control;
 use crate::lease::{
     FailureCause, LeaseConfig, LeaseError, LeaseEvent, PartitionLeases, QueuePartition, Receipt,
     ReceiptCodec, Route,
@@ -212,6 +213,8 @@ pub(crate) struct QueueRuntime {
     parked: Mutex<HashMap<QueuePartition, Parked>>,
     /// Receives lease nothing while set (`set_paused`).
     paused: AtomicBool,
+    /// Reads the control topic (the pause state) at start, then follows it.
+    control_follower: Mutex<Option<crate::kafka::follow::Follower>>,
     /// The instance's in-flight budget, shared by its queues; `lane` is this
     /// queue's index in it.
     fair: Arc<FairShare>,
@@ -326,6 +329,7 @@ impl QueueRuntime {
             unserved: Mutex::new(BTreeSet::new()),
             parked: Mutex::new(HashMap::new()),
             paused: AtomicBool::new(false),
+            control_follower: Mutex::new(None),
             fair: parts.fair,
             lane: parts.lane,
         })
@@ -346,6 +350,72 @@ impl QueueRuntime {
         if !paused {
             self.ready.notify_waiters();
         }
+    }
+
+    /// Writes the queue's pause state to its control topic and waits for
+    /// Kafka to acknowledge it (a pause is a record, a resume a
+    /// tombstone). It changes nothing here: every instance applies it when
+    /// it reads it back (`follow_control`), and `set_paused` applies it now.
+    pub(crate) async fn record_paused(&self, paused: bool) -> Result<(), ServiceError> {
+        let topic = self.config.control_topic();
+        let key = control::pause_key(&self.config.group);
+        let value = paused.then(|| control::pause_value(now_ms()));
+        let mut record = FutureRecord::<[u8], [u8]>::to(&topic)
+            .partition(0)
+            .key(key.as_bytes());
+        if let Some(v) = &value {
+            record = record.payload(&v[..]);
+        }
+        let action = if paused { "pause" } else { "resume" };
+        match self.producer.send(record, control::WRITE_TIMEOUT).await {
+            Ok(_) => Ok(()),
+            Err((e, _)) => {
+                tracing::warn!(queue = %self.config.name, %topic, "recording a {action}: {e}");
+                Err(ServiceError::Unavailable(format!(
+                    "the {action} could not be recorded in {topic} ({e}); nothing changed, retry"
+                )))
+            }
+        }
+    }
+
+    /// Reads the control topic to its end, taking the pause state it holds
+    /// before any receive is served, then follows it: a change recorded by
+    /// any instance applies here too, even one whose broadcast did not
+    /// reach this instance.
+    pub(crate) async fn follow_control(
+        self: &Arc<Self>,
+        reader_config: &rdkafka::config::ClientConfig,
+    ) -> anyhow::Result<()> {
+        let client_config = reader_config
+            .clone()
+            .set("client.id", "dispatcher-control-reader")
+            .clone();
+        let topic = self.config.control_topic();
+        let group = self.config.group.clone();
+        let this = Arc::downgrade(self);
+        let follower = tokio::task::spawn_blocking(move || {
+            control::follow_pause(&client_config, &topic, &group, move |paused| {
+                if let Some(runtime) = this.upgrade() {
+                    runtime.set_paused(paused);
+                }
+            })
+        })
+        .await
+        .expect("the control reader does not panic")
+        .map_err(|e| {
+            e.context(format!(
+                "queue {:?}: reading the control topic",
+                self.config.name
+            ))
+        })?;
+        *self.control_follower.lock().unwrap() = Some(follower);
+        Ok(())
+    }
+
+    /// Stops following the control topic (at shutdown).
+    pub(crate) fn stop_control(&self) {
+        let follower = self.control_follower.lock().unwrap().take();
+        drop(follower);
     }
 
     pub(crate) fn paused(&self) -> bool {

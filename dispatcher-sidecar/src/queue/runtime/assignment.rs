@@ -352,6 +352,7 @@ impl QueueRuntime {
     /// Closes every owned partition after committing its commit point.
     pub(crate) async fn stop(&self) {
         self.stop_dedupe();
+        self.stop_control();
         let parts: Vec<Arc<Partition>> = self
             .partitions
             .write()
