@@ -371,13 +371,16 @@ measured() {
   other=$kafka_pid
   [[ $broker == "$kafka_pid" ]] && other=$ours_pid
   b_before=$(cpu_ticks "$broker")
-  o_before=$(cpu_ticks "$other")
+  # No other broker (ours not built or skipped): no figure, not a zero.
+  [[ -n $other && -d /proc/$other ]] || other=
+  o_before=
+  [[ -n $other ]] && o_before=$(cpu_ticks "$other")
   m_before=$(machine_ticks)
   [[ -n $dispatcher_pid ]] && d_before=$(cpu_ticks "$dispatcher_pid")
   bounded "$side" "$limit" /usr/bin/time -f '%U %S %M' -o "$run_dir/$side.time" "$@"
   local rc=$?
   echo "$b_before $(cpu_ticks "$broker")" >"$run_dir/$side.broker_cpu"
-  echo "$o_before $(cpu_ticks "$other")" >"$run_dir/$side.other_broker_cpu"
+  [[ -n $other ]] && echo "$o_before $(cpu_ticks "$other")" >"$run_dir/$side.other_broker_cpu"
   echo "$m_before $(machine_ticks)" >"$run_dir/$side.machine_cpu"
   if [[ -n $dispatcher_pid ]]; then
     echo "$d_before $(cpu_ticks "$dispatcher_pid")" >"$run_dir/$side.dispatcher_cpu"
