@@ -598,6 +598,40 @@ async fn parked_keys_list_utf8_or_base64_keys_and_skip_maps_refusals_to_404_409_
     }
 }
 
+/// The public API (the forwarding layer) records a pause or resume before
+/// it applies it, and applies nothing when it could not be recorded.
+#[tokio::test]
+async fn a_pause_is_recorded_before_it_applies_and_not_applied_unrecorded() {
+    let fake = Arc::new(Fake::default());
+    // No queue of the config is `jobs` or `down`: nothing is broadcast.
+    let config = Config::parse(
+        "bootstrap_servers = \"127.0.0.3:1\"\n[[queue]]\nname = \"other\"\ntopic = \"other\"\n",
+        "test.toml",
+        Path::new("."),
+    )
+    .unwrap();
+    let forwarding =
+        dispatcher_sidecar::forward::Forwarding::new(fake.clone(), &config, "127.0.0.3:1".into())
+            .unwrap();
+    forwarding.set_paused("jobs", true).await.unwrap();
+    forwarding.set_paused("jobs", false).await.unwrap();
+    let refused = forwarding.set_paused("down", true).await.unwrap_err();
+    assert!(
+        matches!(refused, ServiceError::Unavailable(_)),
+        "{refused:?}"
+    );
+    assert_eq!(
+        fake.calls(),
+        [
+            Call::RecordPaused("jobs".into(), true),
+            Call::SetPaused("jobs".into(), true),
+            Call::RecordPaused("jobs".into(), false),
+            Call::SetPaused("jobs".into(), false),
+            Call::RecordPaused("down".into(), true),
+        ]
+    );
+}
+
 #[tokio::test]
 async fn pause_and_resume_routes_reach_the_service() {
     let h = start().await;
