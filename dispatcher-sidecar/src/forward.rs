@@ -535,7 +535,7 @@ impl<S: QueueService> QueueService for Forwarding<S> {
     }
 
     /// Recorded in the control topic first (so it outlives restarts and
-    /// reaches instances that join later; nothing changes when that
+    /// reaches instances that join later; nothing is applied when that
     /// fails), then applied here, then on every other instance in the
     /// queue's group now (their `/internal` route). An instance that could
     /// not be told is named in an `Unavailable` error; the change stands

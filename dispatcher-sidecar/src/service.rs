@@ -232,7 +232,8 @@ pub trait QueueService: Send + Sync + 'static {
     /// Records the queue's pause state (`true`: paused) where it outlives
     /// the instances (the control topic), so an instance that restarts or
     /// joins later takes it up; applies nothing by itself. An error means
-    /// nothing was recorded.
+    /// it was not confirmed (a write that timed out may still land, and is
+    /// then taken up like any recorded change).
     fn record_paused(
         &self,
         queue: &str,

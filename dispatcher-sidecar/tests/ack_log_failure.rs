@@ -2,7 +2,8 @@
 //! (`message.timeout.ms` shortened to 2 s), and the ack answers
 //! `Unavailable` (HTTP 503, gRPC `UNAVAILABLE`) instead of confirming, while
 //! its wait is still counted in `dispatcher_ack_log_write_seconds`
-//! (docs/operations.md). Its own test binary: it installs a global recorder
+//! (docs/operations.md). A pause that cannot be recorded is refused the
+//! same way. Its own test binary: it installs a global recorder
 //! and kills its broker.
 
 mod common;
@@ -79,6 +80,16 @@ async fn an_ack_whose_ack_log_write_fails_answers_unavailable_and_its_wait_is_co
     let waits = recorder.histogram(&format!("dispatcher_ack_log_write_seconds{{{q}}}"));
     assert_eq!(waits.len(), 1, "{waits:?}");
     assert!((1.5..30.0).contains(&waits[0]), "{waits:?}");
+
+    // A pause that cannot be recorded in the control topic is refused the
+    // same way (and the public API then applies it nowhere).
+    let refused = tokio::time::timeout(Duration::from_secs(30), d.record_paused(Q, true))
+        .await
+        .expect("the pause answers within 30 s");
+    assert!(
+        matches!(&refused, Err(ServiceError::Unavailable(m)) if m.contains("fragile.control")),
+        "{refused:?}"
+    );
     // No shutdown: with the broker gone it would only wait out its commit
     // and close timeouts.
 }

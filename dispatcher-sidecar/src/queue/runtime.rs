@@ -367,15 +367,24 @@ impl QueueRuntime {
             record = record.payload(&v[..]);
         }
         let action = if paused { "pause" } else { "resume" };
-        match self.producer.send(record, control::WRITE_TIMEOUT).await {
-            Ok(_) => Ok(()),
-            Err((e, _)) => {
-                tracing::warn!(queue = %self.config.name, %topic, "recording a {action}: {e}");
-                Err(ServiceError::Unavailable(format!(
-                    "the {action} could not be recorded in {topic} ({e}); nothing changed, retry"
-                )))
-            }
-        }
+        // Bounded here: the producer would wait out `message.timeout.ms`.
+        let why = match tokio::time::timeout(
+            control::WRITE_TIMEOUT,
+            self.producer.send(record, control::WRITE_TIMEOUT),
+        )
+        .await
+        {
+            Ok(Ok(_)) => return Ok(()),
+            Ok(Err((e, _))) => e.to_string(),
+            Err(_) => format!("no answer within {:?}", control::WRITE_TIMEOUT),
+        };
+        tracing::warn!(queue = %self.config.name, %topic, "recording a {action}: {why}");
+        // A write that timed out may still land; every instance then
+        // applies it when it reads it, as any recorded change.
+        Err(ServiceError::Unavailable(format!(
+            "the {action} was not recorded in {topic} ({why}); it is applied nowhere \
+             unless Kafka writes it after all; retry"
+        )))
     }
 
     /// Reads the control topic to its end, taking the pause state it holds
