@@ -428,6 +428,14 @@ impl Config {
                 (q.dedupe_topic.clone(), "dedupe_topic"),
             ];
             owned.extend(q.retry_topics().into_iter().map(|t| (t, "retry_tiers")));
+            // The topics named after the queue's topic or DLQ (created by
+            // `kafka::topics::plan`), under the key they derive from.
+            if q.ordered {
+                owned.push((q.hold_topic(), "topic"));
+            }
+            owned.push((crate::trace::index_topic(&q.topic), "topic"));
+            owned.push((crate::redrive::store::state_topic(&q), "dlq_topic"));
+            owned.push((q.control_topic(), "topic"));
             for (topic, key) in owned {
                 if let Err(why) = check_topic_name(&topic) {
                     return Err(err(key, why));
@@ -1262,6 +1270,21 @@ ordered = false
         assert_eq!(
             e,
             "dispatcher.toml: queue \"b\": key \"dlq_topic\": topic \"jobs.dlq\" is already used by queue \"jobs\" (\"dlq_topic\")"
+        );
+        // A topic another queue derives from its own is taken too.
+        let e = error(&format!(
+            "{MINIMAL}[[queue]]\nname = \"b\"\ntopic = \"jobs.control\"\n"
+        ));
+        assert_eq!(
+            e,
+            "dispatcher.toml: queue \"b\": key \"topic\": topic \"jobs.control\" is already used by queue \"jobs\" (\"topic\")"
+        );
+        let e = error(&format!(
+            "{MINIMAL}[[queue]]\nname = \"b\"\ntopic = \"b\"\ndlq_topic = \"jobs.dlq.redrive\"\n"
+        ));
+        assert!(
+            e.contains("topic \"jobs.dlq.redrive\" is already used by queue \"jobs\""),
+            "{e}"
         );
         let e = error(&format!("{MINIMAL}dlq_topic = \"jobs\"\n"));
         assert!(
