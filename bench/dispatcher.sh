@@ -3,6 +3,7 @@
 #   bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]
 #                       [--rounds K] [--warmup W] [--share-commit sync|async] [--api http|grpc]
 #                       [--worker-mode receive-ack|prefetch] [--skip-lease-figures]
+#                       [--pin servers|broker]
 # Leased + acked messages/s with N pull workers, three ways, on this machine:
 #   share       Apache Kafka 4.4's KafkaShareConsumer, explicit acknowledgement,
 #               N consumers in one share group (bench/dispatcher/share-bench)
@@ -35,6 +36,14 @@
 # (bench/out/dispatcher-latest points at the last run). docs/benchmarks.md
 # describes the method and what the comparison leaves out. LOADGEN_GOGC sets
 # the Go workers' GOGC (default 400, see below).
+#
+# --pin servers: the servers (Apache Kafka; our broker and the dispatcher)
+# on CPU 0 and each side's workers on CPU 1 (taskset), as when the workers
+# run on machines of their own. --pin broker: only the broker on CPU 0, the
+# dispatcher beside the workers on CPU 1, as when it runs on the workers'
+# machines (the share group's side is the same in both). Without --pin all
+# share both CPUs, so the workers' CPU comes out of the servers'
+# (docs/benchmarks.md).
 #
 # --smoke: tiny counts, to prove the harness works end to end in seconds
 # (given built binaries). Exit status: 0 when every side ran to its count and
@@ -83,7 +92,7 @@ SHARED_PROPS=(
 usage() {
   echo "usage: bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]" >&2
   echo "                           [--rounds K] [--warmup W] [--share-commit sync|async] [--api http|grpc]" >&2
-  echo "                           [--worker-mode receive-ack|prefetch] [--skip-lease-figures]" >&2
+  echo "                           [--worker-mode receive-ack|prefetch] [--skip-lease-figures] [--pin servers|broker]" >&2
   exit 2
 }
 positive() { [[ ${1:-} =~ ^[0-9]+$ && $1 -ge 1 ]]; }
@@ -107,6 +116,7 @@ share_commit=sync
 # The API the dispatcher's pull workers use, and how they cycle.
 api=http
 worker_mode=receive-ack
+pin=
 while (($#)); do
   case "$1" in
     --smoke) smoke=1; shift ;;
@@ -123,6 +133,7 @@ while (($#)); do
     --rounds) positive "${2:-}" || usage; rounds=$2; shift 2 ;;
     --warmup) [[ ${2:-} =~ ^[0-9]+$ ]] || usage; warmup=$2; shift 2 ;;
     --skip-lease-figures) lease_figures=0; shift ;;
+    --pin) [[ ${2:-} == servers || ${2:-} == broker ]] || usage; pin=$2; shift 2 ;;
     *) usage ;;
   esac
 done
@@ -134,6 +145,16 @@ if ((smoke)); then
   rebuild_records=100000
 fi
 [[ -n $warmup ]] || warmup=$((smoke ? 0 : 5))
+# What --pin puts before the brokers', the dispatcher's and the workers' commands.
+pin_broker=()
+pin_dispatcher=()
+pin_workers=()
+if [[ -n $pin ]]; then
+  (($(nproc) >= 2)) || die "--pin needs two CPUs"
+  pin_broker=(taskset -c 0)
+  pin_workers=(taskset -c 1)
+  if [[ $pin == servers ]]; then pin_dispatcher=(taskset -c 0); else pin_dispatcher=(taskset -c 1); fi
+fi
 # Bounds: a side gets 60 s plus 1 ms per message (over 16 minutes at
 # 1,000,000), far above any rate seen, so only a stuck side hits it.
 run_timeout_s=$((60 + messages / 1000))
@@ -269,7 +290,7 @@ done
 blog "starting Apache Kafka $kafka_version on 127.0.0.1:$KAFKA_PORT"
 kafka_pid=$(KAFKA_EXTRA_JAVA_OPTS="$KAFKA_JAVA_OPTS" KAFKA_EXTRA_PROPERTIES=$(printf '%s\n' "${SHARED_PROPS[@]}") \
   CONTROLLER_PORT=$KAFKA_CONTROLLER_PORT READY_TIMEOUT_S=$ready_timeout_s \
-  "$COMPAT_DIR/kafka-reference/start.sh" "$KAFKA_PORT" "$kafka_data" 2>"$run_dir/kafka-start.err") \
+  "${pin_broker[@]}" "$COMPAT_DIR/kafka-reference/start.sh" "$KAFKA_PORT" "$kafka_data" 2>"$run_dir/kafka-start.err") \
   || { cat "$run_dir/kafka-start.err" >&2; die "Apache Kafka did not start"; }
 cp "$kafka_data/server.properties" "$run_dir/kafka-server.properties"
 
@@ -299,7 +320,7 @@ if [[ -n ${BROKER_BIN:-} && -x $BROKER_BIN ]]; then
   overrides=(--override "listeners=PLAINTEXT://127.0.0.1:$OURS_PORT" --override "log.dirs=$ours_data/logs"
     --override "metrics.listen.address=none")
   for p in "${SHARED_PROPS[@]}"; do overrides+=(--override "$p"); done
-  "$BROKER_BIN" "${overrides[@]}" >"$run_dir/ours-broker.log" 2>&1 </dev/null &
+  "${pin_broker[@]}" "$BROKER_BIN" "${overrides[@]}" >"$run_dir/ours-broker.log" 2>&1 </dev/null &
   ours_pid=$!
   if ! python3 "$BENCH_DIR/ready.py" 127.0.0.1 "$OURS_PORT" "$ready_timeout_s" >/dev/null; then
     blog "our broker did not answer a Metadata request within ${ready_timeout_s}s"
@@ -326,6 +347,7 @@ note batch "$batch"
 note share_commit "$share_commit"
 note api "$api"
 note worker_mode "$worker_mode"
+note pin "$pin"
 note rounds "$rounds"
 note warmup "$warmup"
 note record_bytes "$record_bytes"
@@ -403,7 +425,7 @@ run_share() {
     --add-config "share.auto.offset.reset=earliest,share.record.lock.duration.ms=$((LEASE_S * 1000))" \
     || { echo "setting the share group's configs failed: see $name.group-config.err" >"$run_dir/$name.why"; return 1; }
   blog "$name: $workers KafkaShareConsumer workers, explicit acknowledgement, until $messages acks"
-  measured "$name" "$((run_timeout_s + 30))" "$kafka_pid" java -Xmx1g -cp "$share_dir/target/classes:$share_dir/target/lib/*" \
+  measured "$name" "$((run_timeout_s + 30))" "$kafka_pid" "${pin_workers[@]}" java -Xmx1g -cp "$share_dir/target/classes:$share_dir/target/lib/*" \
     bench.ShareBench --bootstrap "127.0.0.1:$KAFKA_PORT" --topic "$name" --group "$name" \
     --workers "$workers" --messages "$messages" --batch "$batch" --timeout-s "$run_timeout_s" --commit "$share_commit"
 }
@@ -429,7 +451,7 @@ TOML
   for port in "$DISPATCHER_HTTP_PORT" "$DISPATCHER_GRPC_PORT"; do
     for _ in $(seq 1 70); do port_in_use "$port" || break; sleep 1; done
   done
-  NO_COLOR=1 RUST_LOG=${RUST_LOG:-info} "$DISPATCHER_BIN" --config "$config" >"$run_dir/$name.dispatcher.log" 2>&1 </dev/null &
+  NO_COLOR=1 RUST_LOG=${RUST_LOG:-info} "${pin_dispatcher[@]}" "$DISPATCHER_BIN" --config "$config" >"$run_dir/$name.dispatcher.log" 2>&1 </dev/null &
   dispatcher_pid=$!
   local deadline=$((SECONDS + ready_timeout_s))
   while ((SECONDS < deadline)); do
@@ -460,7 +482,7 @@ run_dispatcher() {
   local mode=()
   [[ $worker_mode == receive-ack ]] || mode=("-$worker_mode")
   blog "$name: $workers $api pull workers ($worker_mode), until $messages acks"
-  measured "$name" "$((run_timeout_s + 30))" "$broker" env GOGC="$LOADGEN_GOGC" "$PROGRAMS/loadgen/loadgen" -api "$api" "${mode[@]}" \
+  measured "$name" "$((run_timeout_s + 30))" "$broker" "${pin_workers[@]}" env GOGC="$LOADGEN_GOGC" "$PROGRAMS/loadgen/loadgen" -api "$api" "${mode[@]}" \
     -url "http://127.0.0.1:$DISPATCHER_HTTP_PORT" -grpc "127.0.0.1:$DISPATCHER_GRPC_PORT" -queue bench -workers "$workers" -messages "$messages" \
     -batch "$batch" -wait 1s -lease "${LEASE_S}s" -timeout "${run_timeout_s}s"
   local rc=$?

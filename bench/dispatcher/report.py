@@ -169,7 +169,11 @@ def main(run_dir):
         f"batch {meta.get('batch')}, lease {meta.get('lease_s')} s, {rounds} round{'s' if rounds > 1 else ''}, "
         f"dispatcher workers on its {'gRPC' if meta.get('api') == 'grpc' else 'HTTP/JSON'} API"
         f" ({meta.get('worker_mode', 'receive-ack')})"
-        f"{' (smoke run)' if meta.get('smoke') == '1' else ''}."
+        + {
+            "servers": ", the brokers and the dispatcher pinned to CPU 0, the workers to CPU 1 (--pin servers)",
+            "broker": ", the brokers pinned to CPU 0, the dispatcher and the workers to CPU 1 (--pin broker)",
+        }.get(meta.get("pin", ""), "")
+        + f"{' (smoke run)' if meta.get('smoke') == '1' else ''}."
     )
     out.append(
         f"Apache Kafka {meta.get('kafka_version', '?')} (share.version={meta.get('share_version', '?')}); "
