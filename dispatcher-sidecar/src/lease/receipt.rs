@@ -48,8 +48,9 @@ pub enum ReceiptError {
 /// Encodes and verifies the receipts of one queue.
 #[derive(Clone)]
 pub struct ReceiptCodec {
-    /// Version 1's BLAKE3 key; version 2's SipHash key is its first half.
+    /// Version 1's BLAKE3 key.
     key: [u8; 32],
+    /// Version 2's SipHash key, derived apart from version 1's.
     sip_key: [u8; 16],
 }
 
@@ -63,12 +64,15 @@ impl ReceiptCodec {
     /// `secret` is the dispatcher's receipt secret (every instance serving
     /// the queue must share it, so any owner can verify any receipt).
     pub fn new(secret: &[u8; 32], queue: &str) -> Self {
-        let mut hasher = blake3::Hasher::new_keyed(secret);
-        hasher.update(b"dispatcher receipt key v1\0");
-        hasher.update(queue.as_bytes());
-        let key = *hasher.finalize().as_bytes();
+        let derive = |context: &[u8]| {
+            let mut hasher = blake3::Hasher::new_keyed(secret);
+            hasher.update(context);
+            hasher.update(queue.as_bytes());
+            *hasher.finalize().as_bytes()
+        };
+        let key = derive(b"dispatcher receipt key v1\0");
         let mut sip_key = [0u8; 16];
-        sip_key.copy_from_slice(&key[..16]);
+        sip_key.copy_from_slice(&derive(b"dispatcher receipt key v2\0")[..16]);
         ReceiptCodec { key, sip_key }
     }
 
