@@ -406,6 +406,29 @@ mod tests {
         specs.iter().find(|s| s.name == name).unwrap().clone()
     }
 
+    /// The config's rule that two queues share no topic lists the derived
+    /// topics itself (it runs before any broker is asked); every topic the
+    /// plan creates must be in that list.
+    #[test]
+    fn no_other_queue_may_use_a_topic_the_plan_creates() {
+        for extra in ["", "ordered = true\n"] {
+            for spec in plan(&queue(extra), &primary(1_000)) {
+                let text = format!(
+                    "[[queue]]\nname = \"jobs\"\ntopic = \"jobs\"\n{extra}\
+                     [[queue]]\nname = \"other\"\ntopic = \"{}\"\n",
+                    spec.name
+                );
+                let e = Config::parse(&text, "t.toml", std::path::Path::new("."))
+                    .expect_err(&spec.name)
+                    .to_string();
+                assert!(
+                    e.contains(&format!("topic \"{}\" is already used", spec.name)),
+                    "{e}"
+                );
+            }
+        }
+    }
+
     #[test]
     fn the_plan_has_every_tier_then_the_dlq_then_the_ack_log() {
         let specs = plan(&queue(""), &primary(604_800_000));
