@@ -18,7 +18,9 @@
 #               (shows what the dispatcher costs, independent of our broker)
 # Each side gets its own topic of P partitions pre-loaded with M records of
 # S bytes by kafka-producer-perf-test before anything is timed, and drains it:
-# the run ends when M acknowledgements have been confirmed. --rounds K repeats
+# the run ends when M acknowledgements have been confirmed. Besides the rate,
+# the table gives the servers' CPU per acked message (broker, plus dispatcher)
+# and its ratio to the share group's, which depends less on --pin. --rounds K repeats
 # the three K times (order reversed every other round, fresh topics and group
 # each time) and the table shows the median. --warmup W (default 5, 0 with
 # --smoke) first runs W rounds of all three that are reported but not counted:

@@ -107,6 +107,19 @@ class Side:
     def rate(self):
         return float(self.result["msgs_per_s"]) if self.ok else None
 
+    def server_cpu_us(self, with_dispatcher):
+        """CPU µs the servers spent per acked message: the broker's, plus
+        the dispatcher's on a dispatcher side. None when a figure is missing."""
+        if not self.ok or self.broker_cpu_s is None:
+            return None
+        cpu = self.broker_cpu_s
+        if with_dispatcher:
+            if self.dispatcher_cpu_s is None:
+                return None
+            cpu += self.dispatcher_cpu_s
+        acked = float(self.result.get("acked", 0) or 0)
+        return cpu / acked * 1e6 if acked > 0 else None
+
 
 class SideRounds:
     """One side over all rounds: the median-rate round stands for it."""
@@ -236,6 +249,12 @@ def main(run_dir):
         [num(s.other_broker_cpu_s, "{:.2f}") for _, s in sides])
     row("whole machine's busy CPU s during the run", [num(s.machine_cpu_s, "{:.2f}") for _, s in sides])
     row("dispatcher CPU s during the run", ["n/a"] + [num(s.dispatcher_cpu_s, "{:.2f}") for _, s in sides[1:]])
+    # What the servers cost per message, whatever the layout: the rate
+    # depends on where the workers run (--pin), this much less.
+    server_us = [s.server_cpu_us(i > 0) for i, (_, s) in enumerate(sides)]
+    row("servers' CPU µs per acked message (broker, and dispatcher)", [num(u, "{:.2f}") for u in server_us])
+    row("share group's servers' CPU per message ÷ this side's (> 1: cheaper)", [
+        "-" if u is None or not server_us[0] else f"{server_us[0] / u:.2f}x" for u in server_us])
     row("workers' process CPU s", [num(s.client_cpu_s, "{:.2f}") for _, s in sides])
     row("dispatcher peak RSS MiB", ["n/a"] + [num(s.dispatcher_rss_mib, "{:.0f}") for _, s in sides[1:]])
     row("workers' process peak RSS MiB", [num(s.client_rss_mib, "{:.0f}") for _, s in sides])
