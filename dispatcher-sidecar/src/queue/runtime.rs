@@ -2,9 +2,9 @@
 //! tiers), their fetch tasks, and the operations of the service on them.
 //!
 //! Locking: one mutex per owned partition, held only for the engine's pure
-//! work and for handing records to librdkafka's local queue (which keeps
-//! their order); never across a Kafka round trip. Requests then await the
-//! delivery reports of their own records.
+//! work and for appending its ack-log records to the writer (`ack_log`,
+//! which keeps their order); never across a Kafka round trip. Requests then
+//! await the delivery reports of their own records.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicUsize, Ordering};
@@ -38,6 +38,7 @@ use super::message::{
 use super::partition::{acked_above_commit, PartitionState};
 use super::reader;
 
+mod ack_log;
 mod assignment;
 mod failures;
 mod ordered;
@@ -101,6 +102,8 @@ pub(crate) struct Partition {
 #[derive(Default)]
 struct Pending {
     futures: Vec<DeliveryFuture>,
+    /// Records queued in the ack-log writer (`ack_log`).
+    appended: Vec<tokio::sync::oneshot::Receiver<Result<(), String>>>,
     error: Option<String>,
 }
 
@@ -116,8 +119,16 @@ impl Pending {
         }
     }
 
+    fn appended(wait: tokio::sync::oneshot::Receiver<Result<(), String>>) -> Pending {
+        Pending {
+            appended: vec![wait],
+            ..Pending::default()
+        }
+    }
+
     fn merge(&mut self, other: Pending) {
         self.futures.extend(other.futures);
+        self.appended.extend(other.appended);
         if self.error.is_none() {
             self.error = other.error;
         }
@@ -130,6 +141,14 @@ impl Pending {
                 Ok(Ok(_)) => continue,
                 Ok(Err((e, _))) => e.to_string(),
                 Err(_) => "the producer went away".to_string(),
+            };
+            error.get_or_insert(outcome);
+        }
+        for wait in self.appended {
+            let outcome = match wait.await {
+                Ok(Ok(())) => continue,
+                Ok(Err(e)) => e,
+                Err(_) => "the ack-log writer went away".to_string(),
             };
             error.get_or_insert(outcome);
         }
@@ -189,6 +208,8 @@ pub(crate) struct QueueRuntime {
     ack_log_partitions: i32,
     hold_partitions: i32,
     producer: FutureProducer,
+    /// Writes the ack log, one write in flight per partition.
+    ack_log: Arc<ack_log::AckLogWriter>,
     consumers: RwLock<Vec<Arc<QueueConsumer>>>,
     partitions: RwLock<HashMap<QueuePartition, Arc<Partition>>>,
     /// Woken when records become leasable (fetched, or a partition assigned).
@@ -301,6 +322,11 @@ impl QueueRuntime {
             parts.index_partitions,
             &parts.reader_config,
         )?;
+        let ack_log = Arc::new(ack_log::AckLogWriter::new(
+            parts.producer.clone(),
+            config.ack_log_topic.clone(),
+            parts.ack_log_partitions,
+        ));
         Ok(QueueRuntime {
             index,
             dedupe: Arc::new(Mutex::new(Dedupe::new(
@@ -316,6 +342,7 @@ impl QueueRuntime {
             dlq_partitions: parts.dlq_partitions.max(1),
             ack_log_partitions: parts.ack_log_partitions.max(1),
             hold_partitions: parts.hold_partitions.max(1),
+            ack_log,
             producer: parts.producer,
             consumers: RwLock::new(parts.consumers),
             partitions: RwLock::new(HashMap::new()),
@@ -462,36 +489,32 @@ impl QueueRuntime {
         self.partitions.read().unwrap().get(&qp).cloned()
     }
 
-    /// Hands the partition's drained engine events to the producer, in order.
+    /// Hands the partition's drained engine events to the ack-log writer,
+    /// in order.
     fn write_events(&self, state: &mut PartitionState) -> Pending {
-        let mut pending = Pending::default();
         let partition = state.engine.partition().partition % self.ack_log_partitions;
         // Ordered queues' records first: one naming a record as held (or a
         // key as parked) must not be lost while the event that makes the
-        // record done survives (the producer keeps their order, and a
-        // later record of a partition is never written after a failed one).
+        // record done survives (the writer keeps their order).
         let ring = state.engine.config().gap_cap;
         let qp = state.engine.partition();
+        let mut records = Vec::new();
         for record in state.take_ordered_out() {
             let r = crate::queue::ordered::encode(qp, ring, &record);
-            let mut out = FutureRecord::<[u8], [u8]>::to(&self.config.ack_log_topic)
-                .partition(partition)
-                .key(&r.key[..]);
-            if !matches!(record, crate::queue::ordered::OrderedRecord::Unparked(_)) {
-                out = out.payload(&r.value[..]);
-            }
-            pending.sent(self.producer.send_result(out));
+            let tombstone = matches!(record, crate::queue::ordered::OrderedRecord::Unparked(_));
+            records.push(ack_log::OutRecord {
+                key: r.key,
+                value: (!tombstone).then_some(r.value),
+            });
         }
-        let events = state.engine.drain_events();
-        for event in &events {
+        for event in &state.engine.drain_events() {
             let r = state.engine.encode(event);
-            let record = FutureRecord::to(&self.config.ack_log_topic)
-                .partition(partition)
-                .key(&r.key[..])
-                .payload(&r.value[..]);
-            pending.sent(self.producer.send_result(record));
+            records.push(ack_log::OutRecord {
+                key: r.key,
+                value: Some(r.value),
+            });
         }
-        pending
+        self.ack_log.append(partition, records)
     }
 }
 

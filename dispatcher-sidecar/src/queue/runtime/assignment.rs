@@ -212,6 +212,7 @@ impl QueueRuntime {
         }
         // Writes of requests still running land before the next owner reads
         // the ack log.
+        self.ack_log.drain(Duration::from_secs(5)).await;
         let producer = self.producer.clone();
         let _ = tokio::task::spawn_blocking(move || {
             rdkafka::producer::Producer::flush(&producer, Duration::from_secs(5))
@@ -364,6 +365,9 @@ impl QueueRuntime {
             p.close().await;
         }
         self.commit(&parts, true).await;
+        // The ack-log records of requests that ended meanwhile reach the
+        // producer (flushed at shutdown).
+        self.ack_log.drain(Duration::from_secs(5)).await;
     }
 
     pub(crate) fn take_consumers(&self) -> Vec<Arc<QueueConsumer>> {

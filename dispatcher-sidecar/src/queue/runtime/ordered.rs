@@ -87,14 +87,13 @@ impl QueueRuntime {
                 errors: envelope.errors,
             };
             let r = ordered::encode(part.qp, ring, &OrderedRecord::Retry(record.clone()));
-            let send = self.producer.send_result(
-                FutureRecord::to(&self.config.ack_log_topic)
-                    .partition(ack_partition)
-                    .key(&r.key[..])
-                    .payload(&r.value[..]),
+            let pending = self.ack_log.append(
+                ack_partition,
+                vec![super::ack_log::OutRecord {
+                    key: r.key,
+                    value: Some(r.value),
+                }],
             );
-            let mut pending = Pending::default();
-            pending.sent(send);
             records.push(record);
             sends.push(Some(pending));
         }
