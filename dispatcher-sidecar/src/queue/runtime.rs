@@ -126,6 +126,13 @@ impl Pending {
         }
     }
 
+    fn failed(error: String) -> Pending {
+        Pending {
+            error: Some(error),
+            ..Pending::default()
+        }
+    }
+
     fn merge(&mut self, other: Pending) {
         self.futures.extend(other.futures);
         self.appended.extend(other.appended);

@@ -38,6 +38,8 @@ struct Appended {
 #[derive(Default)]
 struct LaneQueue {
     waiting: VecDeque<Appended>,
+    /// Records in `waiting`.
+    waiting_records: usize,
     /// A task is writing this lane; it takes what is appended meanwhile.
     writing: bool,
 }
@@ -49,10 +51,17 @@ struct Lane {
     idle: Notify,
 }
 
+/// Records one ack-log partition may have waiting behind its write in
+/// flight (librdkafka's own local queue holds 100,000 by default); past it
+/// an append fails at once, so a Kafka that stopped answering cannot grow
+/// the dispatcher's memory.
+const MAX_WAITING_RECORDS: usize = 100_000;
+
 pub(crate) struct AckLogWriter {
     producer: FutureProducer,
     topic: String,
     lanes: Vec<Lane>,
+    max_waiting: usize,
 }
 
 impl AckLogWriter {
@@ -62,6 +71,7 @@ impl AckLogWriter {
             producer,
             topic,
             lanes: (0..n).map(|_| Lane::default()).collect(),
+            max_waiting: MAX_WAITING_RECORDS,
         }
     }
 
@@ -77,6 +87,13 @@ impl AckLogWriter {
         let (done, wait) = oneshot::channel();
         let start = {
             let mut q = self.lanes[lane].queue.lock().unwrap();
+            if q.waiting_records + records.len() > self.max_waiting {
+                return Pending::failed(format!(
+                    "ack-log partition {partition}: {} records already wait for Kafka",
+                    q.waiting_records
+                ));
+            }
+            q.waiting_records += records.len();
             q.waiting.push_back(Appended { records, done });
             !std::mem::replace(&mut q.writing, true)
         };
@@ -100,6 +117,7 @@ impl AckLogWriter {
                     self.lanes[lane].idle.notify_waiters();
                     return;
                 }
+                q.waiting_records = 0;
                 q.waiting.drain(..).collect()
             };
             let mut sends = Vec::with_capacity(batch.len());
@@ -241,6 +259,39 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(got, expected);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn records_waiting_behind_a_stuck_write_are_bounded() {
+        let cluster = MockCluster::new(1).unwrap();
+        cluster.create_topic(TOPIC, 1, 1).unwrap();
+        let bootstrap = cluster.bootstrap_servers();
+        let mut writer = AckLogWriter::new(producer(&bootstrap, 30_000), TOPIC.to_string(), 1);
+        writer.max_waiting = 3;
+        let writer = Arc::new(writer);
+        assert_eq!(writer.append(0, vec![record(1)]).wait().await, Ok(()));
+        cluster.broker_down(1).unwrap();
+        let in_flight = writer.append(0, vec![record(2)]);
+        // The writer takes it: it no longer counts as waiting.
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        let waiting = writer.append(0, vec![record(3), record(4), record(5)]);
+        let refused = writer.append(0, vec![record(6)]).wait().await;
+        assert!(
+            refused
+                .as_ref()
+                .is_err_and(|e| e.contains("3 records already wait")),
+            "{refused:?}"
+        );
+        cluster.broker_up(1).unwrap();
+        assert_eq!(in_flight.wait().await, Ok(()));
+        assert_eq!(waiting.wait().await, Ok(()));
+        // Room again once the waiting records went out.
+        assert_eq!(writer.append(0, vec![record(7)]).wait().await, Ok(()));
+        let got = tokio::task::spawn_blocking(move || read_back(&bootstrap, 0, 6))
+            .await
+            .unwrap();
+        let keys: Vec<&str> = got.iter().map(|(k, _)| k.as_str()).collect();
+        assert_eq!(keys, ["k0001", "k0002", "k0003", "k0004", "k0005", "k0007"]);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
