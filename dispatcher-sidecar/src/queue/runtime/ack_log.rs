@@ -5,9 +5,9 @@
 //! stops sending to a partition once five *records* are in flight there
 //! (`RD_KAFKA_IDEMP_MAX_INFLIGHT - rktp_msgs_inflight` in
 //! `rd_kafka_toppar_producer_serve`), and while records wait behind that
-//! bound its broker thread polls without a timeout (their linger deadline
-//! has passed). In front of a broker that answers slowly that thread burns
-//! a core. Handing it a partition's records only when none are in flight
+//! bound its broker thread polls with a zero timeout, never sleeping
+//! (their linger deadline has passed). In front of a broker that answers
+//! slowly that thread burns a core. Handing it a partition's records only when none are in flight
 //! sends them as one request and leaves nothing waiting.
 //!
 //! Order: records are appended under the owning partition's lock and
