@@ -499,7 +499,6 @@ impl QueueRuntime {
     /// Hands the partition's drained engine events to the ack-log writer,
     /// in order.
     fn write_events(&self, state: &mut PartitionState) -> Pending {
-        let partition = state.engine.partition().partition % self.ack_log_partitions;
         // Ordered queues' records first: one naming a record as held (or a
         // key as parked) must not be lost while the event that makes the
         // record done survives (the writer keeps their order).
@@ -521,7 +520,7 @@ impl QueueRuntime {
                 value: Some(r.value),
             });
         }
-        self.ack_log.append(partition, records)
+        self.ack_log.append(qp.partition, records)
     }
 }
 

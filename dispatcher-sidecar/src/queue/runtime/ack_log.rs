@@ -75,10 +75,12 @@ impl AckLogWriter {
         }
     }
 
-    /// Queues `records` for ack-log partition `partition`, after everything
-    /// appended to it before. The returned `Pending` resolves when Kafka
-    /// has acknowledged them (or one of them failed). Needs a tokio
-    /// runtime: the first append to an idle partition starts its writer.
+    /// Queues `records` for the ack-log partition that mirrors queue
+    /// partition `partition` (`partition` modulo the ack log's count), after
+    /// everything appended to it before. The returned `Pending` resolves
+    /// when Kafka has acknowledged them (or one of them failed). Needs a
+    /// tokio runtime: the first append to an idle partition starts its
+    /// writer.
     pub(crate) fn append(self: &Arc<Self>, partition: i32, records: Vec<OutRecord>) -> Pending {
         if records.is_empty() {
             return Pending::default();
@@ -89,7 +91,7 @@ impl AckLogWriter {
             let mut q = self.lanes[lane].queue.lock().unwrap();
             if q.waiting_records + records.len() > self.max_waiting {
                 return Pending::failed(format!(
-                    "ack-log partition {partition}: {} records already wait for Kafka",
+                    "ack-log partition {lane}: {} records already wait for Kafka",
                     q.waiting_records
                 ));
             }

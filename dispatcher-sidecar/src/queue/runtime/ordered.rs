@@ -52,7 +52,6 @@ impl QueueRuntime {
                 .collect();
             (state.engine.config().gap_cap, existing)
         };
-        let ack_partition = part.qp.partition % self.ack_log_partitions;
         let mut records = Vec::with_capacity(jobs.len());
         let mut sends = Vec::with_capacity(jobs.len());
         for ((failure, m), existing) in jobs.iter().zip(existing) {
@@ -88,7 +87,7 @@ impl QueueRuntime {
             };
             let r = ordered::encode(part.qp, ring, &OrderedRecord::Retry(record.clone()));
             let pending = self.ack_log.append(
-                ack_partition,
+                part.qp.partition,
                 vec![super::ack_log::OutRecord {
                     key: r.key,
                     value: Some(r.value),
