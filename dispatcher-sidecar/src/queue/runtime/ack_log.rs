@@ -284,6 +284,9 @@ mod tests {
                 .is_err_and(|e| e.contains("3 records already wait")),
             "{refused:?}"
         );
+        // A drain gives up at its bound while the write is stuck.
+        writer.drain(Duration::from_millis(300)).await;
+        assert!(writer.lanes[0].queue.lock().unwrap().writing);
         cluster.broker_up(1).unwrap();
         assert_eq!(in_flight.wait().await, Ok(()));
         assert_eq!(waiting.wait().await, Ok(()));
