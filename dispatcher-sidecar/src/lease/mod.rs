@@ -39,7 +39,7 @@ pub use events::{
 pub use inspect::OffsetState;
 pub use receipt::{Receipt, ReceiptCodec, ReceiptError};
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{btree_map, BTreeMap, BTreeSet};
 
 use acked::AckedRanges;
 
@@ -337,7 +337,7 @@ pub struct PartitionLeases {
     /// The in-flight offsets each lease-batch slot's latest record holds.
     /// Reusing a slot rewrites its live leases into the new record, so
     /// compaction never drops the only record of a live lease.
-    batch_live: HashMap<u16, Vec<i64>>,
+    batch_live: BTreeMap<u16, Vec<i64>>,
     events: Vec<LeaseEvent>,
     counters: LeaseCounters,
 }
@@ -363,7 +363,7 @@ impl PartitionLeases {
             generation: Generation(0),
             next_batch: 0,
             batch_ring: LEASE_BATCH_RING,
-            batch_live: HashMap::new(),
+            batch_live: BTreeMap::new(),
             events: Vec::new(),
             counters: LeaseCounters::default(),
         })
@@ -456,15 +456,19 @@ impl PartitionLeases {
             if due_ms.is_some_and(|due_ms| due_ms > now_ms)
                 || offset < self.committed
                 || offset >= window_end
-                || self.in_flight.contains_key(&offset)
                 || self.pending.contains_key(&offset)
                 || self.acked.contains(offset)
             {
                 continue;
             }
+            // One search of the in-flight map for both the check and the
+            // insert: the lease and ack paths are mostly B-tree searches.
+            let btree_map::Entry::Vacant(slot) = self.in_flight.entry(offset) else {
+                continue;
+            };
             let generation = self.generation;
             let expiry_ms = now_ms + lease_ms;
-            let lease = Lease {
+            slot.insert(Lease {
                 expiry_ms,
                 deadline_after_expiry_ms: u32::try_from(deadline_ms - expiry_ms)
                     .expect("max_total_lease_ms fits in u32 (validate)"),
@@ -472,8 +476,7 @@ impl PartitionLeases {
                 consumer,
                 attempt,
                 batch,
-            };
-            self.in_flight.insert(offset, lease);
+            });
             self.by_expiry.insert((expiry_ms, offset));
             self.head = self.head.max(offset + 1);
             grants.push(Grant {
@@ -487,7 +490,14 @@ impl PartitionLeases {
             });
         }
         if !grants.is_empty() {
-            self.record_batch(batch, grants.iter().map(|g| g.receipt.offset));
+            let granted = grants.iter().map(|g| LeasedRun {
+                start: g.receipt.offset,
+                len: 1,
+                expiry_ms: g.expiry_ms,
+                consumer,
+                attempt: g.attempt,
+            });
+            self.record_batch(batch, granted);
         }
         grants
     }
@@ -497,36 +507,44 @@ impl PartitionLeases {
     /// than one per message. The leases the slot's previous record still
     /// holds go into the new record too (the new one replaces it under
     /// compaction).
-    fn record_batch(&mut self, batch: u16, granted: impl Iterator<Item = i64>) {
+    /// `granted` are the leases just granted under `batch`, one offset
+    /// each: the caller knows them, so only the slot's older live leases
+    /// are looked up.
+    fn record_batch(&mut self, batch: u16, granted: impl Iterator<Item = LeasedRun>) {
         self.next_batch =
             u16::try_from((u32::from(batch) + 1) % self.batch_ring).expect("the ring fits in u16");
-        let mut offsets = self.batch_live.remove(&batch).unwrap_or_default();
-        offsets.extend(granted);
-        offsets.sort_unstable();
+        let mut leases: Vec<LeasedRun> = Vec::new();
+        if let Some(older) = self.batch_live.remove(&batch) {
+            for offset in older {
+                let lease = self
+                    .in_flight
+                    .get_mut(&offset)
+                    .expect("live leases are in flight");
+                lease.batch = batch;
+                leases.push(LeasedRun {
+                    start: offset,
+                    len: 1,
+                    expiry_ms: lease.expiry_ms,
+                    consumer: lease.consumer,
+                    attempt: lease.attempt,
+                });
+            }
+        }
+        leases.extend(granted);
+        leases.sort_unstable_by_key(|l| l.start);
+        let offsets: Vec<i64> = leases.iter().map(|l| l.start).collect();
         let mut runs: Vec<LeasedRun> = Vec::new();
-        for &offset in &offsets {
-            let lease = self
-                .in_flight
-                .get_mut(&offset)
-                .expect("live leases are in flight");
-            lease.batch = batch;
-            let lease = *lease;
+        for lease in leases {
             match runs.last_mut() {
                 Some(run)
-                    if run.start + i64::from(run.len) == offset
+                    if run.start + i64::from(run.len) == lease.start
                         && run.expiry_ms == lease.expiry_ms
                         && run.consumer == lease.consumer
                         && run.attempt == lease.attempt =>
                 {
                     run.len += 1;
                 }
-                _ => runs.push(LeasedRun {
-                    start: offset,
-                    len: 1,
-                    expiry_ms: lease.expiry_ms,
-                    consumer: lease.consumer,
-                    attempt: lease.attempt,
-                }),
+                _ => runs.push(lease),
             }
         }
         self.batch_live.insert(batch, offsets);
@@ -540,31 +558,64 @@ impl PartitionLeases {
 
     /// The lease a receipt names, or why the receipt is stale (counted).
     fn check(&mut self, receipt: &Receipt) -> Result<Lease, LeaseError> {
-        if receipt.partition != self.partition {
-            return Err(LeaseError::WrongPartition {
+        self.check_partition(receipt)?;
+        match self.in_flight.get(&receipt.offset).copied() {
+            Some(lease) if lease.generation == receipt.generation => Ok(lease),
+            other => Err(self.stale(receipt, other.map(|l| l.generation))),
+        }
+    }
+
+    /// `check` and `remove_lease` in one search of the in-flight map.
+    fn take_checked(&mut self, receipt: &Receipt) -> Result<Lease, LeaseError> {
+        self.check_partition(receipt)?;
+        let entry = match self.in_flight.entry(receipt.offset) {
+            btree_map::Entry::Occupied(entry) => entry,
+            btree_map::Entry::Vacant(_) => return Err(self.stale(receipt, None)),
+        };
+        let generation = entry.get().generation;
+        if generation != receipt.generation {
+            return Err(self.stale(receipt, Some(generation)));
+        }
+        let lease = entry.remove();
+        self.forget_lease(receipt.offset, &lease);
+        Ok(lease)
+    }
+
+    fn check_partition(&self, receipt: &Receipt) -> Result<(), LeaseError> {
+        if receipt.partition == self.partition {
+            Ok(())
+        } else {
+            Err(LeaseError::WrongPartition {
                 receipt: receipt.partition,
                 owned: self.partition,
-            });
+            })
         }
-        match self.in_flight.get(&receipt.offset) {
-            None => {
-                self.counters.stale_receipt += 1;
-                Err(LeaseError::StaleReceipt {
-                    offset: receipt.offset,
-                })
+    }
+
+    /// Counts a stale receipt and says why it is (nothing in flight at its
+    /// offset, or a lease of another generation).
+    fn stale(&mut self, receipt: &Receipt, in_flight: Option<Generation>) -> LeaseError {
+        if in_flight.is_some() {
+            self.counters.stale_generation += 1;
+            LeaseError::StaleGeneration {
+                offset: receipt.offset,
             }
-            Some(lease) if lease.generation != receipt.generation => {
-                self.counters.stale_generation += 1;
-                Err(LeaseError::StaleGeneration {
-                    offset: receipt.offset,
-                })
+        } else {
+            self.counters.stale_receipt += 1;
+            LeaseError::StaleReceipt {
+                offset: receipt.offset,
             }
-            Some(lease) => Ok(*lease),
         }
     }
 
     fn remove_lease(&mut self, offset: i64) -> Option<Lease> {
         let lease = self.in_flight.remove(&offset)?;
+        self.forget_lease(offset, &lease);
+        Some(lease)
+    }
+
+    /// Drops what indexes a lease just taken out of the in-flight map.
+    fn forget_lease(&mut self, offset: i64, lease: &Lease) {
         self.by_expiry.remove(&(lease.expiry_ms, offset));
         if let Some(live) = self.batch_live.get_mut(&lease.batch) {
             if let Some(i) = live.iter().position(|&o| o == offset) {
@@ -574,14 +625,12 @@ impl PartitionLeases {
                 self.batch_live.remove(&lease.batch);
             }
         }
-        Some(lease)
     }
 
     /// Acks a delivery. A lease stays valid until `expire` reaps it, so an ack
     /// just after the expiry time still counts (one duplicate fewer).
     pub fn ack(&mut self, receipt: &Receipt) -> Result<(), LeaseError> {
-        self.check(receipt)?;
-        self.remove_lease(receipt.offset);
+        self.take_checked(receipt)?;
         self.mark_done(receipt.offset);
         Ok(())
     }
@@ -597,8 +646,7 @@ impl PartitionLeases {
         permanent: bool,
         now_ms: i64,
     ) -> Result<Failure, LeaseError> {
-        let lease = self.check(receipt)?;
-        self.remove_lease(receipt.offset);
+        let lease = self.take_checked(receipt)?;
         self.counters.nacked += 1;
         let cause = if permanent {
             FailureCause::Permanent

@@ -355,24 +355,31 @@ impl PartitionState {
         );
         // What the engine refused: beyond the gap-cap window goes back to
         // the front, in order, to wait for the commit point; anything else
-        // (acked before, below the commit point) is done.
-        let granted: HashSet<i64> = grants.iter().map(|g| g.receipt.offset).collect();
-        let window_end = self.engine.committed_offset() + i64::from(self.engine.config().gap_cap);
-        for c in candidates.iter().rev() {
-            if granted.contains(&c.offset) {
-                continue;
-            }
-            if c.offset >= window_end {
-                self.ready.push_front(c.offset);
-            } else {
-                self.remove_msg(c.offset);
+        // (acked before, below the commit point) is done. Most times the
+        // engine grants every candidate.
+        if grants.len() < candidates.len() {
+            let granted: HashSet<i64> = grants.iter().map(|g| g.receipt.offset).collect();
+            let window_end =
+                self.engine.committed_offset() + i64::from(self.engine.config().gap_cap);
+            for c in candidates.iter().rev() {
+                if granted.contains(&c.offset) {
+                    continue;
+                }
+                if c.offset >= window_end {
+                    self.ready.push_front(c.offset);
+                } else {
+                    self.remove_msg(c.offset);
+                }
             }
         }
-        let crashed: Vec<bool> = grants
-            .iter()
-            .map(|g| self.crashed.remove(&g.receipt.offset))
-            .collect();
-        grants.into_iter().zip(crashed).collect()
+        let crashed = !self.crashed.is_empty();
+        grants
+            .into_iter()
+            .map(|g| {
+                let was = crashed && self.crashed.remove(&g.receipt.offset);
+                (g, was)
+            })
+            .collect()
     }
 
     pub fn message(&self, offset: i64) -> Option<&Buffered> {
