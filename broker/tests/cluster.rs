@@ -314,11 +314,15 @@ async fn a_silent_broker_is_fenced_and_unclean_election_follows_topic_config() {
             image.brokers[&NodeId(3)].fenced
         })
         .await;
+    // Either survivor may lead "led-by-3": the controller takes the first
+    // live in-sync replica (1), but if 1 misses its own session timeout
+    // meanwhile (a loaded machine: the timeout here is 1.5 s) the choice is
+    // 2, and leadership does not move back by itself.
     cluster
         .wait_for_images("leaderships moved off broker 3", WAIT, |image| {
             let led = &image.topics["led-by-3"].partitions[0];
             let unclean = &image.topics["unclean-ok"].partitions[0];
-            led.leader == NodeId(1)
+            [NodeId(1), NodeId(2)].contains(&led.leader)
                 && !led.isr.contains(&NodeId(3))
                 && unclean.leader == NodeId(2)
                 && unclean.isr == vec![NodeId(2)]
