@@ -507,6 +507,7 @@ impl PartitionLeases {
     /// than one per message. The leases the slot's previous record still
     /// holds go into the new record too (the new one replaces it under
     /// compaction).
+    ///
     /// `granted` are the leases just granted under `batch`, one offset
     /// each: the caller knows them, so only the slot's older live leases
     /// are looked up.
