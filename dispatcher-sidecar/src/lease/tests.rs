@@ -718,6 +718,40 @@ fn decode_all(records: &[AckLogRecord]) -> Vec<LeaseEvent> {
 }
 
 #[test]
+fn a_batch_record_joins_consecutive_offsets_leased_alike_into_runs() {
+    let mut e = engine(LeaseConfig::default());
+    e.set_batch_ring(1);
+    // Slot 0's first record: 0..3 alike, then a gap, then 4..6 alike.
+    let mut candidates = avail(0..3);
+    candidates.extend(avail(4..6));
+    e.lease(candidates, 5, ConsumerSlot(1), MIN, 0);
+    // Slot 0 again: the live 0..3 and 4..6 are carried; 3 joins neither
+    // (another consumer), 6 and 7 differ in attempt.
+    e.lease(avail(3..4), 1, ConsumerSlot(2), MIN, 0);
+    let mut mixed = at(6, 2);
+    mixed.extend(at(7, 1));
+    e.lease(mixed, 2, ConsumerSlot(1), MIN, 0);
+    let runs: Vec<Vec<(i64, u32)>> = e
+        .drain_events()
+        .into_iter()
+        .filter_map(|ev| match ev {
+            LeaseEvent::LeasedBatch { runs, .. } => {
+                Some(runs.iter().map(|r| (r.start, r.len)).collect())
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        runs,
+        vec![
+            vec![(0, 3), (4, 2)],
+            vec![(0, 3), (3, 1), (4, 2)],
+            vec![(0, 3), (3, 1), (4, 2), (6, 1), (7, 1)],
+        ]
+    );
+}
+
+#[test]
 fn one_record_per_lease_call_and_a_reused_slot_keeps_its_live_leases() {
     let mut e = engine(LeaseConfig::default());
     e.set_batch_ring(2);
