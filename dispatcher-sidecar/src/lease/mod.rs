@@ -534,20 +534,18 @@ impl PartitionLeases {
         leases.extend(granted);
         leases.sort_unstable_by_key(|l| l.start);
         let offsets: Vec<i64> = leases.iter().map(|l| l.start).collect();
-        let mut runs: Vec<LeasedRun> = Vec::new();
-        for lease in leases {
-            match runs.last_mut() {
-                Some(run)
-                    if run.start + i64::from(run.len) == lease.start
-                        && run.expiry_ms == lease.expiry_ms
-                        && run.consumer == lease.consumer
-                        && run.attempt == lease.attempt =>
-                {
-                    run.len += 1;
-                }
-                _ => runs.push(lease),
+        // Consecutive offsets leased alike become one run, in place.
+        let mut runs = leases;
+        runs.dedup_by(|lease, run| {
+            let joins = run.start + i64::from(run.len) == lease.start
+                && run.expiry_ms == lease.expiry_ms
+                && run.consumer == lease.consumer
+                && run.attempt == lease.attempt;
+            if joins {
+                run.len += 1;
             }
-        }
+            joins
+        });
         self.batch_live.insert(batch, offsets);
         self.events.push(LeaseEvent::LeasedBatch {
             ring: self.batch_ring,
@@ -562,7 +560,7 @@ impl PartitionLeases {
         self.check_partition(receipt)?;
         match self.in_flight.get(&receipt.offset).copied() {
             Some(lease) if lease.generation == receipt.generation => Ok(lease),
-            other => Err(self.stale(receipt, other.map(|l| l.generation))),
+            other => Err(self.stale(receipt.offset, other.is_some())),
         }
     }
 
@@ -571,11 +569,10 @@ impl PartitionLeases {
         self.check_partition(receipt)?;
         let entry = match self.in_flight.entry(receipt.offset) {
             btree_map::Entry::Occupied(entry) => entry,
-            btree_map::Entry::Vacant(_) => return Err(self.stale(receipt, None)),
+            btree_map::Entry::Vacant(_) => return Err(self.stale(receipt.offset, false)),
         };
-        let generation = entry.get().generation;
-        if generation != receipt.generation {
-            return Err(self.stale(receipt, Some(generation)));
+        if entry.get().generation != receipt.generation {
+            return Err(self.stale(receipt.offset, true));
         }
         let lease = entry.remove();
         self.forget_lease(receipt.offset, &lease);
@@ -593,19 +590,15 @@ impl PartitionLeases {
         }
     }
 
-    /// Counts a stale receipt and says why it is (nothing in flight at its
-    /// offset, or a lease of another generation).
-    fn stale(&mut self, receipt: &Receipt, in_flight: Option<Generation>) -> LeaseError {
-        if in_flight.is_some() {
+    /// Counts a stale receipt for `offset` and says why it is: a lease of
+    /// another generation is in flight there, or none is.
+    fn stale(&mut self, offset: i64, other_generation: bool) -> LeaseError {
+        if other_generation {
             self.counters.stale_generation += 1;
-            LeaseError::StaleGeneration {
-                offset: receipt.offset,
-            }
+            LeaseError::StaleGeneration { offset }
         } else {
             self.counters.stale_receipt += 1;
-            LeaseError::StaleReceipt {
-                offset: receipt.offset,
-            }
+            LeaseError::StaleReceipt { offset }
         }
     }
 
