@@ -71,19 +71,27 @@ fn run(messages: i64) -> (f64, usize) {
             state.done(r.offset);
         }
         acked += batch.len() as i64;
-        for event in state.engine.drain_events() {
-            let r = state.engine.encode(&event);
-            bytes += r.key.len() + r.value.len();
-        }
+        bytes += write_events(&mut state);
         held.push_back(lease_batch(&mut state, &mut fetched, turn % WORKERS));
-        for event in state.engine.drain_events() {
-            let r = state.engine.encode(&event);
-            bytes += r.key.len() + r.value.len();
-        }
+        bytes += write_events(&mut state);
         turn += 1;
     }
     let ns = started.elapsed().as_nanos() as f64 / acked as f64;
     (ns, bytes)
+}
+
+/// Drains and encodes the partition's events as the dispatcher does for its
+/// ack log; returns their bytes.
+fn write_events(state: &mut PartitionState) -> usize {
+    state
+        .engine
+        .drain_events()
+        .iter()
+        .map(|event| {
+            let r = state.engine.encode(event);
+            r.key.len() + r.value.len()
+        })
+        .sum()
 }
 
 fn main() {
