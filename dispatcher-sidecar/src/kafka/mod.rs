@@ -80,11 +80,28 @@ pub fn consumer_config(config: &Config, queue: &QueueConfig) -> ClientConfig {
     if !config.librdkafka.contains_key(FETCH_QUEUE_BACKOFF_MS) {
         c.set(FETCH_QUEUE_BACKOFF_MS, "10");
     }
+    // librdkafka keeps one Fetch in flight per broker. While every busy
+    // partition is over that bound, the Fetch it sends holds only the
+    // partitions with nothing new (an idle one, or one read to its end), and
+    // the broker holds it for `fetch.wait.max.ms` (500 ms by default) waiting
+    // for data. The busy partitions cannot be fetched again until it
+    // returns, and the dispatcher drains a busy partition's 16 MiB in less
+    // than that. A debug trace of the benchmark's workers showed three
+    // partitions drained to zero behind one read to its end; with 500 ms,
+    // all 11 single runs ended in 0.3-1 s of a mostly idle machine while
+    // the last partitions trickled in, with 100 ms none of 7 did (four
+    // alternating pairs: 139-162k msgs/s against 149-195k,
+    // docs/benchmarks.md). The cost: an idle consumer's broker answers ten
+    // empty Fetches a second instead of two.
+    if !config.librdkafka.contains_key(FETCH_WAIT_MAX_MS) {
+        c.set(FETCH_WAIT_MAX_MS, "100");
+    }
     c
 }
 
 const PREFETCH_KIB: &str = "queued.max.messages.kbytes";
 const FETCH_QUEUE_BACKOFF_MS: &str = "fetch.queue.backoff.ms";
+const FETCH_WAIT_MAX_MS: &str = "fetch.wait.max.ms";
 
 /// The producer settings: acks from every in-sync replica and idempotence,
 /// so a retried write lands once and an ack means the copy is durable.
@@ -141,6 +158,7 @@ mod tests {
         assert_eq!(cc.get("auto.offset.reset"), Some("earliest"));
         assert_eq!(cc.get("queued.max.messages.kbytes"), Some("16384"));
         assert_eq!(cc.get("fetch.queue.backoff.ms"), Some("10"));
+        assert_eq!(cc.get("fetch.wait.max.ms"), Some("100"));
         assert_eq!(cc.get("socket.nagle.disable"), Some("true"));
         assert_eq!(cc.get("allow.auto.create.topics"), Some("false"));
         assert_eq!(cc.get("client.id"), Some("dispatcher-q"));
@@ -173,12 +191,13 @@ mod tests {
     #[test]
     fn librdkafka_extras_reach_every_client() {
         let c = config(
-            "[librdkafka]\n\"auto.offset.reset\" = \"latest\"\n\"socket.timeout.ms\" = 1000\n\"linger.ms\" = 2\n\"queued.max.messages.kbytes\" = 1024\n\"fetch.queue.backoff.ms\" = 500",
+            "[librdkafka]\n\"auto.offset.reset\" = \"latest\"\n\"socket.timeout.ms\" = 1000\n\"linger.ms\" = 2\n\"queued.max.messages.kbytes\" = 1024\n\"fetch.queue.backoff.ms\" = 500\n\"fetch.wait.max.ms\" = 500",
         );
         let cc = consumer_config(&c, &c.queues[0]);
         assert_eq!(cc.get("auto.offset.reset"), Some("latest"));
         assert_eq!(cc.get("queued.max.messages.kbytes"), Some("1024"));
         assert_eq!(cc.get("fetch.queue.backoff.ms"), Some("500"));
+        assert_eq!(cc.get("fetch.wait.max.ms"), Some("500"));
         assert_eq!(cc.get("socket.timeout.ms"), Some("1000"));
         assert_eq!(admin_config(&c).get("socket.timeout.ms"), Some("1000"));
         assert_eq!(producer_config(&c).get("socket.timeout.ms"), Some("1000"));
