@@ -7,11 +7,14 @@
 //!   before kafka-protocol allocates from those counts.
 //! - [`header`]: [`decode_request`] and [`encode_response`].
 //! - [`record_batch`]: a zero-copy view of v2 record batches.
+//! - [`records`]: streaming reads of the records inside a batch, in memory
+//!   bounded by the codecs' windows.
 
 pub mod frame;
 pub mod guard;
 pub mod header;
 pub mod record_batch;
+pub mod records;
 pub mod versions;
 
 pub use header::{

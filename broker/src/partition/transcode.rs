@@ -9,16 +9,14 @@
 //! Batches that need neither (the common case: `compression.type=producer`
 //! on a delete-policy topic) never come here and are stored as sent.
 
-use std::io::{self, Read, Write};
+use std::io::{self, Write};
 
 use bytes::Bytes;
 use protocol::record_batch::{rewrite, Codec, RecordBatchView, HEADER_LEN};
+use protocol::records::{RecordError, RecordReader, RecordVisitor, XERIAL_MAGIC};
 
 use crate::error::PartitionError;
 
-/// snappy-java's stream header, which Kafka's snappy batches carry.
-const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
-const XERIAL_HEADER_LEN: usize = 16;
 /// snappy-java's default block size; Kafka writes blocks of this size.
 const XERIAL_BLOCK_LEN: usize = 32 * 1024;
 
@@ -27,6 +25,23 @@ pub struct Scan {
     pub keyless: Vec<i32>,
     /// The batch re-encoded with the target codec, when one was asked for.
     pub recompressed: Option<Bytes>,
+}
+
+/// Copies each record's encoding into the target codec's encoder.
+struct Copy<'e> {
+    output: Option<&'e mut Encoder>,
+}
+
+impl RecordVisitor for Copy<'_> {
+    fn wants_raw(&self) -> bool {
+        self.output.is_some()
+    }
+    fn raw(&mut self, piece: &[u8]) -> io::Result<()> {
+        match self.output.as_mut() {
+            Some(out) => out.write_all(piece),
+            None => Ok(()),
+        }
+    }
 }
 
 /// Reads `view`'s records; records keyless ones when `check_keys`, and
@@ -43,57 +58,25 @@ pub fn scan(
         .map_err(|e| PartitionError::InvalidRecord(e.to_string()))?;
     let target = target.filter(|t| *t != codec);
     let corrupt = |e: io::Error| PartitionError::CorruptMessage(format!("records: {e}"));
-    let mut input = decoder(codec, view.records_payload()).map_err(corrupt)?;
     let mut output = match target {
         Some(t) => Some(encoder(t, max_bytes as usize).map_err(corrupt)?),
         None => None,
     };
     let mut keyless = Vec::new();
-    let mut head = Vec::with_capacity(32);
-    for index in 0..view.record_count() {
-        head.clear();
-        let len = read_varint(&mut input, &mut head).map_err(corrupt)?;
-        let body_start = head.len();
-        if len < 0 {
-            return Err(PartitionError::CorruptMessage(
-                "negative record length".into(),
-            ));
-        }
-        // attributes (int8), timestampDelta (varlong), offsetDelta (varint), keyLength (varint)
-        let mut attributes = [0u8; 1];
-        input.read_exact(&mut attributes).map_err(corrupt)?;
-        head.push(attributes[0]);
-        read_varint(&mut input, &mut head).map_err(corrupt)?;
-        read_varint(&mut input, &mut head).map_err(corrupt)?;
-        let key_len = read_varint(&mut input, &mut head).map_err(corrupt)?;
-        if check_keys && key_len < 0 {
-            keyless.push(index);
-        }
-        let read_so_far = (head.len() - body_start) as i64;
-        let rest = len - read_so_far;
-        if rest < 0 {
-            return Err(PartitionError::CorruptMessage(
-                "record shorter than its header".into(),
-            ));
-        }
-        let mut body = (&mut input).take(rest as u64);
-        let copied = match output.as_mut() {
-            Some(out) => {
-                out.write_all(&head).map_err(|e| too_large(e, max_bytes))?;
-                io::copy(&mut body, out).map_err(|e| too_large(e, max_bytes))?
-            }
-            None => io::copy(&mut body, &mut io::sink()).map_err(corrupt)?,
-        };
-        if copied != rest as u64 {
-            return Err(PartitionError::CorruptMessage("truncated record".into()));
+    let mut reader = RecordReader::new(view).map_err(|e| record_error(e, max_bytes))?;
+    let mut copy = Copy {
+        output: output.as_mut(),
+    };
+    while let Some(info) = reader
+        .next_record(&mut copy)
+        .map_err(|e| record_error(e, max_bytes))?
+    {
+        if check_keys && info.key_len < 0 {
+            keyless.push(info.index);
         }
     }
     // Anything after the declared records is not a record Kafka would keep.
-    if input.read(&mut [0u8; 1]).map_err(corrupt)? != 0 {
-        return Err(PartitionError::InvalidRecord(
-            "bytes after the last record of the batch".into(),
-        ));
-    }
+    reader.finish().map_err(|e| record_error(e, max_bytes))?;
     let recompressed = match (output, target) {
         (Some(out), Some(t)) => {
             let payload = out.finish().map_err(|e| too_large(e, max_bytes))?;
@@ -105,6 +88,22 @@ pub fn scan(
         keyless,
         recompressed,
     })
+}
+
+/// A record the reader refused, as the produce error Kafka gives; a copy
+/// that outgrew the limit is MESSAGE_TOO_LARGE.
+fn record_error(e: RecordError, max_bytes: u32) -> PartitionError {
+    match e {
+        RecordError::Corrupt(why) => PartitionError::CorruptMessage(format!("records: {why}")),
+        RecordError::Sink {
+            kind: io::ErrorKind::WriteZero,
+            ..
+        } => PartitionError::MessageTooLarge {
+            size: max_bytes as usize + 1,
+            max: max_bytes,
+        },
+        other => PartitionError::InvalidRecord(other.to_string()),
+    }
 }
 
 /// A batch with `view`'s header, `codec` in its attributes and `payload` as
@@ -126,34 +125,6 @@ fn too_large(e: io::Error, max_bytes: u32) -> PartitionError {
         },
         _ => PartitionError::CorruptMessage(format!("records: {e}")),
     }
-}
-
-/// Reads a zigzag varint (up to 64 bits), appending its bytes to `raw`.
-fn read_varint(input: &mut impl Read, raw: &mut Vec<u8>) -> io::Result<i64> {
-    let mut value: u64 = 0;
-    for shift in (0..70).step_by(7) {
-        let mut b = [0u8; 1];
-        input.read_exact(&mut b)?;
-        raw.push(b[0]);
-        value |= u64::from(b[0] & 0x7f) << shift;
-        if b[0] & 0x80 == 0 {
-            return Ok((value >> 1) as i64 ^ -((value & 1) as i64));
-        }
-    }
-    Err(io::Error::new(
-        io::ErrorKind::InvalidData,
-        "varint too long",
-    ))
-}
-
-fn decoder<'a>(codec: Codec, payload: &'a [u8]) -> io::Result<Box<dyn Read + 'a>> {
-    Ok(match codec {
-        Codec::None => Box::new(payload),
-        Codec::Gzip => Box::new(flate2::read::GzDecoder::new(payload)),
-        Codec::Snappy => Box::new(XerialReader::new(payload)),
-        Codec::Lz4 => Box::new(lz4::Decoder::new(payload)?),
-        Codec::Zstd => Box::new(zstd::stream::read::Decoder::with_buffer(payload)?),
-    })
 }
 
 /// A writer that refuses to grow past `max` bytes (WriteZero), so a
@@ -236,76 +207,6 @@ impl Write for Encoder {
             Encoder::Lz4(w) => w.flush(),
             Encoder::Zstd(w) => w.flush(),
         }
-    }
-}
-
-/// Reads snappy-java's framing (header, then length-prefixed raw snappy
-/// blocks) one block at a time; without the header the payload is one raw
-/// snappy block, as snappy-java and Kafka accept. A block's decompressed
-/// size is read from its preamble and checked before allocating; snappy's
-/// format bounds it to a small multiple of the compressed block.
-struct XerialReader<'a> {
-    rest: &'a [u8],
-    framed: bool,
-    block: Vec<u8>,
-    pos: usize,
-}
-
-impl<'a> XerialReader<'a> {
-    fn new(payload: &'a [u8]) -> Self {
-        let framed = payload.len() >= XERIAL_HEADER_LEN && payload[..8] == XERIAL_MAGIC;
-        XerialReader {
-            rest: if framed {
-                &payload[XERIAL_HEADER_LEN..]
-            } else {
-                payload
-            },
-            framed,
-            block: Vec::new(),
-            pos: 0,
-        }
-    }
-
-    fn next_block(&mut self) -> io::Result<bool> {
-        if self.rest.is_empty() {
-            return Ok(false);
-        }
-        let compressed = if self.framed {
-            if self.rest.len() < 4 {
-                return Err(invalid("truncated snappy block length"));
-            }
-            let len = u32::from_be_bytes([self.rest[0], self.rest[1], self.rest[2], self.rest[3]])
-                as usize;
-            if len > self.rest.len() - 4 {
-                return Err(invalid("snappy block longer than the batch"));
-            }
-            let block = &self.rest[4..4 + len];
-            self.rest = &self.rest[4 + len..];
-            block
-        } else {
-            std::mem::take(&mut self.rest)
-        };
-        let n = snap::raw::decompress_len(compressed).map_err(|e| invalid(&e.to_string()))?;
-        self.block.resize(n, 0);
-        snap::raw::Decoder::new()
-            .decompress(compressed, &mut self.block)
-            .map_err(|e| invalid(&e.to_string()))?;
-        self.pos = 0;
-        Ok(true)
-    }
-}
-
-impl Read for XerialReader<'_> {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        while self.pos == self.block.len() {
-            if !self.next_block()? {
-                return Ok(0);
-            }
-        }
-        let n = out.len().min(self.block.len() - self.pos);
-        out[..n].copy_from_slice(&self.block[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
     }
 }
 

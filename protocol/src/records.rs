@@ -1,0 +1,743 @@
+//! Streaming reads of the records inside a v2 batch.
+//!
+//! A batch's records section may be compressed as a whole, and what a few
+//! hundred compressed bytes expand to is the sender's choice. Everything
+//! that looks inside a batch (produce validation, recompression, timestamp
+//! lookups, the log cleaner) reads it through [`RecordReader`]: the codec
+//! decodes into a fixed window, each record is parsed field by field as the
+//! bytes come, and keys, values and headers are handed to a
+//! [`RecordVisitor`] in pieces, never held whole. Memory is the codec's
+//! window plus [`CHUNK_LEN`], whatever the batch claims.
+//!
+//! Parsing follows Kafka's `DefaultRecord.readFrom`: a record is its body
+//! length (varint), then attributes, timestamp delta (varlong), offset delta,
+//! key, value and headers (varint lengths, -1 for null), and the fields must
+//! fill the declared body length exactly.
+
+use std::io::{self, BufRead, BufReader, Read};
+
+use thiserror::Error;
+
+use crate::record_batch::{Codec, RecordBatchView};
+
+/// The largest piece of a key, value or header a visitor is given at once.
+pub const CHUNK_LEN: usize = 8 * 1024;
+
+/// snappy-java's stream header, which Kafka's snappy batches carry.
+pub const XERIAL_MAGIC: [u8; 8] = [0x82, b'S', b'N', b'A', b'P', b'P', b'Y', 0];
+/// The header: the magic, then version and minimum compatible version (int32 each).
+pub const XERIAL_HEADER_LEN: usize = 16;
+/// The most a raw snappy block can expand: its densest element is a 3-byte
+/// copy of 64 bytes. A block whose preamble declares more than this times
+/// its compressed length cannot be valid, and is refused before room is made
+/// for it (librdkafka writes a whole batch as one unframed block, so no fixed
+/// block size would do).
+pub const SNAPPY_MAX_EXPANSION: usize = 22;
+
+/// Why a batch's records cannot be read. Each maps to the code Kafka gives
+/// on produce: `Corrupt` is CORRUPT_MESSAGE (the compressed stream itself is
+/// broken), `Invalid` is INVALID_RECORD (a record's fields are inconsistent).
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum RecordError {
+    #[error("records cannot be decompressed: {0}")]
+    Corrupt(String),
+    #[error("record {index} is invalid: {reason}")]
+    Invalid { index: i32, reason: String },
+    #[error("bytes after the last of {count} records")]
+    TrailingBytes { count: i32 },
+    /// The visitor's [`RecordVisitor::raw`] failed (a capped output full, say).
+    #[error("copying record {index} failed: {reason}")]
+    Sink {
+        index: i32,
+        kind: io::ErrorKind,
+        reason: String,
+    },
+}
+
+impl RecordError {
+    /// The batch index of the record at fault, when one is.
+    pub fn index(&self) -> Option<i32> {
+        match self {
+            RecordError::Invalid { index, .. } => Some(*index),
+            _ => None,
+        }
+    }
+}
+
+/// The fields of one record, without its key, value and header bytes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordInfo {
+    /// Position in the batch, from 0.
+    pub index: i32,
+    /// The record's body length: the bytes after its length varint.
+    pub body_len: u32,
+    pub attributes: i8,
+    pub timestamp_delta: i64,
+    pub offset_delta: i32,
+    /// -1 for a null key.
+    pub key_len: i32,
+    /// -1 for a null value (a tombstone).
+    pub value_len: i32,
+    pub header_count: i32,
+}
+
+impl RecordInfo {
+    /// The whole encoding: the length varint plus the body.
+    pub fn encoded_len(&self) -> u64 {
+        varint_len(self.body_len as i64) as u64 + u64::from(self.body_len)
+    }
+}
+
+/// Which part of a record a piece of bytes belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Part {
+    Key,
+    Value,
+    HeaderKey,
+    HeaderValue,
+}
+
+/// Receives a record's bytes while it is read. Every method has a default
+/// that ignores its input, so a reader that only needs the fields
+/// ([`RecordInfo`]) implements nothing.
+pub trait RecordVisitor {
+    /// Whether [`RecordVisitor::bytes`] wants `part`; parts it does not want
+    /// are skipped without being copied anywhere.
+    fn wants(&self, _part: Part) -> bool {
+        false
+    }
+    /// A piece (at most [`CHUNK_LEN`]) of a key, value or header.
+    fn bytes(&mut self, _part: Part, _piece: &[u8]) {}
+    /// Every byte of the record's encoding, in order and in pieces, length
+    /// varint included: for copying a record without re-encoding it.
+    fn wants_raw(&self) -> bool {
+        false
+    }
+    fn raw(&mut self, _piece: &[u8]) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Reads nothing but the fields.
+pub struct SkipAll;
+impl RecordVisitor for SkipAll {}
+
+/// A streaming decoder of a records section compressed with `codec`. The
+/// uncompressed case borrows the payload.
+pub fn decompressor<'a>(codec: Codec, payload: &'a [u8]) -> io::Result<Box<dyn BufRead + 'a>> {
+    const WINDOW: usize = 16 * 1024;
+    Ok(match codec {
+        Codec::None => Box::new(payload),
+        Codec::Gzip => Box::new(BufReader::with_capacity(
+            WINDOW,
+            flate2::bufread::MultiGzDecoder::new(payload),
+        )),
+        Codec::Snappy => Box::new(BufReader::with_capacity(WINDOW, XerialReader::new(payload))),
+        Codec::Lz4 => Box::new(BufReader::with_capacity(
+            WINDOW,
+            lz4::Decoder::new(payload)?,
+        )),
+        Codec::Zstd => Box::new(BufReader::with_capacity(
+            WINDOW,
+            zstd::stream::read::Decoder::with_buffer(payload)?,
+        )),
+    })
+}
+
+/// Reads a batch's records one at a time; see the module docs.
+pub struct RecordReader<'a> {
+    input: Box<dyn BufRead + 'a>,
+    count: i32,
+    next_index: i32,
+}
+
+impl<'a> RecordReader<'a> {
+    pub fn new(view: &RecordBatchView<'a>) -> Result<Self, RecordError> {
+        let codec = view
+            .codec()
+            .map_err(|e| RecordError::Corrupt(e.to_string()))?;
+        let input = decompressor(codec, view.records_payload()).map_err(corrupt)?;
+        Ok(Self {
+            input,
+            count: view.record_count().max(0),
+            next_index: 0,
+        })
+    }
+
+    /// How many records the batch declares.
+    pub fn count(&self) -> i32 {
+        self.count
+    }
+
+    /// The next record's fields, its bytes given to `visitor` as they are
+    /// read; `None` once the declared count has been read.
+    pub fn next_record(
+        &mut self,
+        visitor: &mut impl RecordVisitor,
+    ) -> Result<Option<RecordInfo>, RecordError> {
+        if self.next_index >= self.count {
+            return Ok(None);
+        }
+        let index = self.next_index;
+        self.next_index += 1;
+        let mut r = Fields {
+            input: &mut *self.input,
+            visitor,
+            index,
+            left: u64::MAX,
+            head: [0; 10],
+            head_len: 0,
+        };
+        let body_len = r.varint("length")?;
+        if body_len < 0 {
+            return Err(r.invalid(format!("negative record length {body_len}")));
+        }
+        r.flush_head()?;
+        r.left = body_len as u64;
+        let attributes = r.byte("attributes")? as i8;
+        let timestamp_delta = r.varlong("timestamp delta")?;
+        let offset_delta = r.varint("offset delta")?;
+        let key_len = r.length("key", Part::Key, -1)?;
+        let value_len = r.length("value", Part::Value, -1)?;
+        let header_count = r.varint("header count")?;
+        if header_count < 0 {
+            return Err(r.invalid(format!("invalid number of record headers {header_count}")));
+        }
+        for _ in 0..header_count {
+            r.length("header key", Part::HeaderKey, 0)?;
+            r.length("header value", Part::HeaderValue, -1)?;
+        }
+        r.flush_head()?;
+        if r.left != 0 {
+            return Err(r.invalid(format!(
+                "expected to read {body_len} bytes in record payload, but {} were left over",
+                r.left
+            )));
+        }
+        Ok(Some(RecordInfo {
+            index,
+            body_len: body_len as u32,
+            attributes,
+            timestamp_delta,
+            offset_delta,
+            key_len,
+            value_len,
+            header_count,
+        }))
+    }
+
+    /// Checks that nothing follows the declared records. Call after
+    /// [`RecordReader::next_record`] returned `None`; Kafka refuses a batch
+    /// with bytes after its last record.
+    pub fn finish(mut self) -> Result<(), RecordError> {
+        let buf = self.input.fill_buf().map_err(corrupt)?;
+        if buf.is_empty() {
+            Ok(())
+        } else {
+            Err(RecordError::TrailingBytes { count: self.count })
+        }
+    }
+}
+
+fn corrupt(e: io::Error) -> RecordError {
+    RecordError::Corrupt(e.to_string())
+}
+
+/// The length of `v` as a zig-zag varint.
+pub fn varint_len(v: i64) -> usize {
+    let mut raw = ((v << 1) ^ (v >> 63)) as u64;
+    let mut n = 1;
+    while raw >= 0x80 {
+        raw >>= 7;
+        n += 1;
+    }
+    n
+}
+
+/// One record's field reader: counts the body bytes left and forwards raw
+/// bytes to the visitor.
+struct Fields<'r, V: RecordVisitor> {
+    input: &'r mut dyn BufRead,
+    visitor: &'r mut V,
+    index: i32,
+    /// Body bytes not yet read; `u64::MAX` while reading the length itself.
+    left: u64,
+    /// Raw bytes of the varints and fixed fields read since the last flush.
+    head: [u8; 10],
+    head_len: usize,
+}
+
+impl<V: RecordVisitor> Fields<'_, V> {
+    fn invalid(&self, reason: String) -> RecordError {
+        RecordError::Invalid {
+            index: self.index,
+            reason,
+        }
+    }
+
+    fn truncated(&self, field: &str) -> RecordError {
+        if self.left == 0 {
+            self.invalid(format!("{field} runs past the record's declared length"))
+        } else {
+            self.invalid(format!("{field} runs past the end of the records"))
+        }
+    }
+
+    fn flush_head(&mut self) -> Result<(), RecordError> {
+        if self.head_len > 0 && self.visitor.wants_raw() {
+            self.visitor
+                .raw(&self.head[..self.head_len])
+                .map_err(|e| self.raw_failed(e))?;
+        }
+        self.head_len = 0;
+        Ok(())
+    }
+
+    fn raw_failed(&self, e: io::Error) -> RecordError {
+        RecordError::Sink {
+            index: self.index,
+            kind: e.kind(),
+            reason: e.to_string(),
+        }
+    }
+
+    fn byte(&mut self, field: &str) -> Result<u8, RecordError> {
+        if self.left == 0 {
+            return Err(self.truncated(field));
+        }
+        let buf = self.input.fill_buf().map_err(corrupt)?;
+        let Some(&b) = buf.first() else {
+            return Err(self.truncated(field));
+        };
+        self.input.consume(1);
+        if self.left != u64::MAX {
+            self.left -= 1;
+        }
+        if self.head_len == self.head.len() {
+            self.flush_head()?;
+        }
+        self.head[self.head_len] = b;
+        self.head_len += 1;
+        Ok(b)
+    }
+
+    fn varlong(&mut self, field: &str) -> Result<i64, RecordError> {
+        let mut raw: u64 = 0;
+        for i in 0..10 {
+            let b = self.byte(field)?;
+            raw |= u64::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(((raw >> 1) as i64) ^ -((raw & 1) as i64));
+            }
+        }
+        Err(self.invalid(format!("{field}: varlong longer than 10 bytes")))
+    }
+
+    /// A 32-bit zig-zag varint, as Kafka's `ByteUtils.readVarint`: at most
+    /// five bytes.
+    fn varint(&mut self, field: &str) -> Result<i32, RecordError> {
+        let mut raw: u32 = 0;
+        for i in 0..5 {
+            let b = self.byte(field)?;
+            if i == 4 && b > 0x0f {
+                return Err(self.invalid(format!("{field}: varint above 32 bits")));
+            }
+            raw |= u32::from(b & 0x7f) << (7 * i);
+            if b & 0x80 == 0 {
+                return Ok(((raw >> 1) as i32) ^ -((raw & 1) as i32));
+            }
+        }
+        Err(self.invalid(format!("{field}: varint longer than 5 bytes")))
+    }
+
+    /// A length-prefixed field; `min` is the smallest length allowed (-1
+    /// where null is). Its bytes go to the visitor or are skipped.
+    fn length(&mut self, field: &str, part: Part, min: i32) -> Result<i32, RecordError> {
+        let len = self.varint(field)?;
+        if len < min {
+            return Err(self.invalid(format!("{field} has invalid length {len}")));
+        }
+        self.flush_head()?;
+        let mut n = len.max(0) as u64;
+        if n > self.left {
+            return Err(self.invalid(format!(
+                "{field} of {n} bytes runs past the record's declared length"
+            )));
+        }
+        let wanted = self.visitor.wants(part);
+        let raw = self.visitor.wants_raw();
+        while n > 0 {
+            let buf = self.input.fill_buf().map_err(corrupt)?;
+            if buf.is_empty() {
+                return Err(self.truncated(field));
+            }
+            let take = buf.len().min(CHUNK_LEN).min(n as usize);
+            let piece = &buf[..take];
+            if wanted {
+                self.visitor.bytes(part, piece);
+            }
+            if raw {
+                if let Err(e) = self.visitor.raw(piece) {
+                    return Err(self.raw_failed(e));
+                }
+            }
+            self.input.consume(take);
+            n -= take as u64;
+            self.left -= take as u64;
+        }
+        Ok(len)
+    }
+}
+
+/// Reads snappy-java's framing (the header, then raw snappy blocks each
+/// prefixed with its compressed length) one block at a time; without the
+/// header the payload is one raw snappy block, as snappy-java and Kafka
+/// accept. A block's declared decompressed length is checked against
+/// [`SNAPPY_MAX_EXPANSION`] before room is made for it.
+pub struct XerialReader<'a> {
+    rest: &'a [u8],
+    framed: bool,
+    block: Vec<u8>,
+    pos: usize,
+}
+
+impl<'a> XerialReader<'a> {
+    pub fn new(payload: &'a [u8]) -> Self {
+        let framed = payload.len() >= XERIAL_HEADER_LEN && payload[..8] == XERIAL_MAGIC;
+        XerialReader {
+            rest: if framed {
+                &payload[XERIAL_HEADER_LEN..]
+            } else {
+                payload
+            },
+            framed,
+            block: Vec::new(),
+            pos: 0,
+        }
+    }
+
+    fn next_block(&mut self) -> io::Result<bool> {
+        if self.rest.is_empty() {
+            return Ok(false);
+        }
+        let compressed = if self.framed {
+            if self.rest.len() < 4 {
+                return Err(invalid_data("truncated snappy block length"));
+            }
+            let len = u32::from_be_bytes([self.rest[0], self.rest[1], self.rest[2], self.rest[3]])
+                as usize;
+            if len > self.rest.len() - 4 {
+                return Err(invalid_data("snappy block longer than the batch"));
+            }
+            let block = &self.rest[4..4 + len];
+            self.rest = &self.rest[4 + len..];
+            block
+        } else {
+            std::mem::take(&mut self.rest)
+        };
+        let n = snap::raw::decompress_len(compressed).map_err(|e| invalid_data(&e.to_string()))?;
+        if n > compressed.len().saturating_mul(SNAPPY_MAX_EXPANSION) {
+            return Err(invalid_data(&format!(
+                "snappy block of {} bytes declares {n} bytes, more than it can hold",
+                compressed.len()
+            )));
+        }
+        self.block.resize(n, 0);
+        snap::raw::Decoder::new()
+            .decompress(compressed, &mut self.block)
+            .map_err(|e| invalid_data(&e.to_string()))?;
+        self.pos = 0;
+        Ok(true)
+    }
+}
+
+impl Read for XerialReader<'_> {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.pos == self.block.len() {
+            if !self.next_block()? {
+                return Ok(0);
+            }
+        }
+        let n = out.len().min(self.block.len() - self.pos);
+        out[..n].copy_from_slice(&self.block[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+fn invalid_data(why: &str) -> io::Error {
+    io::Error::new(io::ErrorKind::InvalidData, why.to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::record_batch::{rewrite, HEADER_LEN};
+    use bytes::{Bytes, BytesMut};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
+
+    const CODECS: [Compression; 5] = [
+        Compression::None,
+        Compression::Gzip,
+        Compression::Snappy,
+        Compression::Lz4,
+        Compression::Zstd,
+    ];
+
+    fn records(n: usize) -> Vec<Record> {
+        (0..n)
+            .map(|i| Record {
+                transactional: false,
+                delete_horizon: false,
+                control: false,
+                partition_leader_epoch: 0,
+                producer_id: 7,
+                producer_epoch: 1,
+                timestamp_type: TimestampType::Creation,
+                offset: i as i64,
+                sequence: i as i32,
+                timestamp: 1_000 + i as i64,
+                key: (i % 3 != 0).then(|| Bytes::from(format!("k{i}"))),
+                value: (i % 5 != 0).then(|| Bytes::from(format!("value {i} ").repeat(i % 40))),
+                headers: [(
+                    format!("h{i}").into(),
+                    (i % 2 == 0).then(|| Bytes::from_static(b"hv")),
+                )]
+                .into_iter()
+                .collect(),
+            })
+            .collect()
+    }
+
+    fn encode(records: &[Record], compression: Compression) -> Bytes {
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression,
+            },
+        )
+        .unwrap();
+        buf.freeze()
+    }
+
+    /// Collects keys, values and the raw encoding.
+    #[derive(Default)]
+    struct Collect {
+        key: Vec<u8>,
+        value: Vec<u8>,
+        raw: Vec<u8>,
+    }
+    impl RecordVisitor for Collect {
+        fn wants(&self, part: Part) -> bool {
+            matches!(part, Part::Key | Part::Value)
+        }
+        fn bytes(&mut self, part: Part, piece: &[u8]) {
+            match part {
+                Part::Key => self.key.extend_from_slice(piece),
+                Part::Value => self.value.extend_from_slice(piece),
+                _ => unreachable!("not wanted"),
+            }
+        }
+        fn wants_raw(&self) -> bool {
+            true
+        }
+        fn raw(&mut self, piece: &[u8]) -> io::Result<()> {
+            self.raw.extend_from_slice(piece);
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn every_codec_reads_every_field() {
+        let original = records(200);
+        let plain = encode(&original, Compression::None);
+        for compression in CODECS {
+            let batch = encode(&original, compression);
+            let view = RecordBatchView::parse(&batch).unwrap();
+            let mut reader = RecordReader::new(&view).unwrap();
+            let mut raw = Vec::new();
+            for (i, want) in original.iter().enumerate() {
+                let mut c = Collect::default();
+                let info = reader.next_record(&mut c).unwrap().unwrap();
+                assert_eq!(info.index, i as i32);
+                assert_eq!(info.offset_delta, i as i32);
+                assert_eq!(info.timestamp_delta, i as i64);
+                assert_eq!(
+                    info.key_len,
+                    want.key.as_ref().map_or(-1, |k| k.len() as i32)
+                );
+                assert_eq!(
+                    info.value_len,
+                    want.value.as_ref().map_or(-1, |v| v.len() as i32)
+                );
+                assert_eq!(info.header_count, 1);
+                assert_eq!(c.key, want.key.clone().unwrap_or_default());
+                assert_eq!(c.value, want.value.clone().unwrap_or_default());
+                assert_eq!(info.encoded_len(), c.raw.len() as u64);
+                raw.extend_from_slice(&c.raw);
+            }
+            assert!(reader.next_record(&mut SkipAll).unwrap().is_none());
+            reader.finish().unwrap();
+            // The raw pieces are the uncompressed records section, byte for byte.
+            assert_eq!(raw, &plain[HEADER_LEN..], "{compression:?}");
+        }
+    }
+
+    /// `batch` (uncompressed) with its records section replaced by `payload`.
+    fn with_payload(batch: &Bytes, payload: &[u8]) -> Vec<u8> {
+        let mut out = batch[..HEADER_LEN].to_vec();
+        out.extend_from_slice(payload);
+        rewrite::seal(&mut out);
+        out
+    }
+
+    fn read_all(batch: &[u8]) -> Result<Vec<RecordInfo>, RecordError> {
+        let view = RecordBatchView::parse(batch).unwrap();
+        let mut reader = RecordReader::new(&view)?;
+        let mut out = Vec::new();
+        while let Some(info) = reader.next_record(&mut SkipAll)? {
+            out.push(info);
+        }
+        reader.finish()?;
+        Ok(out)
+    }
+
+    #[test]
+    fn a_key_longer_than_its_record_is_invalid() {
+        let batch = encode(&records(2), Compression::None);
+        let mut payload = batch[HEADER_LEN..].to_vec();
+        // Record 0: length, attributes, ts delta, offset delta, key length.
+        // Its key is null (-1 = 0x01); claim 60 bytes instead.
+        assert_eq!(payload[4], 0x01);
+        payload[4] = 120; // zig-zag 60
+        let err = read_all(&with_payload(&batch, &payload)).unwrap_err();
+        assert_eq!(err.index(), Some(0), "{err}");
+    }
+
+    #[test]
+    fn fields_that_do_not_fill_the_declared_length_are_invalid() {
+        let batch = encode(&records(2), Compression::None);
+        let mut payload = batch[HEADER_LEN..].to_vec();
+        // Record 0's declared body length one byte longer: its fields end early.
+        let mut pos = 0;
+        let len = crate::record_batch::read_varlong(&payload, &mut pos).unwrap();
+        assert_eq!(pos, 1);
+        payload[0] = ((len + 1) << 1) as u8;
+        let err = read_all(&with_payload(&batch, &payload)).unwrap_err();
+        assert_eq!(err.index(), Some(0), "{err}");
+    }
+
+    #[test]
+    fn negative_header_counts_and_lengths_are_invalid() {
+        let batch = encode(&records(1), Compression::None);
+        let payload = batch[HEADER_LEN..].to_vec();
+        // The record ends: header count 1 (0x02), key length 2 (0x04), "h0",
+        // value length 2 (0x04), "hv".
+        let n = payload.len();
+        assert_eq!(
+            &payload[n - 7..],
+            &[0x02, 0x04, b'h', b'0', 0x04, b'h', b'v']
+        );
+        let mut bad_count = payload.clone();
+        bad_count[n - 7] = 0x01; // -1 headers
+        let mut bad_key = payload.clone();
+        bad_key[n - 6] = 0x03; // header key length -2
+        for p in [bad_count, bad_key] {
+            assert!(matches!(
+                read_all(&with_payload(&batch, &p)),
+                Err(RecordError::Invalid { index: 0, .. })
+            ));
+        }
+    }
+
+    #[test]
+    fn trailing_bytes_and_truncation_are_refused() {
+        let batch = encode(&records(3), Compression::None);
+        let mut longer = batch[HEADER_LEN..].to_vec();
+        longer.push(0);
+        assert!(matches!(
+            read_all(&with_payload(&batch, &longer)),
+            Err(RecordError::TrailingBytes { count: 3 })
+        ));
+        let shorter = &batch[HEADER_LEN..batch.len() - 3];
+        assert!(matches!(
+            read_all(&with_payload(&batch, shorter)),
+            Err(RecordError::Invalid { index: 2, .. })
+        ));
+    }
+
+    #[test]
+    fn a_snappy_block_declaring_gigabytes_is_refused_before_allocation() {
+        let batch = encode(&records(1), Compression::None);
+        // An unframed raw block whose preamble declares 4 GiB - 1.
+        let preamble = [0xff, 0xff, 0xff, 0xff, 0x0f];
+        let mut bomb = with_payload(&batch, &preamble);
+        rewrite::set_codec(&mut bomb, Codec::Snappy);
+        rewrite::seal(&mut bomb);
+        assert!(matches!(read_all(&bomb), Err(RecordError::Corrupt(_))));
+    }
+
+    #[test]
+    fn a_zstd_bomb_streams_in_bounded_memory() {
+        // One record whose value is 64 MiB of zeros, compressed to a few KiB.
+        let value = vec![0u8; 64 << 20];
+        let batch = encode(
+            &[Record {
+                value: Some(Bytes::from(value)),
+                ..records(1).remove(0)
+            }],
+            Compression::Zstd,
+        );
+        assert!(batch.len() < 64 * 1024, "{}", batch.len());
+        struct Largest(usize);
+        impl RecordVisitor for Largest {
+            fn wants(&self, _: Part) -> bool {
+                true
+            }
+            fn bytes(&mut self, _: Part, piece: &[u8]) {
+                self.0 = self.0.max(piece.len());
+            }
+        }
+        let view = RecordBatchView::parse(&batch).unwrap();
+        let mut reader = RecordReader::new(&view).unwrap();
+        let mut largest = Largest(0);
+        let info = reader.next_record(&mut largest).unwrap().unwrap();
+        assert_eq!(info.value_len, 64 << 20);
+        assert!(largest.0 <= CHUNK_LEN);
+        reader.finish().unwrap();
+    }
+
+    #[test]
+    fn varint_len_matches_the_encoding() {
+        for v in [
+            0i64,
+            1,
+            -1,
+            63,
+            64,
+            -65,
+            8191,
+            8192,
+            i32::MAX as i64,
+            i64::MIN,
+        ] {
+            let mut buf = BytesMut::new();
+            let mut raw = ((v << 1) ^ (v >> 63)) as u64;
+            loop {
+                let b = (raw & 0x7f) as u8;
+                raw >>= 7;
+                if raw == 0 {
+                    buf.extend_from_slice(&[b]);
+                    break;
+                }
+                buf.extend_from_slice(&[b | 0x80]);
+            }
+            assert_eq!(varint_len(v), buf.len(), "{v}");
+        }
+    }
+}
