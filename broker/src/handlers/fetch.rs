@@ -90,7 +90,7 @@ pub async fn handle(broker: &Broker, version: i16, req: FetchRequest) -> FetchRe
     if req.max_bytes > fetch_max_bytes {
         metrics::counter!("kafka_broker_fetch_max_bytes_capped_total").increment(1);
     }
-    let max_bytes = req.max_bytes.clamp(0, fetch_max_bytes) as usize;
+    let max_bytes = req.max_bytes.min(fetch_max_bytes).max(0) as usize;
     let min_bytes = req.min_bytes.clamp(0, max_bytes as i32) as usize;
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS_CAP) as u64);
