@@ -38,6 +38,31 @@ pub struct Broker {
     producer_ids: Mutex<(i64, i64)>,
 }
 
+/// The most metadata records one CreateTopics or CreatePartitions request
+/// may write: Kafka's `QuorumController.MAX_RECORDS_PER_USER_OP`. A topic
+/// counts one record, one per config override and one per partition, as
+/// Kafka's `TopicRecord`, `ConfigRecord`s and `PartitionRecord`s do. Fixed,
+/// as in Kafka: clients and tools expect the same ceiling everywhere.
+pub const MAX_RECORDS_PER_USER_OP: usize = 10_000;
+
+/// The most partitions one CreateTopics request may ask for over all its
+/// topics: Kafka's `ReplicationControlManager.MAX_PARTITIONS_PER_BATCH`,
+/// checked before anything is placed or allocated.
+pub const MAX_PARTITIONS_PER_BATCH: u64 = 10_000;
+
+/// Kafka's message when a request asks for more than
+/// [`MAX_PARTITIONS_PER_BATCH`] partitions.
+pub const TOO_MANY_PARTITIONS: &str = "Excessively large number of partitions per request.";
+
+/// Kafka's message when a request would write more than
+/// [`MAX_RECORDS_PER_USER_OP`] records.
+pub const TOO_MANY_RECORDS: &str = "Unable to perform excessively large batch operation.";
+
+/// Counts a request refused for one of the two caps above.
+pub fn count_operation_too_large(api: &'static str) {
+    metrics::counter!("kafka_broker_operation_too_large_total", "api" => api).increment(1);
+}
+
 /// Why a topic could not be created, with the Kafka code each maps to.
 #[derive(Debug, thiserror::Error)]
 pub enum CreateTopicError {
@@ -45,14 +70,22 @@ pub enum CreateTopicError {
     TopicAlreadyExists(String),
     #[error("{0}")]
     InvalidTopic(String),
-    #[error("Number of partitions must be larger than 0.")]
-    InvalidPartitions,
+    #[error("{0}")]
+    InvalidPartitions(String),
     #[error("{0}")]
     InvalidReplicationFactor(String),
     #[error("{0}")]
     InvalidReplicaAssignment(String),
+    /// Both a manual assignment and a partition count or replication factor.
+    #[error("{0}")]
+    InvalidRequest(String),
+    /// Over [`MAX_PARTITIONS_PER_BATCH`] or [`MAX_RECORDS_PER_USER_OP`].
+    #[error("{0}")]
+    TooLarge(&'static str),
     #[error(transparent)]
     InvalidConfig(#[from] TopicConfigError),
+    #[error("Null value not supported for topic configs: {0}")]
+    NullConfig(String),
     #[error("{0}")]
     Metadata(MetadataError),
 }
@@ -62,14 +95,18 @@ impl CreateTopicError {
         match self {
             CreateTopicError::TopicAlreadyExists(_) => ResponseError::TopicAlreadyExists,
             CreateTopicError::InvalidTopic(_) => ResponseError::InvalidTopicException,
-            CreateTopicError::InvalidPartitions => ResponseError::InvalidPartitions,
+            CreateTopicError::InvalidPartitions(_) => ResponseError::InvalidPartitions,
             CreateTopicError::InvalidReplicationFactor(_) => {
                 ResponseError::InvalidReplicationFactor
             }
             CreateTopicError::InvalidReplicaAssignment(_) => {
                 ResponseError::InvalidReplicaAssignment
             }
-            CreateTopicError::InvalidConfig(_) => ResponseError::InvalidConfig,
+            CreateTopicError::InvalidRequest(_) => ResponseError::InvalidRequest,
+            CreateTopicError::TooLarge(_) => ResponseError::PolicyViolation,
+            CreateTopicError::InvalidConfig(_) | CreateTopicError::NullConfig(_) => {
+                ResponseError::InvalidConfig
+            }
             CreateTopicError::Metadata(e) => metadata_error(e),
         }
         .code()
@@ -126,6 +163,89 @@ pub struct NewTopic {
     pub configs: BTreeMap<String, String>,
 }
 
+impl NewTopic {
+    /// The partitions this topic asks for, as Kafka's
+    /// `validateTotalNumberOfPartitions` counts them: the default for -1,
+    /// nothing for an invalid count, the assignments when given.
+    pub fn requested_partitions(&self, default_partitions: i32) -> u64 {
+        if !self.assignments.is_empty() {
+            return self.assignments.len() as u64;
+        }
+        match self.num_partitions {
+            -1 => u64::try_from(default_partitions).unwrap_or(0),
+            n if n > 0 => n as u64,
+            _ => 0,
+        }
+    }
+}
+
+/// A topic that passed every check, with its partitions placed: what
+/// CreateTopics proposes (or, validate-only, reports).
+pub struct ValidatedTopic {
+    pub name: String,
+    pub topic_id: Uuid,
+    pub partitions: Vec<PartitionImage>,
+    pub configs: BTreeMap<String, String>,
+}
+
+impl ValidatedTopic {
+    /// The metadata records Kafka would write for it (see
+    /// [`MAX_RECORDS_PER_USER_OP`]).
+    pub fn records(&self) -> usize {
+        1 + self.configs.len() + self.partitions.len()
+    }
+}
+
+/// Kafka's `validateManualPartitionAssignment`, plus its check that some
+/// replica can lead: the replicas of one partition are registered brokers,
+/// each named once, as many as `replication_factor` when one is set. Returns
+/// the in-sync replicas a new partition starts with (the active ones, in
+/// assignment order).
+pub fn validate_manual_assignment(
+    registered: &[NodeId],
+    active: &[NodeId],
+    partition: i32,
+    replicas: &[NodeId],
+    replication_factor: Option<usize>,
+) -> Result<Vec<NodeId>, String> {
+    if replicas.is_empty() {
+        return Err("The manual partition assignment includes an empty replica list.".into());
+    }
+    let mut sorted = replicas.to_vec();
+    sorted.sort();
+    let mut previous = None;
+    for &id in &sorted {
+        if !registered.contains(&id) {
+            return Err(format!(
+                "The manual partition assignment includes broker {id}, but no such broker is registered."
+            ));
+        }
+        if previous == Some(id) {
+            return Err(format!(
+                "The manual partition assignment includes the broker {id} more than once."
+            ));
+        }
+        previous = Some(id);
+    }
+    if let Some(rf) = replication_factor.filter(|&rf| rf != sorted.len()) {
+        return Err(format!(
+            "The manual partition assignment includes a partition with {} replica(s), but this is not consistent with previous partitions, which have {rf} replica(s).",
+            sorted.len()
+        ));
+    }
+    let isr: Vec<NodeId> = replicas
+        .iter()
+        .copied()
+        .filter(|r| active.contains(r))
+        .collect();
+    if isr.is_empty() {
+        return Err(format!(
+            "All brokers specified in the manual partition assignment for partition {partition} are fenced or in controlled shutdown."
+        ));
+    }
+    Ok(isr)
+}
+
 impl Broker {
     pub fn new(config: ServerConfig, metadata: MetadataController) -> Self {
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
@@ -161,45 +281,96 @@ impl Broker {
     }
 
     /// Validates a new topic and, unless `validate_only`, creates it through
-    /// the quorum and opens its partitions before returning.
+    /// the quorum and opens its partitions before returning. For callers
+    /// that create one topic (auto-creation, internal topics); CreateTopics
+    /// validates the whole request first.
     pub async fn create_topic(
         &self,
         t: NewTopic,
         validate_only: bool,
     ) -> Result<(Uuid, Vec<PartitionImage>), CreateTopicError> {
+        if t.requested_partitions(self.config.num_partitions) > MAX_PARTITIONS_PER_BATCH {
+            count_operation_too_large("CreateTopics");
+            return Err(CreateTopicError::TooLarge(TOO_MANY_PARTITIONS));
+        }
+        let topic = self.validate_new_topic(t)?;
+        if topic.records() > MAX_RECORDS_PER_USER_OP {
+            count_operation_too_large("CreateTopics");
+            return Err(CreateTopicError::TooLarge(TOO_MANY_RECORDS));
+        }
+        let result = (topic.topic_id, topic.partitions.clone());
+        if !validate_only {
+            self.create_validated(topic).await?;
+        }
+        Ok(result)
+    }
+
+    /// Kafka's checks of one CreateTopics entry, in its order (name, existence,
+    /// configs, then the assignment or the partition count and replication
+    /// factor), and the placement of its partitions. Nothing is allocated per
+    /// partition before the count is known to be within
+    /// [`MAX_PARTITIONS_PER_BATCH`].
+    pub fn validate_new_topic(&self, t: NewTopic) -> Result<ValidatedTopic, CreateTopicError> {
         validate_topic_name(&t.name).map_err(CreateTopicError::InvalidTopic)?;
-        if self.metadata.image().topics.contains_key(&t.name) {
+        let image = self.metadata.image();
+        if image.topics.contains_key(&t.name) {
             return Err(CreateTopicError::TopicAlreadyExists(t.name));
         }
         TopicConfigs::validate_overrides(t.configs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
-        let image = self.metadata.image();
-        let brokers: Vec<NodeId> = if image.brokers.is_empty() {
-            vec![self.node_id()]
-        } else {
-            image.brokers.keys().copied().collect()
-        };
+        if t.requested_partitions(self.config.num_partitions) > MAX_PARTITIONS_PER_BATCH {
+            return Err(CreateTopicError::TooLarge(TOO_MANY_PARTITIONS));
+        }
         let partitions: Vec<PartitionImage> = if !t.assignments.is_empty() {
-            if t.num_partitions != -1 || t.replication_factor != -1 {
-                return Err(CreateTopicError::InvalidReplicaAssignment(
-                    "Both numPartitions or replicationFactor and replicasAssignments were set. Both cannot be used at the same time.".into(),
+            if t.replication_factor != -1 {
+                return Err(CreateTopicError::InvalidRequest(
+                    "A manual partition assignment was specified, but replication factor was not set to -1.".into(),
                 ));
             }
-            let mut out = Vec::new();
-            for (i, (index, ids)) in t.assignments.iter().enumerate() {
-                if *index != i as i32 || ids.is_empty() {
+            if t.num_partitions != -1 {
+                return Err(CreateTopicError::InvalidRequest(
+                    "A manual partition assignment was specified, but numPartitions was not set to -1.".into(),
+                ));
+            }
+            let (registered, active) = self.registered_and_active(&image);
+            let mut by_index: BTreeMap<i32, PartitionImage> = BTreeMap::new();
+            let mut replication_factor = None;
+            for (index, ids) in &t.assignments {
+                if by_index.contains_key(index) {
                     return Err(CreateTopicError::InvalidReplicaAssignment(format!(
-                        "Invalid replica assignment for partition {index}"
+                        "Found multiple manual partition assignments for partition {index}"
                     )));
                 }
                 let replicas: Vec<NodeId> = ids.iter().map(|&b| NodeId(b)).collect();
-                if let Some(unknown) = replicas.iter().find(|r| !brokers.contains(r)) {
-                    return Err(CreateTopicError::InvalidReplicaAssignment(format!(
-                        "The manual partition assignment includes broker {unknown}, but no such broker is registered."
-                    )));
-                }
-                out.push(partition_image(*index, replicas));
+                let isr = validate_manual_assignment(
+                    &registered,
+                    &active,
+                    *index,
+                    &replicas,
+                    replication_factor,
+                )
+                .map_err(CreateTopicError::InvalidReplicaAssignment)?;
+                replication_factor = Some(replicas.len());
+                by_index.insert(*index, partition_with_isr(*index, replicas, isr));
             }
-            out
+            // Indexes 0..n with n entries: the map's keys are exactly 0..n.
+            let consecutive = by_index
+                .keys()
+                .enumerate()
+                .all(|(i, &index)| i64::from(index) == i as i64);
+            if !consecutive {
+                return Err(CreateTopicError::InvalidReplicaAssignment(
+                    "partitions should be a consecutive 0-based integer sequence".into(),
+                ));
+            }
+            by_index.into_values().collect()
+        } else if t.replication_factor < -1 || t.replication_factor == 0 {
+            return Err(CreateTopicError::InvalidReplicationFactor(
+                "Replication factor must be larger than 0, or -1 to use the default value.".into(),
+            ));
+        } else if t.num_partitions < -1 || t.num_partitions == 0 {
+            return Err(CreateTopicError::InvalidPartitions(
+                "Number of partitions was set to an invalid non-positive value.".into(),
+            ));
         } else {
             let n = if t.num_partitions == -1 {
                 self.config.num_partitions
@@ -207,7 +378,9 @@ impl Broker {
                 t.num_partitions
             };
             if n < 1 {
-                return Err(CreateTopicError::InvalidPartitions);
+                return Err(CreateTopicError::InvalidPartitions(
+                    "Number of partitions was set to an invalid non-positive value.".into(),
+                ));
             }
             let rf = if t.replication_factor == -1 {
                 self.config.default_replication_factor
@@ -221,15 +394,22 @@ impl Broker {
                 .map(|(p, replicas)| partition_image(p as i32, replicas))
                 .collect()
         };
-        let topic_id = Uuid::new_v4();
-        if validate_only {
-            return Ok((topic_id, partitions));
-        }
+        Ok(ValidatedTopic {
+            name: t.name,
+            topic_id: Uuid::new_v4(),
+            partitions,
+            configs: t.configs,
+        })
+    }
+
+    /// Proposes a validated topic to the quorum and opens its partitions.
+    pub async fn create_validated(&self, t: ValidatedTopic) -> Result<(), CreateTopicError> {
+        let name = t.name.clone();
         self.metadata
             .propose(MetadataCommand::CreateTopic {
-                name: t.name.clone(),
-                topic_id,
-                partitions: partitions.clone(),
+                name: t.name,
+                topic_id: t.topic_id,
+                partitions: t.partitions,
                 configs: t.configs,
             })
             .await
@@ -239,12 +419,29 @@ impl Broker {
             })?;
         self.sync_replicas()
             .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
-        if t.name == crate::coordinator::OFFSETS_TOPIC {
+        if name == crate::coordinator::OFFSETS_TOPIC {
             self.groups
                 .sync_ownership(self)
                 .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
         }
-        Ok((topic_id, partitions))
+        Ok(())
+    }
+
+    /// The brokers a manual assignment may name (registered) and those that
+    /// may lead or be in sync at creation (registered and unfenced). Before
+    /// this node has registered, it is both.
+    pub fn registered_and_active(&self, image: &MetadataImage) -> (Vec<NodeId>, Vec<NodeId>) {
+        if image.brokers.is_empty() {
+            return (vec![self.node_id()], vec![self.node_id()]);
+        }
+        let registered = image.brokers.keys().copied().collect();
+        let active = image
+            .brokers
+            .values()
+            .filter(|b| !b.fenced)
+            .map(|b| b.node_id)
+            .collect();
+        (registered, active)
     }
 
     /// Kafka's replica placement over the registered, unfenced brokers (this
@@ -303,10 +500,20 @@ impl Broker {
 }
 
 fn partition_image(partition: i32, replicas: Vec<NodeId>) -> PartitionImage {
+    let isr = replicas.clone();
+    partition_with_isr(partition, replicas, isr)
+}
+
+/// A new partition led by the first of `isr` (never empty).
+pub fn partition_with_isr(
+    partition: i32,
+    replicas: Vec<NodeId>,
+    isr: Vec<NodeId>,
+) -> PartitionImage {
     PartitionImage {
         partition,
-        leader: replicas[0],
-        isr: replicas.clone(),
+        leader: isr[0],
+        isr,
         replicas,
         leader_epoch: LeaderEpoch(0),
         partition_epoch: 0,

@@ -6,10 +6,13 @@
 //! - [`guard`]: refuses bodies whose declared counts exceed their bytes,
 //!   before kafka-protocol allocates from those counts.
 //! - [`header`]: [`decode_request`] and [`encode_response`].
+//! - [`fetch_response`]: Fetch responses as parts, the record data supplied
+//!   (and sent) by the caller instead of copied into the response.
 //! - [`record_batch`]: a zero-copy view of v2 record batches.
 //! - [`records`]: streaming reads of the records inside a batch, in memory
 //!   bounded by the codecs' windows.
 
+pub mod fetch_response;
 pub mod frame;
 pub mod guard;
 pub mod header;

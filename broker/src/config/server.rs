@@ -82,6 +82,10 @@ pub struct ServerConfig {
     pub message_max_bytes: u32,
     pub min_insync_replicas: i32,
     pub socket_request_max_bytes: usize,
+    /// `fetch.max.bytes`: the most record bytes one Fetch response holds
+    /// (beyond the first batch, which is always whole), whatever the
+    /// request's `max_bytes`.
+    pub fetch_max_bytes: i32,
     /// Requests read ahead on one connection before the reader waits for
     /// responses to drain (Kafka's `queued.max.requests` is broker-wide; this
     /// is the per-connection bound that keeps memory finite).
@@ -177,6 +181,7 @@ impl Default for ServerConfig {
             message_max_bytes: 1_048_588,
             min_insync_replicas: 1,
             socket_request_max_bytes: 104_857_600,
+            fetch_max_bytes: 57_671_680,
             queued_max_requests: 500,
             max_connections: 10_000,
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9404))),
@@ -510,6 +515,7 @@ impl ServerConfig {
                 self.broker_heartbeat_interval_ms = parse_num(key, v)?
             }
             "replica.lag.time.max.ms" => self.replica_lag_time_max_ms = parse_num(key, v)?,
+            "fetch.max.bytes" => self.fetch_max_bytes = parse_num(key, v)?,
             "replica.fetch.max.bytes" => self.replica_fetch_max_bytes = parse_num(key, v)?,
             "replica.fetch.response.max.bytes" => {
                 self.replica_fetch_response_max_bytes = parse_num(key, v)?
@@ -716,6 +722,13 @@ impl ServerConfig {
             if value < 1 {
                 return n(key, &value, "must be at least 1");
             }
+        }
+        if self.fetch_max_bytes < 1024 {
+            return n(
+                "fetch.max.bytes",
+                &self.fetch_max_bytes,
+                "must be at least 1024",
+            );
         }
         if self.controller_quorum_election_timeout_ms < 30 {
             return n(

@@ -46,6 +46,7 @@ fn config_type(name: &str) -> i8 {
         | "log.index.interval.bytes"
         | "log.segment.bytes"
         | "socket.request.max.bytes"
+        | "fetch.max.bytes"
         | "queued.max.requests"
         | "max.connections"
         | "default.replication.factor" => TYPE_INT,
@@ -118,6 +119,7 @@ pub fn broker_configs(c: &ServerConfig) -> Vec<(&'static str, String)> {
             "socket.request.max.bytes",
             c.socket_request_max_bytes.to_string(),
         ),
+        ("fetch.max.bytes", c.fetch_max_bytes.to_string()),
         ("queued.max.requests", c.queued_max_requests.to_string()),
         ("max.connections", c.max_connections.to_string()),
         (

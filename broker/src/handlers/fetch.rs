@@ -10,6 +10,21 @@
 //! Fetching from a follower replica (KIP-392) is not offered: clients are
 //! never given a preferred read replica, so they always fetch from the leader.
 //!
+//! Byte limits are Kafka's (`KafkaApis.handleFetchRequest`,
+//! `ReplicaManager.readFromLog`): the response holds at most the smaller of
+//! the request's `max_bytes` and the broker's `fetch.max.bytes` (consumers
+//! and followers alike; a follower asks for `replica.fetch.response.max.bytes`
+//! itself), `min_bytes` is capped by that, a partition holds at most its
+//! `partition_max_bytes` of what is left, and the first partition with data
+//! returns at least one whole batch, whatever the limits, so a batch larger
+//! than them cannot stall a consumer. Negative limits count as 0.
+//!
+//! The records are not read here: the response carries file regions of the
+//! segments (taken under the partition's lock, which reads batch headers
+//! only), and the connection sends them from the files (`sendfile` on
+//! Linux) after the response's other fields. So a response's record bytes
+//! are never in the broker's memory, and need no share of a memory budget.
+//!
 //! Fetch sessions (KIP-227): we always answer session id 0, which tells the
 //! client that no session was created, so every request is a full fetch.
 //! That is a correct session-less answer; clients fall back to it by design.
@@ -24,18 +39,59 @@ use super::leader_hints::LeaderHints;
 use super::str_bytes;
 use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
+use crate::log::FileRegion;
 use crate::partition::FetchLimit;
 use crate::types::{NodeId, Offset, TopicPartition};
+
+/// One partition's records: regions of its segment files, in log order.
+#[derive(Debug)]
+pub struct FetchedRecords {
+    pub regions: Vec<FileRegion>,
+    size_bytes: usize,
+}
+
+impl FetchedRecords {
+    fn new(regions: Vec<FileRegion>) -> Self {
+        let size_bytes = regions.iter().map(|r| r.len() as usize).sum();
+        FetchedRecords {
+            regions,
+            size_bytes,
+        }
+    }
+}
+
+impl protocol::fetch_response::RecordData for FetchedRecords {
+    fn size_bytes(&self) -> usize {
+        self.size_bytes
+    }
+}
+
+/// A Fetch response whose partitions' `records` are `None`, and their
+/// records beside it, one entry per partition in response order (`None`
+/// where the wire field is null: partitions with an error).
+pub struct FetchReply {
+    pub response: FetchResponse,
+    pub records: Vec<Option<FetchedRecords>>,
+}
 
 /// The longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_MS_CAP: i32 = 30_000;
 
-pub async fn handle(broker: &Broker, version: i16, req: FetchRequest) -> FetchResponse {
+pub async fn handle(broker: &Broker, version: i16, req: FetchRequest) -> FetchReply {
     if req.session_id != 0 {
-        let mut resp = FetchResponse::default();
-        resp.error_code = ResponseError::FetchSessionIdNotFound.code();
-        return resp;
+        let mut response = FetchResponse::default();
+        response.error_code = ResponseError::FetchSessionIdNotFound.code();
+        return FetchReply {
+            response,
+            records: Vec::new(),
+        };
     }
+    let fetch_max_bytes = broker.config.fetch_max_bytes;
+    if req.max_bytes > fetch_max_bytes {
+        metrics::counter!("kafka_broker_fetch_max_bytes_capped_total").increment(1);
+    }
+    let max_bytes = req.max_bytes.min(fetch_max_bytes).max(0) as usize;
+    let min_bytes = req.min_bytes.clamp(0, max_bytes as i32) as usize;
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS_CAP) as u64);
     loop {
@@ -44,25 +100,23 @@ pub async fn handle(broker: &Broker, version: i16, req: FetchRequest) -> FetchRe
         let notified = broker.replicas.appended.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let (resp, bytes, had_error) = read_once(broker, version, &req);
-        if bytes >= req.min_bytes.max(0) as usize
-            || had_error
-            || tokio::time::Instant::now() >= deadline
-        {
-            return account(broker, resp);
+        let (reply, bytes, had_error) = read_once(broker, version, &req, max_bytes);
+        if bytes >= min_bytes || had_error || tokio::time::Instant::now() >= deadline {
+            return account(broker, reply);
         }
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
-            let (resp, _, _) = read_once(broker, version, &req);
-            return account(broker, resp);
+            let (reply, _, _) = read_once(broker, version, &req, max_bytes);
+            return account(broker, reply);
         }
     }
 }
 
 /// Counts bytes out per topic and per-partition errors, then hands the
-/// response back.
-fn account(broker: &Broker, resp: FetchResponse) -> FetchResponse {
+/// reply back.
+fn account(broker: &Broker, reply: FetchReply) -> FetchReply {
     let image = broker.metadata.image();
-    for t in &resp.responses {
+    let mut records = reply.records.iter();
+    for t in &reply.response.responses {
         let name = if t.topic.0.is_empty() {
             image
                 .topic_by_id(t.topic_id)
@@ -71,10 +125,10 @@ fn account(broker: &Broker, resp: FetchResponse) -> FetchResponse {
         } else {
             t.topic.0.to_string()
         };
-        let bytes: usize = t
-            .partitions
-            .iter()
-            .map(|p| p.records.as_ref().map_or(0, |r| r.len()))
+        let bytes: usize = records
+            .by_ref()
+            .take(t.partitions.len())
+            .map(|r| r.as_ref().map_or(0, |r| r.size_bytes))
             .sum();
         if bytes > 0 {
             metrics::counter!("kafka_broker_bytes_out_total", "topic" => name)
@@ -85,16 +139,19 @@ fn account(broker: &Broker, resp: FetchResponse) -> FetchResponse {
                 .increment(1);
         }
     }
-    resp
+    reply
 }
 
-fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchResponse, usize, bool) {
+/// One pass over the request's partitions: the reply, the record bytes it
+/// holds, and whether a partition had an error.
+fn read_once(
+    broker: &Broker,
+    version: i16,
+    req: &FetchRequest,
+    max_bytes: usize,
+) -> (FetchReply, usize, bool) {
     let mut resp = FetchResponse::default();
-    let max_bytes = if req.max_bytes <= 0 {
-        i32::MAX
-    } else {
-        req.max_bytes
-    } as usize;
+    let mut records: Vec<Option<FetchedRecords>> = Vec::new();
     let mut total = 0usize;
     let mut had_error = false;
     let image = broker.metadata.image();
@@ -124,10 +181,13 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
             pd.last_stable_offset = -1;
             pd.log_start_offset = -1;
             pd.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
+            // The records go beside the response (`FetchReply::records`).
+            pd.records = None;
             let Some(name) = &name else {
                 pd.error_code = ResponseError::UnknownTopicId.code();
                 had_error = true;
                 t.partitions.push(pd);
+                records.push(None);
                 continue;
             };
             let tp = TopicPartition::new(name.as_str(), fp.partition);
@@ -135,6 +195,7 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
                 pd.error_code = ResponseError::UnknownTopicOrPartition.code();
                 had_error = true;
                 t.partitions.push(pd);
+                records.push(None);
                 continue;
             };
             let mut part = part.lock().expect("poisoned");
@@ -164,10 +225,12 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
                 pd.error_code = e.code();
                 had_error = true;
                 t.partitions.push(pd);
+                records.push(None);
                 continue;
             }
             let remaining = max_bytes.saturating_sub(total);
             let partition_max = (fp.partition_max_bytes.max(0) as usize).min(remaining);
+            let mut data = None;
             let limit = if from_follower {
                 FetchLimit::LogEnd
             } else {
@@ -175,7 +238,8 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
             };
             // The first partition with data always returns at least one whole
             // batch, so a batch larger than the limits cannot stall a consumer.
-            match part.read_up_to(Offset(fp.fetch_offset), partition_max, total == 0, limit) {
+            match part.read_regions_up_to(Offset(fp.fetch_offset), partition_max, total == 0, limit)
+            {
                 Ok(out) => {
                     pd.high_watermark = out.high_watermark.0;
                     if from_follower {
@@ -201,8 +265,9 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
                     pd.last_stable_offset = out.last_stable_offset.0;
                     pd.log_start_offset = out.log_start_offset.0;
                     pd.aborted_transactions = Some(vec![]);
-                    total += out.records.len();
-                    pd.records = Some(out.records);
+                    let fetched = FetchedRecords::new(out.regions);
+                    total += fetched.size_bytes;
+                    data = Some(fetched);
                 }
                 Err(e) => {
                     if let PartitionError::OffsetOutOfRange { .. } = e {
@@ -215,6 +280,7 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
                 }
             }
             t.partitions.push(pd);
+            records.push(data);
         }
         if version < 13 {
             t.topic = TopicName(str_bytes(topic.topic.0.to_string()));
@@ -228,5 +294,12 @@ fn read_once(broker: &Broker, version: i16, req: &FetchRequest) -> (FetchRespons
     if version >= 16 {
         resp.node_endpoints = leaders.fetch_endpoints(&image);
     }
-    (resp, total, had_error)
+    (
+        FetchReply {
+            response: resp,
+            records,
+        },
+        total,
+        had_error,
+    )
 }

@@ -15,7 +15,7 @@ mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
 mod describe_quorum;
-mod fetch;
+pub mod fetch;
 mod find_coordinator;
 mod heartbeat;
 mod init_producer_id;
@@ -43,6 +43,8 @@ use crate::broker::Broker;
 #[allow(clippy::large_enum_variant)]
 pub enum Reply {
     Respond(ResponseKind),
+    /// A Fetch response, its records sent from the segment files.
+    Fetch(fetch::FetchReply),
     /// Produce with acks=0: Kafka sends nothing back.
     NoResponse,
     /// The request is valid framing but its API is not one we serve.
@@ -73,7 +75,7 @@ pub async fn dispatch(
             Some(resp) => Reply::Respond(S::Produce(resp)),
             None => Reply::NoResponse,
         },
-        R::Fetch(r) => Reply::Respond(S::Fetch(fetch::handle(broker, version, r).await)),
+        R::Fetch(r) => Reply::Fetch(fetch::handle(broker, version, r).await),
         R::ListOffsets(r) => {
             Reply::Respond(S::ListOffsets(list_offsets::handle(broker, version, r)))
         }

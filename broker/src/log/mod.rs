@@ -13,6 +13,7 @@
 
 mod cleaner;
 mod records;
+mod region;
 mod segment;
 #[cfg(test)]
 mod tests;
@@ -27,6 +28,7 @@ use thiserror::Error;
 
 use crate::types::{LeaderEpoch, Offset};
 use records::BatchHeader;
+pub use region::FileRegion;
 use segment::{corrupt, Segment, LOG_SUFFIX};
 
 const LOG_START_OFFSET_FILE: &str = "log-start-offset";
@@ -513,39 +515,57 @@ impl Log {
         max_offset: Offset,
         min_one_batch: bool,
     ) -> Result<Bytes, LogError> {
+        let regions = self.read_regions(offset, max_bytes, max_offset, min_one_batch)?;
+        let mut out = Vec::with_capacity(regions.iter().map(|r| r.len() as usize).sum());
+        for region in &regions {
+            region.read_into(&mut out)?;
+        }
+        Ok(Bytes::from(out))
+    }
+
+    /// What [`Log::read`] returns, as file regions (one per segment touched)
+    /// whose bytes are read later, outside whatever lock guards the log.
+    /// Only batch headers are read here.
+    pub fn read_regions(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+        min_one_batch: bool,
+    ) -> Result<Vec<FileRegion>, LogError> {
         let log_end = self.log_end_offset().0;
         if offset.0 < self.log_start_offset || offset.0 > log_end {
             return Err(self.out_of_range(offset.0));
         }
         let Some((mut seg_idx, mut position, _)) = self.locate(offset.0)? else {
-            return Ok(Bytes::new());
+            return Ok(Vec::new());
         };
-        let mut out: Vec<u8> = Vec::new();
+        let mut out: Vec<FileRegion> = Vec::new();
+        let mut taken = 0u64;
         'segments: while seg_idx < self.segments.len() {
             let seg = &self.segments[seg_idx];
-            // Batches are contiguous within a segment: find the run to copy,
-            // then read it with one positioned read.
+            // Batches are contiguous within a segment: one region per run.
             let start = position;
             let mut end = position;
             while let Some(h) = seg.header_at(end)? {
-                let budget_ok = (out.len() as u64 + (end - start) + h.size_bytes)
-                    <= max_bytes as u64
-                    || (min_one_batch && out.is_empty() && end == start);
+                let budget_ok = (taken + (end - start) + h.size_bytes) <= max_bytes as u64
+                    || (min_one_batch && taken == 0 && end == start);
                 if h.base_offset >= max_offset.0 || !budget_ok {
                     if end > start {
-                        out.extend_from_slice(&seg.read_at(start, end - start)?);
+                        out.push(seg.region(start, end - start)?);
                     }
                     break 'segments;
                 }
                 end += h.size_bytes;
             }
             if end > start {
-                out.extend_from_slice(&seg.read_at(start, end - start)?);
+                out.push(seg.region(start, end - start)?);
+                taken += end - start;
             }
             seg_idx += 1;
             position = 0;
         }
-        Ok(Bytes::from(out))
+        Ok(out)
     }
 
     /// Every batch from the one containing `offset` (or the first batch at

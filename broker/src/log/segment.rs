@@ -11,10 +11,12 @@ use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use protocol::record_batch::{RecordBatchView, HEADER_LEN};
 
 use super::records::BatchHeader;
+use super::region::FileRegion;
 
 pub(crate) const LOG_SUFFIX: &str = ".log";
 
@@ -35,7 +37,8 @@ pub(crate) struct LoadOutcome {
 pub(crate) struct Segment {
     pub base_offset: i64,
     path: PathBuf,
-    file: File,
+    /// Shared with the [`FileRegion`]s fetches hold while they send.
+    file: Arc<File>,
     size_bytes: u64,
     /// Last offset of the last batch plus one; `base_offset` when empty.
     next_offset: i64,
@@ -75,7 +78,7 @@ impl Segment {
         Segment {
             base_offset,
             path,
-            file,
+            file: Arc::new(file),
             size_bytes: 0,
             next_offset: base_offset,
             offset_index: Vec::new(),
@@ -181,7 +184,7 @@ impl Segment {
         let h =
             BatchHeader::parse(batch).ok_or_else(|| corrupt("append of a bad header".into()))?;
         let position = self.size_bytes;
-        (&self.file).write_all(batch)?;
+        (&*self.file).write_all(batch)?;
         self.note_batch(&h, position, index_interval_bytes);
         Ok(())
     }
@@ -237,6 +240,13 @@ impl Segment {
     }
 
     pub fn read_at(&self, position: u64, len: u64) -> io::Result<Vec<u8>> {
+        let mut buf = Vec::new();
+        self.region(position, len)?.read_into(&mut buf)?;
+        Ok(buf)
+    }
+
+    /// `len` bytes from `position`, to be read later (see [`FileRegion`]).
+    pub fn region(&self, position: u64, len: u64) -> io::Result<FileRegion> {
         if position
             .checked_add(len)
             .is_none_or(|end| end > self.size_bytes)
@@ -246,10 +256,7 @@ impl Segment {
                 self.path.display()
             )));
         }
-        let len = usize::try_from(len).map_err(|_| corrupt("read too large".into()))?;
-        let mut buf = vec![0u8; len];
-        self.file.read_exact_at(&mut buf, position)?;
-        Ok(buf)
+        Ok(FileRegion::new(self.file.clone(), position, len))
     }
 
     /// A position from which scanning forward reaches the batch containing

@@ -46,6 +46,15 @@ pub struct FetchOutcome {
     pub last_stable_offset: Offset,
 }
 
+/// A [`FetchOutcome`] whose records are file regions, read (or sent) after
+/// the partition's lock is released.
+pub struct FetchRegions {
+    pub regions: Vec<crate::log::FileRegion>,
+    pub high_watermark: Offset,
+    pub log_start_offset: Offset,
+    pub last_stable_offset: Offset,
+}
+
 pub struct Partition {
     pub tp: TopicPartition,
     pub topic_id: Uuid,
@@ -330,6 +339,30 @@ impl Partition {
         min_one_batch: bool,
         limit: FetchLimit,
     ) -> Result<FetchOutcome, PartitionError> {
+        let found = self.read_regions_up_to(offset, max_bytes, min_one_batch, limit)?;
+        let mut records = Vec::new();
+        for region in &found.regions {
+            region
+                .read_into(&mut records)
+                .map_err(|e| PartitionError::from(crate::log::LogError::from(e)))?;
+        }
+        Ok(FetchOutcome {
+            records: Bytes::from(records),
+            high_watermark: found.high_watermark,
+            log_start_offset: found.log_start_offset,
+            last_stable_offset: found.last_stable_offset,
+        })
+    }
+
+    /// [`Partition::read_up_to`] without reading the records: where they
+    /// are, so the caller reads or sends them outside the partition's lock.
+    pub fn read_regions_up_to(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        min_one_batch: bool,
+        limit: FetchLimit,
+    ) -> Result<FetchRegions, PartitionError> {
         let end = match limit {
             FetchLimit::HighWatermark => self.high_watermark,
             FetchLimit::LogEnd => self.log.log_end_offset(),
@@ -341,9 +374,11 @@ impl Partition {
                 log_end: end.0,
             });
         }
-        let records = self.log.read(offset, max_bytes, end, min_one_batch)?;
-        Ok(FetchOutcome {
-            records,
+        let regions = self
+            .log
+            .read_regions(offset, max_bytes, end, min_one_batch)?;
+        Ok(FetchRegions {
+            regions,
             high_watermark: self.high_watermark,
             log_start_offset: self.log.log_start_offset(),
             last_stable_offset: self.high_watermark,
