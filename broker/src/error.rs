@@ -6,6 +6,7 @@ use kafka_protocol::ResponseError;
 
 use crate::log::LogError;
 use crate::partition::producer_state::ProducerError;
+use crate::partition::validate::RecordErrors;
 
 /// Why an operation on one partition failed. Reported per partition.
 #[derive(Debug, thiserror::Error)]
@@ -16,14 +17,21 @@ pub enum PartitionError {
     CorruptMessage(String),
     #[error("invalid record: {0}")]
     InvalidRecord(String),
-    /// Kafka's LogValidator rule: a compacted topic keeps the latest record
-    /// per key, so a record without one has no meaning there.
-    #[error("Compacted topic cannot accept message without key in topic partition {partition}.")]
-    KeylessRecordsInCompactedTopic {
-        partition: String,
-        /// Batch indexes of the keyless records, for ProduceResponse `record_errors`.
-        indexes: Vec<i32>,
-    },
+    /// Records of a client batch that Kafka's LogValidator refuses one by
+    /// one (a missing key on a compacted topic, a timestamp out of bounds,
+    /// bytes that are not a record), named in ProduceResponse `record_errors`.
+    #[error("{0}")]
+    RecordsRejected(RecordErrors),
+    /// A compressed records section its codec cannot decode. Kafka's
+    /// decompressors report this as a plain `KafkaException`, which its
+    /// produce path answers with UNKNOWN_SERVER_ERROR; the CRC matched, so
+    /// the retriable CORRUPT_MESSAGE would only have the producer resend it.
+    #[error("records cannot be decompressed: {0}")]
+    UndecodableRecords(String),
+    /// Re-encoding a batch to the topic's `compression.type` failed for a
+    /// reason other than its size (the encoder itself).
+    #[error("records cannot be recompressed: {0}")]
+    RecompressionFailed(String),
     #[error("batch of {size} bytes exceeds max.message.bytes {max}")]
     MessageTooLarge { size: usize, max: u32 },
     #[error(transparent)]
@@ -70,7 +78,12 @@ impl PartitionError {
             PartitionError::UnknownTopicOrPartition => ResponseError::UnknownTopicOrPartition,
             PartitionError::CorruptMessage(_) => ResponseError::CorruptMessage,
             PartitionError::InvalidRecord(_) => ResponseError::InvalidRecord,
-            PartitionError::KeylessRecordsInCompactedTopic { .. } => ResponseError::InvalidRecord,
+            PartitionError::RecordsRejected(e) if e.has_timestamp_fault() => {
+                ResponseError::InvalidTimestamp
+            }
+            PartitionError::RecordsRejected(_) => ResponseError::InvalidRecord,
+            PartitionError::UndecodableRecords(_) => ResponseError::UnknownServerError,
+            PartitionError::RecompressionFailed(_) => ResponseError::UnknownServerError,
             PartitionError::MessageTooLarge { .. } => ResponseError::MessageTooLarge,
             PartitionError::Producer(ProducerError::InvalidProducerEpoch { .. }) => {
                 ResponseError::InvalidProducerEpoch

@@ -93,11 +93,13 @@ async fn produce_fetch_and_list_offsets_round_trip_in_every_codec() {
 
     assert_eq!(c.list_offset("rt", 1, -2).await.offset, 0);
     assert_eq!(c.list_offset("rt", 1, -1).await.offset, 50);
-    let by_time = c.list_offset("rt", 1, common::BASE_TIMESTAMP_MS + 5).await;
+    let by_time = c
+        .list_offset("rt", 1, common::base_timestamp_ms() + 5)
+        .await;
     assert_eq!(by_time.error_code, 0);
     assert!(by_time.offset >= 0 && by_time.offset <= 5, "{by_time:?}");
     assert_eq!(
-        c.list_offset("rt", 1, common::BASE_TIMESTAMP_MS + 1_000_000)
+        c.list_offset("rt", 1, common::base_timestamp_ms() + 1_000_000)
             .await
             .offset,
         -1

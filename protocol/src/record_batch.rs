@@ -278,6 +278,20 @@ pub mod rewrite {
         batch[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8].copy_from_slice(&timestamp.to_be_bytes());
         update_crc(batch);
     }
+    /// Marks the batch CreateTime with `max_timestamp` as its max timestamp,
+    /// as Kafka's LogValidator does on a CreateTime topic with the largest
+    /// record timestamp it read; recomputes the CRC only if either changed.
+    pub fn set_create_time(batch: &mut [u8], max_timestamp: i64) {
+        let attrs = i16_at(batch, OFF_ATTRIBUTES);
+        let create_time = attrs & !ATTR_TIMESTAMP_TYPE;
+        if attrs == create_time && i64_at(batch, OFF_MAX_TIMESTAMP) == max_timestamp {
+            return;
+        }
+        batch[OFF_ATTRIBUTES..OFF_ATTRIBUTES + 2].copy_from_slice(&create_time.to_be_bytes());
+        batch[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8]
+            .copy_from_slice(&max_timestamp.to_be_bytes());
+        update_crc(batch);
+    }
     /// Marks the batch as compressed with `codec`; the caller replaces the
     /// records and then calls [`seal`].
     pub fn set_codec(batch: &mut [u8], codec: Codec) {
@@ -521,6 +535,17 @@ mod tests {
             batch.verify_crc().expect("crc recomputed");
             assert!(batch.is_log_append_time());
             assert_eq!(batch.max_timestamp(), 5555);
+
+            // Back to CreateTime with the records' own maximum.
+            rewrite::set_create_time(&mut bytes, 1002);
+            let batch = RecordBatchView::parse(&bytes).expect("parses");
+            batch.verify_crc().expect("crc recomputed");
+            assert!(!batch.is_log_append_time());
+            assert_eq!(batch.max_timestamp(), 1002);
+            // Nothing to change: the bytes stay as they are.
+            let before = bytes.clone();
+            rewrite::set_create_time(&mut bytes, 1002);
+            assert_eq!(bytes, before);
 
             // kafka-protocol reads the rewritten batch back.
             let mut buf = Bytes::from(bytes);

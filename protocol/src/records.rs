@@ -171,6 +171,11 @@ impl<'a> RecordReader<'a> {
 
     /// The next record's fields, its bytes given to `visitor` as they are
     /// read; `None` once the declared count has been read.
+    ///
+    /// A record that lies whole in the decoder's current window (every
+    /// record of an uncompressed batch, most of a compressed one) is parsed
+    /// from that slice, without a call into the decoder per field; one that
+    /// straddles the window's end is read through the decoder.
     pub fn next_record(
         &mut self,
         visitor: &mut impl RecordVisitor,
@@ -180,49 +185,22 @@ impl<'a> RecordReader<'a> {
         }
         let index = self.next_index;
         self.next_index += 1;
-        let mut r = Fields {
-            input: &mut *self.input,
-            visitor,
-            index,
-            left: u64::MAX,
-            head: [0; 10],
-            head_len: 0,
+        let whole = {
+            let window = self.input.fill_buf().map_err(corrupt)?;
+            match whole_record_len(window) {
+                Some(len) => {
+                    let mut record = &window[..len];
+                    Some((read_record(&mut record, visitor, index)?, len))
+                }
+                None => None,
+            }
         };
-        let body_len = r.varint("length")?;
-        if body_len < 0 {
-            return Err(r.invalid(format!("negative record length {body_len}")));
-        }
-        r.flush_head()?;
-        r.left = body_len as u64;
-        let attributes = r.byte("attributes")? as i8;
-        let timestamp_delta = r.varlong("timestamp delta")?;
-        let offset_delta = r.varint("offset delta")?;
-        let key_len = r.length("key", Part::Key, -1)?;
-        let value_len = r.length("value", Part::Value, -1)?;
-        let header_count = r.varint("header count")?;
-        if header_count < 0 {
-            return Err(r.invalid(format!("invalid number of record headers {header_count}")));
-        }
-        for _ in 0..header_count {
-            r.length("header key", Part::HeaderKey, 0)?;
-            r.length("header value", Part::HeaderValue, -1)?;
-        }
-        r.flush_head()?;
-        if r.left != 0 {
-            return Err(r.invalid(format!(
-                "expected to read {body_len} bytes in record payload, but {} were left over",
-                r.left
-            )));
-        }
-        Ok(Some(RecordInfo {
-            index,
-            body_len: body_len as u32,
-            attributes,
-            timestamp_delta,
-            offset_delta,
-            key_len,
-            value_len,
-            header_count,
+        Ok(Some(match whole {
+            Some((info, len)) => {
+                self.input.consume(len);
+                info
+            }
+            None => read_record(&mut *self.input, visitor, index)?,
         }))
     }
 
@@ -237,6 +215,77 @@ impl<'a> RecordReader<'a> {
             Err(RecordError::TrailingBytes { count: self.count })
         }
     }
+}
+
+/// The encoded length of the record at the front of `window`, if its length
+/// varint is valid and the whole record is there.
+fn whole_record_len(window: &[u8]) -> Option<usize> {
+    let mut raw: u32 = 0;
+    for (i, &b) in window.iter().take(5).enumerate() {
+        if i == 4 && b > 0x0f {
+            return None;
+        }
+        raw |= u32::from(b & 0x7f) << (7 * i);
+        if b & 0x80 == 0 {
+            let body_len = ((raw >> 1) as i32) ^ -((raw & 1) as i32);
+            let len = (i + 1).checked_add(usize::try_from(body_len).ok()?)?;
+            return (len <= window.len()).then_some(len);
+        }
+    }
+    None
+}
+
+/// Reads one record from `input` as Kafka's `DefaultRecord.readFrom`,
+/// giving its bytes to `visitor`.
+fn read_record<R: BufRead + ?Sized>(
+    input: &mut R,
+    visitor: &mut impl RecordVisitor,
+    index: i32,
+) -> Result<RecordInfo, RecordError> {
+    let mut r = Fields {
+        input,
+        visitor,
+        index,
+        left: u64::MAX,
+        head: [0; 10],
+        head_len: 0,
+    };
+    let body_len = r.varint("length")?;
+    if body_len < 0 {
+        return Err(r.invalid(format!("negative record length {body_len}")));
+    }
+    r.flush_head()?;
+    r.left = body_len as u64;
+    let attributes = r.byte("attributes")? as i8;
+    let timestamp_delta = r.varlong("timestamp delta")?;
+    let offset_delta = r.varint("offset delta")?;
+    let key_len = r.length("key", Part::Key, -1)?;
+    let value_len = r.length("value", Part::Value, -1)?;
+    let header_count = r.varint("header count")?;
+    if header_count < 0 {
+        return Err(r.invalid(format!("invalid number of record headers {header_count}")));
+    }
+    for _ in 0..header_count {
+        r.length("header key", Part::HeaderKey, 0)?;
+        r.length("header value", Part::HeaderValue, -1)?;
+    }
+    r.flush_head()?;
+    if r.left != 0 {
+        return Err(r.invalid(format!(
+            "expected to read {body_len} bytes in record payload, but {} were left over",
+            r.left
+        )));
+    }
+    Ok(RecordInfo {
+        index,
+        body_len: body_len as u32,
+        attributes,
+        timestamp_delta,
+        offset_delta,
+        key_len,
+        value_len,
+        header_count,
+    })
 }
 
 fn corrupt(e: io::Error) -> RecordError {
@@ -256,8 +305,8 @@ pub fn varint_len(v: i64) -> usize {
 
 /// One record's field reader: counts the body bytes left and forwards raw
 /// bytes to the visitor.
-struct Fields<'r, V: RecordVisitor> {
-    input: &'r mut dyn BufRead,
+struct Fields<'r, R: BufRead + ?Sized, V: RecordVisitor> {
+    input: &'r mut R,
     visitor: &'r mut V,
     index: i32,
     /// Body bytes not yet read; `u64::MAX` while reading the length itself.
@@ -267,7 +316,7 @@ struct Fields<'r, V: RecordVisitor> {
     head_len: usize,
 }
 
-impl<V: RecordVisitor> Fields<'_, V> {
+impl<R: BufRead + ?Sized, V: RecordVisitor> Fields<'_, R, V> {
     fn invalid(&self, reason: String) -> RecordError {
         RecordError::Invalid {
             index: self.index,
@@ -588,6 +637,43 @@ mod tests {
         }
     }
 
+    /// Records larger than a decoder's window are read through the decoder,
+    /// smaller ones from the window's slice: both give the same fields,
+    /// pieces and raw bytes, in every codec.
+    #[test]
+    fn records_inside_and_across_the_window_read_alike() {
+        let sizes = [10usize, 20_000, 300, 16_000, 5, 40_000, 1];
+        let original: Vec<Record> = records(30)
+            .into_iter()
+            .enumerate()
+            .map(|(i, r)| Record {
+                value: Some(Bytes::from(
+                    (0..sizes[i % sizes.len()])
+                        .map(|j| (j * 7 + i) as u8)
+                        .collect::<Vec<u8>>(),
+                )),
+                ..r
+            })
+            .collect();
+        let plain = encode(&original, Compression::None);
+        for compression in CODECS {
+            let batch = encode(&original, compression);
+            let view = RecordBatchView::parse(&batch).unwrap();
+            let mut reader = RecordReader::new(&view).unwrap();
+            let mut raw = Vec::new();
+            for want in &original {
+                let mut c = Collect::default();
+                let info = reader.next_record(&mut c).unwrap().unwrap();
+                assert_eq!(c.key, want.key.clone().unwrap_or_default());
+                assert_eq!(c.value, want.value.clone().unwrap_or_default());
+                assert_eq!(info.encoded_len(), c.raw.len() as u64);
+                raw.extend_from_slice(&c.raw);
+            }
+            reader.finish().unwrap();
+            assert_eq!(raw, &plain[HEADER_LEN..], "{compression:?}");
+        }
+    }
+
     /// `batch` (uncompressed) with its records section replaced by `payload`.
     fn with_payload(batch: &Bytes, payload: &[u8]) -> Vec<u8> {
         let mut out = batch[..HEADER_LEN].to_vec();
@@ -617,6 +703,73 @@ mod tests {
         payload[4] = 120; // zig-zag 60
         let err = read_all(&with_payload(&batch, &payload)).unwrap_err();
         assert_eq!(err.index(), Some(0), "{err}");
+    }
+
+    /// A record whose key runs past it is refused at its index whether it
+    /// lies in the decoder's window or across it.
+    #[test]
+    fn a_bad_record_is_refused_at_its_index_in_every_codec() {
+        let big = Record {
+            value: Some(Bytes::from(vec![7u8; 40_000])),
+            ..records(3).remove(2)
+        };
+        for with_big in [false, true] {
+            let mut rs = records(6);
+            if with_big {
+                rs[2] = big.clone();
+            }
+            let plain = encode(&rs, Compression::None);
+            let mut payload = plain[HEADER_LEN..].to_vec();
+            // Find record 2's key length: walk two records.
+            let mut pos = 0;
+            for _ in 0..2 {
+                let len = crate::record_batch::read_varlong(&payload, &mut pos).unwrap();
+                pos += len as usize;
+            }
+            crate::record_batch::read_varlong(&payload, &mut pos).unwrap();
+            // attributes, timestamp delta 2 (0x04), offset delta 2 (0x04), key length.
+            assert_eq!(&payload[pos..pos + 3], &[0, 4, 4]);
+            // A key of about a million bytes (overwriting "k2"): past the record.
+            payload[pos + 3..pos + 6].copy_from_slice(&[0xfe, 0xff, 0x7f]);
+            for codec in [
+                Codec::None,
+                Codec::Gzip,
+                Codec::Snappy,
+                Codec::Lz4,
+                Codec::Zstd,
+            ] {
+                let batch = compressed_payload(&plain, codec, &payload);
+                let err = read_all(&batch).unwrap_err();
+                assert_eq!(err.index(), Some(2), "{codec:?} big={with_big}: {err}");
+            }
+        }
+    }
+
+    /// `plain`'s header with `records` compressed by `codec` (snappy unframed).
+    fn compressed_payload(plain: &Bytes, codec: Codec, records: &[u8]) -> Vec<u8> {
+        use std::io::Write;
+        let payload = match codec {
+            Codec::None => records.to_vec(),
+            Codec::Gzip => {
+                let mut e =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+                e.write_all(records).unwrap();
+                e.finish().unwrap()
+            }
+            Codec::Snappy => snap::raw::Encoder::new().compress_vec(records).unwrap(),
+            Codec::Lz4 => {
+                let mut e = lz4::EncoderBuilder::new().build(Vec::new()).unwrap();
+                e.write_all(records).unwrap();
+                let (out, r) = e.finish();
+                r.unwrap();
+                out
+            }
+            Codec::Zstd => zstd::encode_all(records, 3).unwrap(),
+        };
+        let mut batch = with_payload(plain, &payload);
+        rewrite::set_codec(&mut batch, codec);
+        rewrite::seal(&mut batch);
+        batch
     }
 
     #[test]

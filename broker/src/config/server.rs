@@ -79,6 +79,12 @@ pub struct ServerConfig {
     pub log_flush_interval_ms: i64,
     pub log_retention_check_interval_ms: i64,
     pub log_message_timestamp_type: String,
+    /// `log.message.timestamp.before.max.ms`: how far behind the broker's
+    /// clock a CreateTime record may be (Kafka's default: no bound).
+    pub log_message_timestamp_before_max_ms: i64,
+    /// `log.message.timestamp.after.max.ms`: how far ahead of the broker's
+    /// clock a CreateTime record may be (Kafka 4's default: one hour).
+    pub log_message_timestamp_after_max_ms: i64,
     pub message_max_bytes: u32,
     pub min_insync_replicas: i32,
     pub socket_request_max_bytes: usize,
@@ -178,6 +184,8 @@ impl Default for ServerConfig {
             log_flush_interval_ms: i64::MAX,
             log_retention_check_interval_ms: 300_000,
             log_message_timestamp_type: "CreateTime".into(),
+            log_message_timestamp_before_max_ms: i64::MAX,
+            log_message_timestamp_after_max_ms: 3_600_000,
             message_max_bytes: 1_048_588,
             min_insync_replicas: 1,
             socket_request_max_bytes: 104_857_600,
@@ -434,6 +442,12 @@ impl ServerConfig {
                 }
                 self.log_message_timestamp_type = v.to_string();
             }
+            "log.message.timestamp.before.max.ms" => {
+                self.log_message_timestamp_before_max_ms = parse_num(key, v)?
+            }
+            "log.message.timestamp.after.max.ms" => {
+                self.log_message_timestamp_after_max_ms = parse_num(key, v)?
+            }
             "message.max.bytes" => self.message_max_bytes = parse_num(key, v)?,
             "min.insync.replicas" => self.min_insync_replicas = parse_num(key, v)?,
             "socket.request.max.bytes" => self.socket_request_max_bytes = parse_num(key, v)?,
@@ -574,6 +588,20 @@ impl ServerConfig {
         }
         if self.log_roll_ms < 1 {
             return n("log.roll.ms", &self.log_roll_ms, "must be at least 1");
+        }
+        if self.log_message_timestamp_before_max_ms < 0 {
+            return n(
+                "log.message.timestamp.before.max.ms",
+                &self.log_message_timestamp_before_max_ms,
+                "must be at least 0",
+            );
+        }
+        if self.log_message_timestamp_after_max_ms < 0 {
+            return n(
+                "log.message.timestamp.after.max.ms",
+                &self.log_message_timestamp_after_max_ms,
+                "must be at least 0",
+            );
         }
         if self.message_max_bytes < 1 {
             return n(

@@ -54,6 +54,16 @@ pub const TOPIC_CONFIGS: &[TopicConfigEntry] = &[
         Kind::Int { min: 0 },
     ),
     entry(
+        "message.timestamp.after.max.ms",
+        "log.message.timestamp.after.max.ms",
+        Kind::Long { min: 0 },
+    ),
+    entry(
+        "message.timestamp.before.max.ms",
+        "log.message.timestamp.before.max.ms",
+        Kind::Long { min: 0 },
+    ),
+    entry(
         "message.timestamp.type",
         "log.message.timestamp.type",
         Kind::TimestampType,
@@ -164,6 +174,12 @@ impl TopicConfigEntry {
             "flush.ms" => server.log_flush_interval_ms.to_string(),
             "index.interval.bytes" => server.log_index_interval_bytes.to_string(),
             "max.message.bytes" => server.message_max_bytes.to_string(),
+            "message.timestamp.after.max.ms" => {
+                server.log_message_timestamp_after_max_ms.to_string()
+            }
+            "message.timestamp.before.max.ms" => {
+                server.log_message_timestamp_before_max_ms.to_string()
+            }
             "message.timestamp.type" => server.log_message_timestamp_type.clone(),
             "min.insync.replicas" => server.min_insync_replicas.to_string(),
             "retention.bytes" => server.log_retention_bytes.to_string(),
@@ -239,6 +255,16 @@ impl TopicConfigs {
 
     pub fn max_message_bytes(&self) -> u32 {
         self.long("max.message.bytes").clamp(0, u32::MAX as i64) as u32
+    }
+
+    /// How far behind the broker's clock a CreateTime record may be.
+    pub fn message_timestamp_before_max_ms(&self) -> i64 {
+        self.long("message.timestamp.before.max.ms")
+    }
+
+    /// How far ahead of the broker's clock a CreateTime record may be.
+    pub fn message_timestamp_after_max_ms(&self) -> i64 {
+        self.long("message.timestamp.after.max.ms")
     }
 
     pub fn log_append_time(&self) -> bool {

@@ -113,6 +113,14 @@ pub fn broker_configs(c: &ServerConfig) -> Vec<(&'static str, String)> {
             "log.message.timestamp.type",
             c.log_message_timestamp_type.clone(),
         ),
+        (
+            "log.message.timestamp.before.max.ms",
+            c.log_message_timestamp_before_max_ms.to_string(),
+        ),
+        (
+            "log.message.timestamp.after.max.ms",
+            c.log_message_timestamp_after_max_ms.to_string(),
+        ),
         ("message.max.bytes", c.message_max_bytes.to_string()),
         ("min.insync.replicas", c.min_insync_replicas.to_string()),
         (

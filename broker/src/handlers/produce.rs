@@ -31,13 +31,14 @@ use super::leader_hints::LeaderHints;
 use super::str_bytes;
 use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
+use crate::partition::validate::RecordErrors;
 use crate::replica_manager::PartitionRef;
 use crate::types::{Offset, TopicPartition};
 
 /// The first Produce version Kafka 4 accepts.
 const MIN_ACCEPTED_VERSION: i16 = 3;
 
-fn partition_error(version: i16, index: i32, err: &PartitionError) -> PartitionProduceResponse {
+fn partition_error(index: i32, err: &PartitionError) -> PartitionProduceResponse {
     let mut p = PartitionProduceResponse::default();
     p.index = index;
     p.error_code = err.code();
@@ -47,25 +48,35 @@ fn partition_error(version: i16, index: i32, err: &PartitionError) -> PartitionP
     p.error_message = err.message().map(str_bytes);
     // v8+ name the offending records, so a client fails only those and
     // reports the rest of the batch as collateral (as against Kafka).
-    if let PartitionError::KeylessRecordsInCompactedTopic { indexes, .. } = err {
-        if version >= 8 {
-            p.record_errors = indexes
-                .iter()
-                .map(|&i| {
-                    let mut e = BatchIndexAndErrorMessage::default();
-                    e.batch_index = i;
-                    e.batch_index_error_message = err.message().map(str_bytes);
-                    e
-                })
-                .collect();
-            p.error_message = Some(str_bytes(format!(
-                "One or more records have been rejected due to {} record errors in total, and only showing the first three errors at most: {}",
-                indexes.len(),
-                err
-            )));
-        }
+    if let PartitionError::RecordsRejected(errors) = err {
+        p.record_errors = errors
+            .faults
+            .iter()
+            .map(|(index, fault)| {
+                let mut e = BatchIndexAndErrorMessage::default();
+                e.batch_index = *index;
+                e.batch_index_error_message = Some(str_bytes(fault.message(&errors.partition)));
+                e
+            })
+            .collect();
     }
     p
+}
+
+/// Counts the records of a rejected batch by why they were refused (Kafka's
+/// `NoKeyCompactedTopicRecordsPerSec` and its siblings).
+fn count_rejected_records(errors: &RecordErrors) {
+    let c = errors.counts;
+    for (reason, n) in [
+        ("no_key", c.missing_key),
+        ("timestamp", c.timestamp),
+        ("malformed", c.malformed),
+    ] {
+        if n > 0 {
+            metrics::counter!("kafka_broker_rejected_records_total", "reason" => reason)
+                .increment(n);
+        }
+    }
 }
 
 /// An acks=all append waiting for the high watermark.
@@ -176,7 +187,10 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
                     }
                     metrics::counter!("kafka_broker_partition_errors_total", "api" => "Produce", "code" => e.code().to_string())
                         .increment(1);
-                    let mut p = partition_error(version, pd.index, &e);
+                    if let PartitionError::RecordsRejected(r) = &e {
+                        count_rejected_records(r);
+                    }
+                    let mut p = partition_error(pd.index, &e);
                     let tp = TopicPartition::new(name.as_str(), pd.index);
                     set_error(&mut p, version, &e, || leaders.hint(&image, &tp));
                     p

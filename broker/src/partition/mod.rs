@@ -5,14 +5,12 @@ pub mod epochs;
 mod follower;
 pub mod leader_state;
 pub mod producer_state;
-mod transcode;
+pub mod validate;
 
 use std::path::PathBuf;
 
 use bytes::{Bytes, BytesMut};
-use protocol::record_batch::{
-    read_varlong, rewrite, BatchIter, BatchIterItem, Codec, RecordBatchView,
-};
+use protocol::record_batch::{rewrite, BatchIter, BatchIterItem, RecordBatchView};
 use uuid::Uuid;
 
 use crate::config::TopicConfigs;
@@ -138,6 +136,8 @@ struct AppendConfig {
     min_insync_replicas: i32,
     compression_target: Option<protocol::record_batch::Codec>,
     log_append_time: bool,
+    timestamp_before_max_ms: i64,
+    timestamp_after_max_ms: i64,
 }
 
 impl From<&TopicConfigs> for AppendConfig {
@@ -147,6 +147,8 @@ impl From<&TopicConfigs> for AppendConfig {
             min_insync_replicas: c.min_insync_replicas(),
             compression_target: c.compression_target(),
             log_append_time: c.log_append_time(),
+            timestamp_before_max_ms: c.message_timestamp_before_max_ms(),
+            timestamp_after_max_ms: c.message_timestamp_after_max_ms(),
         }
     }
 }
@@ -260,23 +262,26 @@ impl Partition {
                 min_isr: min_isr as i32,
             });
         }
-        // Kafka's LogValidator runs before the producer-state check: keys on
-        // compacted topics, then recompression to the topic's codec.
-        // The log's config holds the cleanup policy already parsed.
-        let compacted = self.log.config().cleanup_policy.compact;
-        let target = cfg.compression_target;
-        let recompressed = if compacted || target.is_some_and(|t| view.codec().ok() != Some(t)) {
-            let scan = transcode::scan(&view, compacted, target, max)?;
-            if !scan.keyless.is_empty() {
-                return Err(PartitionError::KeylessRecordsInCompactedTopic {
-                    partition: self.tp.to_string(),
-                    indexes: scan.keyless,
-                });
-            }
-            scan.recompressed
-        } else {
-            None
+        // Kafka's LogValidator runs before the producer-state check: every
+        // record is read once, checked, and re-encoded when the topic's
+        // compression.type asks for it. The log's config holds the cleanup
+        // policy already parsed.
+        let rules = validate::Rules {
+            compacted: self.log.config().cleanup_policy.compact,
+            target: cfg.compression_target,
+            max_bytes: max,
+            timestamps: if cfg.log_append_time {
+                validate::TimestampRule::LogAppendTime
+            } else {
+                validate::TimestampRule::CreateTime {
+                    now_ms,
+                    before_max_ms: cfg.timestamp_before_max_ms,
+                    after_max_ms: cfg.timestamp_after_max_ms,
+                }
+            },
         };
+        let validated = validate::validate(&view, &self.tp, &rules)?;
+        let recompressed = validated.recompressed;
         let records = recompressed.as_ref().unwrap_or(records);
         if let ProducerCheck::Duplicate(m) = self.producers.check(&view)? {
             return Ok(AppendOutcome {
@@ -297,10 +302,14 @@ impl Partition {
         let mut batch = BytesMut::from(&records[..]);
         rewrite::set_base_offset(&mut batch, base_offset.0);
         rewrite::set_partition_leader_epoch(&mut batch, self.leader_epoch.0);
+        // The max timestamp is the broker's: now on a LogAppendTime topic,
+        // the largest record timestamp otherwise (the header's claim is
+        // replaced, so a lying header cannot steer retention or rolling).
         let log_append_time_ms = if cfg.log_append_time {
             rewrite::set_log_append_time(&mut batch, now_ms);
             now_ms
         } else {
+            rewrite::set_create_time(&mut batch, validated.max_timestamp_ms);
             -1
         };
         self.log.append(&batch, now_ms)?;
@@ -746,46 +755,27 @@ fn single_client_batch(records: &Bytes) -> Result<RecordBatchView<'_>, Partition
     if view.is_transactional() {
         return Err(PartitionError::TransactionsUnsupported);
     }
-    if view.record_count() == 0 {
-        return Err(PartitionError::InvalidRecord("empty batch".into()));
+    // Kafka's LogValidator.validateBatch for a client's batch.
+    let count = view.record_count();
+    if count <= 0 {
+        return Err(PartitionError::InvalidRecord(format!(
+            "Invalid reported count for record batch: {count}"
+        )));
     }
-    if view.codec().ok() == Some(Codec::None) {
-        check_uncompressed_records(&view)?;
+    if i64::from(view.last_offset_delta()) + 1 != i64::from(count) {
+        return Err(PartitionError::InvalidRecord(format!(
+            "Inconsistent batch offset range [0, {}] and count of records {count}",
+            view.last_offset_delta()
+        )));
+    }
+    if view.producer_id() >= 0 && view.base_sequence() < 0 {
+        return Err(PartitionError::InvalidRecord(format!(
+            "Invalid sequence number {} in record batch with producerId {}",
+            view.base_sequence(),
+            view.producer_id()
+        )));
     }
     Ok(view)
-}
-
-/// Walks the records of an uncompressed batch: their lengths must tile the
-/// payload exactly, and offset deltas must run 0..count, as Kafka's
-/// `LogValidator` requires.
-fn check_uncompressed_records(view: &RecordBatchView<'_>) -> Result<(), PartitionError> {
-    let payload = view.records_payload();
-    let mut pos = 0usize;
-    let mut expected_delta = 0i64;
-    let bad = |why: &str| PartitionError::InvalidRecord(why.to_string());
-    while pos < payload.len() {
-        let len = read_varlong(payload, &mut pos).ok_or_else(|| bad("bad record length"))?;
-        if len < 0 || len as usize > payload.len() - pos {
-            return Err(bad("record length exceeds the batch"));
-        }
-        let end = pos + len as usize;
-        let record = &payload[..end];
-        // attributes (int8), timestampDelta (varlong), offsetDelta (varint)
-        let mut p = pos + 1;
-        read_varlong(record, &mut p).ok_or_else(|| bad("bad timestamp delta"))?;
-        let delta = read_varlong(record, &mut p).ok_or_else(|| bad("bad offset delta"))?;
-        if delta != expected_delta {
-            return Err(bad("record offset deltas are not consecutive"));
-        }
-        expected_delta += 1;
-        pos = end;
-    }
-    if expected_delta != view.record_count() as i64
-        || expected_delta - 1 != view.last_offset_delta() as i64
-    {
-        return Err(bad("record count does not match the batch header"));
-    }
-    Ok(())
 }
 
 #[cfg(test)]
@@ -1002,44 +992,82 @@ mod tests {
         b.freeze()
     }
 
+    /// `batch` with lastOffsetDelta replaced and the CRC fixed.
+    fn with_last_offset_delta(batch: &Bytes, delta: i32) -> Bytes {
+        let mut b = BytesMut::from(&batch[..]);
+        b[23..27].copy_from_slice(&delta.to_be_bytes());
+        rewrite::update_crc(&mut b);
+        b.freeze()
+    }
+
+    fn leader(dir: &std::path::Path) -> Partition {
+        let mut p = open_partition(dir, "1");
+        p.become_leader(
+            NodeId(1),
+            assigned(0, 0, &[1]),
+            Default::default(),
+            10_000,
+            0,
+        );
+        p
+    }
+
     #[test]
-    fn uncompressed_records_must_match_their_header() {
+    fn batch_headers_must_agree_with_their_record_count() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = leader(dir.path());
         let good = encode(&["a", "bb", "ccc"], Compression::None);
-        let fewer = with_record_count(&good, 2);
-        assert!(matches!(
-            single_client_batch(&fewer),
-            Err(PartitionError::InvalidRecord(_))
-        ));
-        // Offset deltas 0 and 2: consistent with lastOffsetDelta, but not consecutive.
-        let records: Vec<Record> = [0i64, 2]
-            .iter()
-            .map(|&o| Record {
-                transactional: false,
-                control: false,
-                delete_horizon: false,
-                partition_leader_epoch: 0,
-                producer_id: -1,
-                producer_epoch: -1,
-                timestamp_type: TimestampType::Creation,
-                offset: o,
-                sequence: o as i32 - 1,
-                timestamp: 1_000,
-                key: None,
-                value: Some(Bytes::from_static(b"v")),
-                headers: Default::default(),
-            })
-            .collect();
-        let mut gap = BytesMut::new();
-        RecordBatchEncoder::encode(
-            &mut gap,
-            &records,
-            &RecordEncodeOptions {
-                version: 2,
-                compression: Compression::None,
-            },
-        )
-        .unwrap();
-        let err = single_client_batch(&gap.freeze()).unwrap_err();
-        assert!(err.to_string().contains("not consecutive"), "{err}");
+        let mut bad = vec![with_record_count(&good, 2)];
+        // lastOffsetDelta past the record count, in every codec (Kafka's
+        // "Inconsistent batch offset range").
+        for codec in [
+            Compression::None,
+            Compression::Gzip,
+            Compression::Snappy,
+            Compression::Lz4,
+            Compression::Zstd,
+        ] {
+            bad.push(with_last_offset_delta(
+                &encode(&["a", "bb", "ccc"], codec),
+                3,
+            ));
+        }
+        // An idempotent batch without a sequence.
+        let mut no_seq = BytesMut::from(&good[..]);
+        no_seq[43..51].copy_from_slice(&7i64.to_be_bytes());
+        rewrite::update_crc(&mut no_seq);
+        bad.push(no_seq.freeze());
+        for b in &bad {
+            let err = p.append_as_leader(b, 1, 1).unwrap_err();
+            assert_eq!(err.code(), 87, "INVALID_RECORD: {err}");
+        }
+        assert_eq!(p.log_end_offset(), Offset(0));
+        p.append_as_leader(&good, 1, 1).unwrap();
+    }
+
+    #[test]
+    fn the_stored_max_timestamp_is_the_records_not_the_headers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = leader(dir.path());
+        // The records' timestamps are 1000..1002; the header claims an hour later.
+        let honest = encode(&["a", "b", "c"], Compression::Lz4);
+        let mut lying = BytesMut::from(&honest[..]);
+        lying[35..43].copy_from_slice(&3_601_000i64.to_be_bytes());
+        rewrite::update_crc(&mut lying);
+        p.append_as_leader(&lying.freeze(), 1, 1_000).unwrap();
+        let stored = p
+            .read_up_to(Offset(0), 1 << 20, true, FetchLimit::LogEnd)
+            .unwrap()
+            .records;
+        let view = RecordBatchView::parse(&stored).unwrap();
+        view.verify_crc().unwrap();
+        assert_eq!(view.max_timestamp(), 1_002);
+        // A record two hours ahead of the broker's clock is refused, and
+        // nothing of its batch is stored.
+        let err = p
+            .append_as_leader(&honest, 1, 1_002 - 7_200_000)
+            .unwrap_err();
+        assert_eq!(err.code(), 32, "INVALID_TIMESTAMP: {err}");
+        assert_eq!(p.log_end_offset(), Offset(3));
     }
 }

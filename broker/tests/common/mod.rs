@@ -197,9 +197,19 @@ impl Client {
     }
 }
 
-/// Record timestamps in test batches: recent, so that idle-producer expiry
-/// (24 h after the producer's last timestamp, as in Kafka) leaves them alone.
-pub const BASE_TIMESTAMP_MS: i64 = 4_000_000_000_000;
+/// The first record timestamp of test batches: the clock when the test
+/// process first asks, so that records pass the broker's timestamp bounds
+/// (`log.message.timestamp.after.max.ms`) and idle-producer expiry (24 h
+/// after a producer's last timestamp, as in Kafka) leaves them alone.
+pub fn base_timestamp_ms() -> i64 {
+    static BASE: std::sync::OnceLock<i64> = std::sync::OnceLock::new();
+    *BASE.get_or_init(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_millis() as i64
+    })
+}
 
 /// Encodes `values` as one v2 batch (base offset 0) with keys and a header.
 pub fn batch(
@@ -227,7 +237,7 @@ pub fn batch(
             } else {
                 seq + i as i32
             },
-            timestamp: BASE_TIMESTAMP_MS + i as i64,
+            timestamp: base_timestamp_ms() + i as i64,
             key: Some(Bytes::from(format!("key-{i}"))),
             value: Some(Bytes::from(v.to_string())),
             headers: [(
