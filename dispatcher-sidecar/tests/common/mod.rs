@@ -265,3 +265,101 @@ pub async fn create_topic(config: &Config, name: &str, partitions: i32) {
         .unwrap();
     assert!(r[0].is_ok(), "{r:?}");
 }
+
+/// Writes one record batch of `payloads` (keyless, compressed with
+/// `compression`) to `topic`/`partition` with a Produce request (v8,
+/// acks=all) on a plain socket to `addr`, the partition's leader, and
+/// returns the partition's error code. The batch is what any Kafka client
+/// writes; built here so a test does not depend on which codecs the test's
+/// own librdkafka was built with.
+pub fn produce_batch(
+    addr: SocketAddr,
+    topic: &str,
+    partition: i32,
+    payloads: &[Vec<u8>],
+    compression: kafka_protocol::records::Compression,
+) -> i16 {
+    use bytes::{BufMut as _, Bytes, BytesMut};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    };
+    use kafka_protocol::protocol::{Decodable as _, Encodable as _, HeaderVersion as _, StrBytes};
+    use kafka_protocol::records::{
+        Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType, NO_PARTITION_LEADER_EPOCH,
+        NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+    };
+    use std::io::{Read as _, Write as _};
+
+    const VERSION: i16 = 8;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let records: Vec<Record> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // kafka-protocol's encoder starts a new batch whenever offset
+            // minus sequence changes: without a producer id the batch's
+            // base sequence is -1 and the rest count up from it.
+            sequence: NO_SEQUENCE + i as i32,
+            timestamp: now,
+            key: None,
+            value: Some(Bytes::copy_from_slice(p)),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut batch = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .unwrap();
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch.freeze()))])]);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(VERSION)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("dispatcher-test")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, ProduceRequest::header_version(VERSION))
+        .unwrap();
+    request.encode(&mut body, VERSION).unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut frame = BytesMut::with_capacity(body.len() + 4);
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).unwrap();
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).unwrap();
+    let mut answer = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut answer).unwrap();
+    let mut answer = Bytes::from(answer);
+    ResponseHeader::decode(&mut answer, ProduceResponse::header_version(VERSION)).unwrap();
+    let response = ProduceResponse::decode(&mut answer, VERSION).unwrap();
+    response.responses[0].partition_responses[0].error_code
+}
