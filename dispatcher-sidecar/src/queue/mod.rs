@@ -31,6 +31,7 @@
 
 pub mod dedupe;
 pub mod fair;
+pub mod fetch_health;
 pub mod message;
 pub mod ordered;
 pub mod partition;

@@ -32,6 +32,7 @@ use crate::service::{
 
 use super::dedupe::Dedupe;
 use super::fair::FairShare;
+use super::fetch_health::FetchHealth;
 use super::message::{
     tier_for_delay, validate_produce, Buffered, ConsumerNames, MESSAGE_ID_HEADER,
 };
@@ -94,6 +95,8 @@ pub(crate) struct Partition {
     last_commit: AtomicI64,
     /// Moves fetched records into `state`; stopped by `close`.
     fetch_task: Mutex<Option<JoinHandle<()>>>,
+    /// Whether the fetch task can read the partition (`fetch_health`).
+    fetch_health: Mutex<FetchHealth>,
 }
 
 /// Ack-log records handed to librdkafka, whose delivery reports are awaited
@@ -584,6 +587,7 @@ impl Partition {
             closed: AtomicBool::new(false),
             last_commit: AtomicI64::new(committed),
             fetch_task: Mutex::new(None),
+            fetch_health: Mutex::new(FetchHealth::default()),
         }
     }
 

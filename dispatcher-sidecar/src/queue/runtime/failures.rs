@@ -236,6 +236,9 @@ impl QueueRuntime {
             let label = self.label(part.qp);
             metrics::gauge!("dispatcher_in_flight", "queue" => name.clone(), "partition" => label.clone())
                 .set(in_flight as f64);
+            let stuck = part.fetch_health.lock().unwrap().stuck(now).is_some();
+            metrics::gauge!("dispatcher_partition_stuck", "queue" => name.clone(), "partition" => label.clone())
+                .set(if stuck { 1.0 } else { 0.0 });
             if part.qp.topic == 0 {
                 let age = oldest.map_or(0, |ts| (now - ts).max(0));
                 metrics::gauge!("dispatcher_oldest_unacked_age_seconds", "queue" => name.clone(), "partition" => label)
