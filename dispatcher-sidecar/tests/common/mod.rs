@@ -15,6 +15,7 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
 pub mod recorder;
 
 use std::net::SocketAddr;
@@ -81,6 +82,12 @@ pub struct Broker {
 
 impl Broker {
     pub fn start(port: u16) -> Broker {
+        Broker::start_with(port, &[])
+    }
+
+    /// [`Broker::start`] with more `--override key=value`s (ignored for a
+    /// broker named by `DISPATCHER_TEST_BOOTSTRAP`).
+    pub fn start_with(port: u16, overrides: &[(&str, &str)]) -> Broker {
         if let Ok(external) = std::env::var("DISPATCHER_TEST_BOOTSTRAP") {
             return Broker {
                 child: None,
@@ -103,6 +110,11 @@ impl Broker {
                 "--override",
                 "group.initial.rebalance.delay.ms=0",
             ])
+            .args(
+                overrides
+                    .iter()
+                    .flat_map(|(k, v)| ["--override".to_string(), format!("{k}={v}")]),
+            )
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
