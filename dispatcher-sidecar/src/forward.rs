@@ -5,12 +5,13 @@
 //! [`Forwarding`] wraps the local [`QueueService`]. The local service answers
 //! `NotOwner` for a receipt whose partition it does not own; for those the
 //! wrapper finds the owner in the queue's consumer group and sends the
-//! request to the owner's HTTP API, under `/internal`, where the owner's
+//! request to the owner's internal listener (`internal_listen`, routes under
+//! `/internal`, which the public listener does not serve), where the owner's
 //! *local* service answers it (never forwarded again, so a stale view of the
 //! group cannot make requests bounce between instances).
 //!
 //! Finding the owner needs no registry of its own: every dispatcher consumer
-//! sets its Kafka `client.id` to `dispatcher-<queue>@<advertised HTTP address>`
+//! sets its Kafka `client.id` to `dispatcher-<queue>@<advertised internal address>`
 //! (`kafka::consumer_config`), and DescribeGroups returns each member's client
 //! id and assignment. The answer is cached for a second; a miss, or an owner
 //! that is this instance (the cache is older than a rebalance), refreshes it
@@ -103,7 +104,7 @@ impl Owners {
         })
     }
 
-    /// The advertised HTTP address of the member of `group` that owns
+    /// The advertised internal address of the member of `group` that owns
     /// `topic`/`partition`, other than `not`.
     pub async fn owner(
         &self,
@@ -128,7 +129,7 @@ impl Owners {
         found
     }
 
-    /// The advertised HTTP addresses of every dispatcher instance in
+    /// The advertised internal addresses of every dispatcher instance in
     /// `group` now (a fresh DescribeGroups); `None` when it cannot be
     /// described.
     pub async fn members(&self, group: &str) -> Option<Vec<String>> {
@@ -234,8 +235,8 @@ pub struct Forwarding<S> {
 }
 
 impl<S: QueueService> Forwarding<S> {
-    /// `me` is this instance's advertised HTTP address (`config.advertised_http`
-    /// once resolved).
+    /// `me` is this instance's advertised internal address
+    /// (`config.advertised_internal` once resolved).
     pub fn new(local: Arc<S>, config: &Config, me: String) -> anyhow::Result<Self> {
         let routes = config
             .queues

@@ -112,11 +112,22 @@ async fn receipts_are_served_by_any_instance() {
     // B's own service does not own them ...
     let local = post(
         &http,
-        format!("{}/internal/queues/fwd/ack", b.http),
+        format!("{}/internal/queues/fwd/ack", b.internal),
         json!({ "receipts": [receipts[0]] }),
     )
     .await;
     assert_eq!(local["results"][0]["status"], "not_owner", "{local}");
+    // The public listener does not serve the internal routes: a client
+    // cannot reach an instance's local service around its forwarding.
+    let public = http
+        .post(format!("{}/internal/queues/fwd/ack", b.http))
+        .json(&json!({ "receipts": [receipts[0]] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public.status(), reqwest::StatusCode::NOT_FOUND);
+    let body: Value = public.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "no_route", "{body}");
     // ... but B's API serves them through A.
     let extended = post(
         &http,
@@ -230,7 +241,7 @@ async fn a_pause_reaches_every_instance_of_the_queue() {
     assert_eq!(body["error"]["code"], "unavailable", "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("not on 127.0.0.2:45464"),
+        message.contains("not on 127.0.0.3:45464"),
         "names the instance not reached: {body}"
     );
     assert!(paused(&a).await, "paused where it was asked");

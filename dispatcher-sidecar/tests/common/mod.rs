@@ -168,6 +168,8 @@ pub struct Instance {
     pub http: String,
     /// `http://127.0.0.2:<port + 1>`, the gRPC API.
     pub grpc: String,
+    /// `http://127.0.0.3:<port>`, the routes other instances forward to.
+    pub internal: String,
 }
 
 impl Drop for Instance {
@@ -179,7 +181,8 @@ impl Drop for Instance {
 
 impl Broker {
     /// Runs the `dispatcher` binary against this broker with HTTP on
-    /// 127.0.0.2:`port` and gRPC on `port` + 1, the receipt secret every
+    /// 127.0.0.2:`port`, gRPC on `port` + 1, the internal routes on
+    /// 127.0.0.3:`port`, the receipt secret every
     /// instance of a test shares, short group timers, and `queues` (TOML
     /// `[[queue]]` tables); its config file is `<dir>/<name>.toml`.
     pub fn dispatcher(
@@ -196,6 +199,7 @@ impl Broker {
                 "bootstrap_servers = \"{}\"\n\
                  http_listen = \"127.0.0.2:{port}\"\n\
                  grpc_listen = \"127.0.0.2:{}\"\n\
+                 internal_listen = \"127.0.0.3:{port}\"\n\
                  receipt_secret = \"dispatcher-test-secret-0123456789\"\n\
                  [librdkafka]\n\
                  \"heartbeat.interval.ms\" = 300\n\
@@ -217,6 +221,7 @@ impl Broker {
             child,
             http: format!("http://127.0.0.2:{port}"),
             grpc: format!("http://127.0.0.2:{}", port + 1),
+            internal: format!("http://127.0.0.3:{port}"),
         }
     }
 }
