@@ -49,8 +49,12 @@ pub fn admin_config(config: &Config) -> ClientConfig {
 /// where the owner of a partition serves its `/internal` routes, which is
 /// how requests are forwarded (`crate::forward`).
 pub fn consumer_config(config: &Config, queue: &QueueConfig) -> ClientConfig {
+    // The address is signed (`#<tag>`), so a stranger in the group cannot
+    // claim one (`crate::forward::AddressSigner`).
     let client_id = match &config.advertised_internal {
-        Some(addr) => format!("dispatcher-{}@{addr}", queue.name),
+        Some(addr) => {
+            crate::forward::AddressSigner::new(&config.receipt_secret).client_id(&queue.name, addr)
+        }
         None => format!("dispatcher-{}", queue.name),
     };
     let mut c = base_config(config, &client_id);
@@ -165,7 +169,10 @@ mod tests {
         let mut advertised = c.clone();
         advertised.advertised_internal = Some("h:1".into());
         let cc = consumer_config(&advertised, &advertised.queues[0]);
-        assert_eq!(cc.get("client.id"), Some("dispatcher-q@h:1"));
+        let id = cc.get("client.id").unwrap();
+        assert!(id.starts_with("dispatcher-q@h:1#"), "{id}");
+        let signer = crate::forward::AddressSigner::new(&advertised.receipt_secret);
+        assert_eq!(signer.verify(id), Ok("h:1"));
     }
 
     #[test]
