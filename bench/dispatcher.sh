@@ -63,6 +63,7 @@ KAFKA_CONTROLLER_PORT=28293
 OURS_PORT=28392
 DISPATCHER_HTTP_PORT=28480
 DISPATCHER_GRPC_PORT=28481
+DISPATCHER_INTERNAL_PORT=28482
 
 # The lease both sides grant: the dispatcher's default lease, and the share
 # group's record lock duration set to the same (Kafka's default is 30 s; its
@@ -442,6 +443,7 @@ start_dispatcher() {
 bootstrap_servers = "$bootstrap"
 http_listen = "127.0.0.1:$DISPATCHER_HTTP_PORT"
 grpc_listen = "127.0.0.1:$DISPATCHER_GRPC_PORT"
+internal_listen = "127.0.0.1:$DISPATCHER_INTERNAL_PORT"
 receipt_secret = "bench-secret-0123456789"
 
 [[queue]]
@@ -450,7 +452,7 @@ topic = "$name"
 lease = "${LEASE_S}s"
 TOML
   cp "$config" "$run_dir/$name.toml"
-  for port in "$DISPATCHER_HTTP_PORT" "$DISPATCHER_GRPC_PORT"; do
+  for port in "$DISPATCHER_HTTP_PORT" "$DISPATCHER_GRPC_PORT" "$DISPATCHER_INTERNAL_PORT"; do
     for _ in $(seq 1 70); do port_in_use "$port" || break; sleep 1; done
   done
   NO_COLOR=1 RUST_LOG=${RUST_LOG:-info} "${pin_dispatcher[@]}" "$DISPATCHER_BIN" --config "$config" >"$run_dir/$name.dispatcher.log" 2>&1 </dev/null &

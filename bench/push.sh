@@ -25,6 +25,7 @@ source "$ROOT/compat-tests/lib.sh"
 OURS_PORT=28692
 HTTP_PORT=28680
 GRPC_PORT=28681
+INTERNAL_PORT=28682
 ENDPOINT_PORT=28690
 PARTITIONS=8
 SLOW_MS=50
@@ -106,7 +107,7 @@ fi
 
 # --- our broker ----------------------------------------------------------------------
 
-for port in "$OURS_PORT" "$HTTP_PORT" "$GRPC_PORT" "$ENDPOINT_PORT"; do
+for port in "$OURS_PORT" "$HTTP_PORT" "$GRPC_PORT" "$INTERNAL_PORT" "$ENDPOINT_PORT"; do
   port_in_use "$port" && die "port $port is in use"
 done
 blog "starting our broker on 127.0.0.1:$OURS_PORT"
@@ -128,6 +129,7 @@ run_case() {
 bootstrap_servers = "127.0.0.1:$OURS_PORT"
 http_listen = "127.0.0.1:$HTTP_PORT"
 grpc_listen = "127.0.0.1:$GRPC_PORT"
+internal_listen = "127.0.0.1:$INTERNAL_PORT"
 receipt_secret = "bench-secret-0123456789"
 
 [[queue]]

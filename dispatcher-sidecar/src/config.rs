@@ -21,6 +21,9 @@ use serde::{Serialize, Serializer};
 pub const DEFAULT_BOOTSTRAP_SERVERS: &str = "127.0.0.1:9092";
 pub const DEFAULT_HTTP_LISTEN: &str = "127.0.0.1:8080";
 pub const DEFAULT_GRPC_LISTEN: &str = "127.0.0.1:8081";
+/// The port of the internal listener (`internal_listen`) unless configured:
+/// on the IP `http_listen` names (port 0 when `http_listen`'s is 0).
+pub const DEFAULT_INTERNAL_PORT: u16 = 8082;
 pub const DEFAULT_LEASE: Duration = Duration::from_secs(60);
 pub const DEFAULT_MAX_LEASE: Duration = Duration::from_secs(3600);
 pub const DEFAULT_RETRY_TIERS: [Duration; 4] = [
@@ -76,10 +79,17 @@ pub struct Config {
     pub bootstrap_servers: String,
     pub http_listen: SocketAddr,
     pub grpc_listen: SocketAddr,
-    /// `host:port` other instances reach this one's HTTP API at, to forward
-    /// requests for the partitions it owns. `None`: the bound HTTP address
-    /// (fine on one host; set it when listening on 0.0.0.0 or behind NAT).
+    /// `host:port` of this instance's HTTP API as others reach it. Only its
+    /// host is used: for `advertised_internal` when that is not set and
+    /// `internal_listen` names no single address.
     pub advertised_http: Option<String>,
+    /// Where the routes other instances forward to (`/internal/...`) are
+    /// served; never on `http_listen`.
+    pub internal_listen: SocketAddr,
+    /// `host:port` other instances reach `internal_listen` at, to forward
+    /// requests for the partitions this one owns. `None`: derived at start
+    /// (see `crate::run`).
+    pub advertised_internal: Option<String>,
     pub receipt_secret: ReceiptSecret,
     /// Extra librdkafka properties given to every Kafka client (e.g.
     /// `security.protocol`), minus the reserved ones.
@@ -387,6 +397,27 @@ impl Config {
                 return Err(top.invalid("advertised_http", &why));
             }
         }
+        let internal_port = if http_listen.port() == 0 {
+            0
+        } else {
+            DEFAULT_INTERNAL_PORT
+        };
+        let default_internal = SocketAddr::new(http_listen.ip(), internal_port).to_string();
+        let internal_listen = top.socket_addr("internal_listen", &default_internal)?;
+        if internal_listen.port() != 0
+            && (internal_listen == http_listen || internal_listen == grpc_listen)
+        {
+            return Err(top.invalid(
+                "internal_listen",
+                &format!("{internal_listen} is already http_listen or grpc_listen"),
+            ));
+        }
+        let advertised_internal = top.string("advertised_internal")?;
+        if let Some(a) = &advertised_internal {
+            if let Err(why) = check_host_port(a) {
+                return Err(top.invalid("advertised_internal", &why));
+            }
+        }
         let receipt_secret = top.receipt_secret(base_dir)?;
         let librdkafka = top.client_properties("librdkafka")?;
         let max_in_flight = top
@@ -460,6 +491,8 @@ impl Config {
             http_listen,
             grpc_listen,
             advertised_http,
+            internal_listen,
+            advertised_internal,
             receipt_secret,
             librdkafka,
             max_in_flight,
@@ -961,7 +994,7 @@ fn check_host_port(s: &str) -> Result<(), String> {
     let bad = || format!("{s:?} is not host:port (e.g. \"dispatcher-1.internal:8080\")");
     let (host, port) = s.rsplit_once(':').ok_or_else(bad)?;
     if host.is_empty()
-        || host.contains(|c: char| c.is_whitespace() || c == '@' || c == '/')
+        || host.contains(|c: char| c.is_whitespace() || matches!(c, '@' | '/' | '#'))
         || port.parse::<u16>().is_err()
     {
         return Err(bad());
@@ -1086,6 +1119,8 @@ mod tests {
         assert_eq!(c.bootstrap_servers, "127.0.0.1:9092");
         assert_eq!(c.http_listen, "127.0.0.1:8080".parse().unwrap());
         assert_eq!(c.grpc_listen, "127.0.0.1:8081".parse().unwrap());
+        assert_eq!(c.internal_listen, "127.0.0.1:8082".parse().unwrap());
+        assert_eq!(c.advertised_internal, None);
         assert_eq!(c.receipt_secret.origin, SecretOrigin::Generated);
         assert_eq!(c.receipt_secret.key.len(), 32);
         assert!(c.librdkafka.is_empty());
@@ -1396,6 +1431,31 @@ ordered = false
         .unwrap();
         assert_eq!(c.advertised_http.as_deref(), Some("d-1.internal:8080"));
         assert_eq!(parse(MINIMAL).unwrap().advertised_http, None);
+    }
+
+    #[test]
+    fn the_internal_listener_is_its_own() {
+        let c = parse(&format!("http_listen = \"0.0.0.0:9000\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.internal_listen, "0.0.0.0:8082".parse().unwrap());
+        let c = parse(&format!("http_listen = \"127.0.0.2:0\"\n{MINIMAL}")).unwrap();
+        assert_eq!(c.internal_listen, "127.0.0.2:0".parse().unwrap());
+        let c = parse(&format!(
+            "internal_listen = \"10.0.0.7:9100\"\nadvertised_internal = \"d-1.internal:9100\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        assert_eq!(c.internal_listen, "10.0.0.7:9100".parse().unwrap());
+        assert_eq!(c.advertised_internal.as_deref(), Some("d-1.internal:9100"));
+        assert!(
+            error(&format!("internal_listen = \"127.0.0.1:8080\"\n{MINIMAL}"))
+                .contains("key \"internal_listen\": 127.0.0.1:8080 is already http_listen")
+        );
+        for bad in ["nohost", "h:port", "x#y:1"] {
+            assert!(
+                error(&format!("advertised_internal = \"{bad}\"\n{MINIMAL}"))
+                    .contains("key \"advertised_internal\": "),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

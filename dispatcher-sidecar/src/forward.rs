@@ -5,18 +5,27 @@
 //! [`Forwarding`] wraps the local [`QueueService`]. The local service answers
 //! `NotOwner` for a receipt whose partition it does not own; for those the
 //! wrapper finds the owner in the queue's consumer group and sends the
-//! request to the owner's HTTP API, under `/internal`, where the owner's
+//! request to the owner's internal listener (`internal_listen`, routes under
+//! `/internal`, which the public listener does not serve), where the owner's
 //! *local* service answers it (never forwarded again, so a stale view of the
 //! group cannot make requests bounce between instances).
 //!
 //! Finding the owner needs no registry of its own: every dispatcher consumer
-//! sets its Kafka `client.id` to `dispatcher-<queue>@<advertised HTTP address>`
+//! sets its Kafka `client.id` to
+//! `dispatcher-<queue>@<advertised internal address>#<tag>`
 //! (`kafka::consumer_config`), and DescribeGroups returns each member's client
-//! id and assignment. The answer is cached for a second; a miss, or an owner
-//! that is this instance (the cache is older than a rebalance), refreshes it
-//! once. When no owner is found or it cannot be reached, the outcome stays
-//! `NotOwner`: the partition is moving, and the client retries, or its lease
-//! runs out and the message is delivered again.
+//! id and assignment. The tag is a MAC of the queue and the address under a
+//! key derived from the receipt secret the instances share
+//! ([`AddressSigner`]): any Kafka client can join the queue's group with any
+//! client id, but only an instance that holds the secret can name an
+//! address, so a stranger cannot have acks, nacks (and the receipts they
+//! carry) forwarded to a URL of its choosing. A member whose address does not
+//! verify is never forwarded to; it is logged once and counted
+//! (`dispatcher_group_unverified_members`). The answer is cached for a second;
+//! a miss, or an owner that is this instance (the cache is older than a
+//! rebalance), refreshes it once. When no owner is found or it cannot be
+//! reached, the outcome stays `NotOwner`: the partition is moving, and the
+//! client retries, or its lease runs out and the message is delivered again.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -48,12 +57,104 @@ const OWNERS_MIN_REFRESH: Duration = Duration::from_millis(200);
 const DESCRIBE_TIMEOUT: Duration = Duration::from_secs(5);
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(10);
 
-/// The owner's address from a dispatcher consumer's client id
-/// (`dispatcher-<queue>@<host:port>`); `None` for any other client.
-pub fn address_from_client_id(client_id: &str) -> Option<&str> {
-    let (prefix, addr) = client_id.rsplit_once('@')?;
-    (prefix.starts_with("dispatcher-") && !addr.is_empty()).then_some(addr)
+/// Signs the address an instance advertises in its consumers' client ids,
+/// and verifies the ones other members of a group advertise.
+#[derive(Clone)]
+pub struct AddressSigner {
+    key: [u8; 32],
 }
+
+impl std::fmt::Debug for AddressSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("AddressSigner { key: <redacted> }")
+    }
+}
+
+/// Why a group member's client id names no address to forward to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Unverified {
+    /// Not of the form `dispatcher-<queue>@<address>#<tag>`: another Kafka
+    /// client in the group, or a dispatcher that advertises no address.
+    NotDispatcher,
+    /// The form without a tag: a dispatcher older than signed addresses.
+    Unsigned,
+    /// A tag that does not verify: another receipt secret, or a forgery.
+    BadTag,
+}
+
+/// Bytes of the MAC in a client id (hex: twice as many characters).
+const ADDRESS_TAG_BYTES: usize = 16;
+
+impl AddressSigner {
+    /// The key is derived from the receipt secret, apart from the receipt
+    /// keys, so every instance with the same secret signs alike.
+    pub fn new(secret: &crate::config::ReceiptSecret) -> Self {
+        AddressSigner {
+            key: blake3::derive_key("kafka-rs dispatcher owner address v1", &secret.key),
+        }
+    }
+
+    fn tag(&self, queue: &str, addr: &str) -> [u8; ADDRESS_TAG_BYTES] {
+        let mut hasher = blake3::Hasher::new_keyed(&self.key);
+        hasher.update(queue.as_bytes());
+        hasher.update(b"\0");
+        hasher.update(addr.as_bytes());
+        let mut tag = [0u8; ADDRESS_TAG_BYTES];
+        tag.copy_from_slice(&hasher.finalize().as_bytes()[..ADDRESS_TAG_BYTES]);
+        tag
+    }
+
+    /// The client id of `queue`'s consumers on an instance reached at
+    /// `addr`: `dispatcher-<queue>@<addr>#<tag>`.
+    pub fn client_id(&self, queue: &str, addr: &str) -> String {
+        let tag: String = self
+            .tag(queue, addr)
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        format!("dispatcher-{queue}@{addr}#{tag}")
+    }
+
+    /// The address a member's client id names, if its tag verifies.
+    pub fn verify<'a>(&self, client_id: &'a str) -> Result<&'a str, Unverified> {
+        let rest = client_id
+            .strip_prefix("dispatcher-")
+            .ok_or(Unverified::NotDispatcher)?;
+        let (queue, signed) = rest.split_once('@').ok_or(Unverified::NotDispatcher)?;
+        let Some((addr, tag)) = signed.rsplit_once('#') else {
+            return Err(if signed.is_empty() {
+                Unverified::NotDispatcher
+            } else {
+                Unverified::Unsigned
+            });
+        };
+        if addr.is_empty() || tag.len() != 2 * ADDRESS_TAG_BYTES {
+            return Err(Unverified::BadTag);
+        }
+        let mut given = [0u8; ADDRESS_TAG_BYTES];
+        for (i, byte) in given.iter_mut().enumerate() {
+            *byte = tag
+                .get(2 * i..2 * i + 2)
+                .and_then(|h| u8::from_str_radix(h, 16).ok())
+                .ok_or(Unverified::BadTag)?;
+        }
+        // Compared in constant time: the tag is a MAC.
+        let want = self.tag(queue, addr);
+        let diff = want
+            .iter()
+            .zip(given.iter())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b));
+        if diff == 0 {
+            Ok(addr)
+        } else {
+            Err(Unverified::BadTag)
+        }
+    }
+}
+
+/// Group members already logged as unverified (bounded: past it, no more
+/// log lines, the gauge still counts them).
+const MAX_WARNED_MEMBERS: usize = 1024;
 
 /// The (topic, partition) pairs of a member assignment in Kafka's consumer
 /// protocol (the bytes DescribeGroups returns).
@@ -81,6 +182,11 @@ pub fn parse_assignment(bytes: &[u8]) -> anyhow::Result<Vec<(String, i32)>> {
 pub struct Owners {
     client: Arc<BaseConsumer>,
     views: Mutex<HashMap<String, View>>,
+    signer: AddressSigner,
+    /// The queue each group serves (the metrics' label).
+    queues: HashMap<String, String>,
+    /// (group, member id) pairs logged as unverified.
+    warned: Arc<Mutex<std::collections::HashSet<(String, String)>>>,
 }
 
 #[derive(Clone)]
@@ -100,10 +206,17 @@ impl Owners {
         Ok(Owners {
             client: Arc::new(client),
             views: Mutex::new(HashMap::new()),
+            signer: AddressSigner::new(&config.receipt_secret),
+            queues: config
+                .queues
+                .iter()
+                .map(|q| (q.group.clone(), q.name.clone()))
+                .collect(),
+            warned: Arc::default(),
         })
     }
 
-    /// The advertised HTTP address of the member of `group` that owns
+    /// The advertised internal address of the member of `group` that owns
     /// `topic`/`partition`, other than `not`.
     pub async fn owner(
         &self,
@@ -128,7 +241,7 @@ impl Owners {
         found
     }
 
-    /// The advertised HTTP addresses of every dispatcher instance in
+    /// The advertised internal addresses of every dispatcher instance in
     /// `group` now (a fresh DescribeGroups); `None` when it cannot be
     /// described.
     pub async fn members(&self, group: &str) -> Option<Vec<String>> {
@@ -141,14 +254,23 @@ impl Owners {
     async fn fetch(&self, group: &str) -> Option<View> {
         let client = self.client.clone();
         let group_name = group.to_string();
+        let signer = self.signer.clone();
+        let warned = self.warned.clone();
+        let queue = self.queues.get(group).cloned().unwrap_or_default();
         let listed = tokio::task::spawn_blocking(move || {
             let list = client.fetch_group_list(Some(&group_name), DESCRIBE_TIMEOUT)?;
             let mut owners = HashMap::new();
             let mut members = Vec::new();
+            let mut unverified = 0usize;
             for g in list.groups() {
                 for member in g.members() {
-                    let Some(addr) = address_from_client_id(member.client_id()) else {
-                        continue;
+                    let addr = match signer.verify(member.client_id()) {
+                        Ok(addr) => addr,
+                        Err(why) => {
+                            unverified += 1;
+                            note_unverified(&warned, &queue, g.name(), member, why);
+                            continue;
+                        }
                     };
                     if !members.iter().any(|m| m == addr) {
                         members.push(addr.to_string());
@@ -170,6 +292,8 @@ impl Owners {
                     }
                 }
             }
+            metrics::gauge!("dispatcher_group_unverified_members", "queue" => queue)
+                .set(unverified as f64);
             Ok::<_, rdkafka::error::KafkaError>((owners, members))
         })
         .await
@@ -186,6 +310,43 @@ impl Owners {
             }
         }
     }
+}
+
+/// Logs a group member whose client id names no verified address, once per
+/// member (it is never forwarded to).
+fn note_unverified(
+    warned: &Mutex<std::collections::HashSet<(String, String)>>,
+    queue: &str,
+    group: &str,
+    member: &rdkafka::groups::GroupMemberInfo,
+    why: Unverified,
+) {
+    let key = (group.to_string(), member.id().to_string());
+    {
+        let mut warned = warned.lock().unwrap();
+        if warned.contains(&key) || warned.len() >= MAX_WARNED_MEMBERS {
+            return;
+        }
+        warned.insert(key);
+    }
+    let why = match why {
+        Unverified::NotDispatcher => "not a dispatcher's client id",
+        Unverified::Unsigned => {
+            "an address without a tag (a dispatcher older than signed addresses?)"
+        }
+        Unverified::BadTag => {
+            "an address whose tag does not verify (another receipt secret, or forged)"
+        }
+    };
+    tracing::warn!(
+        queue,
+        group,
+        member = member.id(),
+        client_id = member.client_id(),
+        host = member.client_host(),
+        "a member of the queue's group names no address to forward to ({why}): it is never \
+         forwarded to, and partitions assigned to it are not served by any dispatcher"
+    );
 }
 
 /// What the wrapper needs to place a receipt of one queue.
@@ -234,8 +395,8 @@ pub struct Forwarding<S> {
 }
 
 impl<S: QueueService> Forwarding<S> {
-    /// `me` is this instance's advertised HTTP address (`config.advertised_http`
-    /// once resolved).
+    /// `me` is this instance's advertised internal address
+    /// (`config.advertised_internal` once resolved).
     pub fn new(local: Arc<S>, config: &Config, me: String) -> anyhow::Result<Self> {
         let routes = config
             .queues
@@ -784,15 +945,60 @@ mod tests {
         assert!(parse_assignment(&[0]).is_err());
     }
 
+    fn signer(secret: &str) -> AddressSigner {
+        AddressSigner::new(&crate::config::ReceiptSecret {
+            key: secret.as_bytes().to_vec(),
+            origin: crate::config::SecretOrigin::Inline,
+        })
+    }
+
     #[test]
-    fn only_dispatcher_client_ids_name_an_owner() {
+    fn only_signed_dispatcher_client_ids_name_an_owner() {
+        let s = signer("dispatcher-test-secret-0123456789");
+        let id = s.client_id("jobs", "10.0.0.7:8082");
+        assert!(id.starts_with("dispatcher-jobs@10.0.0.7:8082#"), "{id}");
+        assert_eq!(id.len(), "dispatcher-jobs@10.0.0.7:8082#".len() + 32);
+        assert_eq!(s.verify(&id), Ok("10.0.0.7:8082"));
+
+        // Another address, queue or secret under the same tag: refused.
+        let tag = id.rsplit_once('#').unwrap().1;
+        for forged in [
+            format!("dispatcher-jobs@evil.example:80#{tag}"),
+            format!("dispatcher-other@10.0.0.7:8082#{tag}"),
+        ] {
+            assert_eq!(s.verify(&forged), Err(Unverified::BadTag), "{forged}");
+        }
         assert_eq!(
-            address_from_client_id("dispatcher-jobs@10.0.0.7:8080"),
-            Some("10.0.0.7:8080")
+            signer("another-secret-0123456789").verify(&id),
+            Err(Unverified::BadTag)
         );
-        assert_eq!(address_from_client_id("dispatcher-jobs"), None);
-        assert_eq!(address_from_client_id("rdkafka@h:1"), None);
-        assert_eq!(address_from_client_id("dispatcher-jobs@"), None);
+        let mut flipped = id.clone().into_bytes();
+        let last = flipped.len() - 1;
+        flipped[last] = if flipped[last] == b'0' { b'1' } else { b'0' };
+        assert_eq!(
+            s.verify(std::str::from_utf8(&flipped).unwrap()),
+            Err(Unverified::BadTag)
+        );
+        for bad_tag in ["", "zz", "00", &"g".repeat(32), &"0".repeat(31)] {
+            assert_eq!(
+                s.verify(&format!("dispatcher-jobs@10.0.0.7:8082#{bad_tag}")),
+                Err(Unverified::BadTag),
+                "{bad_tag:?}"
+            );
+        }
+        assert_eq!(
+            s.verify("dispatcher-jobs@10.0.0.7:8082"),
+            Err(Unverified::Unsigned)
+        );
+        for other in [
+            "dispatcher-jobs",
+            "rdkafka@h:1#00",
+            "dispatcher-jobs@",
+            "",
+            "jobs@h:1",
+        ] {
+            assert_eq!(s.verify(other), Err(Unverified::NotDispatcher), "{other:?}");
+        }
     }
 
     #[test]

@@ -44,8 +44,18 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
         .context("installing the metrics recorder")?;
-    let advertised = advertised_http(&config);
-    config.advertised_http = advertised.clone();
+    // Bound first: its address goes into the consumers' client ids, which
+    // is how the other instances find where to forward.
+    let internal_listener = tokio::net::TcpListener::bind(config.internal_listen)
+        .await
+        .with_context(|| {
+            format!(
+                "binding the internal listener (internal_listen) on {}",
+                config.internal_listen
+            )
+        })?;
+    let advertised = advertised_internal(&config, internal_listener.local_addr()?);
+    config.advertised_internal = advertised.clone();
 
     let dispatcher = tokio::select! {
         started = queue::Dispatcher::start(&config) => started?,
@@ -66,9 +76,12 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         &config,
         advertised.unwrap_or_default(),
     )?);
-    // The public API forwards; `/internal` answers from this instance only
-    // (what a forwarding peer calls, so a request is forwarded at most once).
-    let router = api::http_router(forwarding.clone(), Some(metrics)).nest(
+    // The public API forwards; `/internal`, on its own listener, answers
+    // from this instance only (what a forwarding peer calls, so a request
+    // is forwarded at most once). Clients of the public listener cannot
+    // reach it.
+    let router = api::http_router(forwarding.clone(), Some(metrics));
+    let internal = axum::Router::new().nest(
         forward::INTERNAL_PREFIX,
         api::http_router(dispatcher.clone(), None),
     );
@@ -78,6 +91,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         api::grpc_service(forwarding),
         config.http_listen,
         config.grpc_listen,
+        Some((internal_listener, internal)),
         async {
             let _ = stop_rx.await;
         },
@@ -91,7 +105,8 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             return Err(e);
         }
     };
-    tracing::info!(http = %servers.http, grpc = %servers.grpc, "dispatcher ready");
+    tracing::info!(http = %servers.http, grpc = %servers.grpc, internal = ?servers.internal,
+        "dispatcher ready");
     shutdown.wait().await;
     tracing::info!("stopping: finishing requests, committing offsets, leaving the groups");
     let _ = stop_tx.send(());
@@ -120,23 +135,32 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
 /// flush may take once the dispatcher is told to stop.
 pub const STOP_GRACE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// The address peers forward to: `advertised_http`, else `http_listen` when
-/// it names one host and port. Otherwise `None`: this instance is not
-/// forwarded to (its partitions' receipts must come to it directly).
-fn advertised_http(config: &Config) -> Option<String> {
-    if let Some(a) = &config.advertised_http {
+/// The address peers forward to (this instance's internal listener):
+/// `advertised_internal`; else the bound internal address when it names one
+/// host; else, listening on every interface, `advertised_http`'s host with
+/// the bound port. Otherwise `None`: this instance is not forwarded to (its
+/// partitions' receipts must come to it directly).
+fn advertised_internal(config: &Config, bound: std::net::SocketAddr) -> Option<String> {
+    if let Some(a) = &config.advertised_internal {
         return Some(a.clone());
     }
-    let listen = config.http_listen;
-    if listen.ip().is_unspecified() || listen.port() == 0 {
-        tracing::warn!(
-            %listen,
-            "http_listen names no single address: set advertised_http so other instances can \
-             forward acks for this instance's partitions to it"
-        );
-        return None;
+    if !bound.ip().is_unspecified() {
+        return Some(bound.to_string());
     }
-    Some(listen.to_string())
+    if let Some((host, _)) = config
+        .advertised_http
+        .as_deref()
+        .and_then(|a| a.rsplit_once(':'))
+    {
+        return Some(format!("{host}:{}", bound.port()));
+    }
+    tracing::warn!(
+        internal_listen = %config.internal_listen,
+        "internal_listen names no single address: set advertised_internal (or \
+         advertised_http) so other instances can forward acks for this instance's \
+         partitions to it"
+    );
+    None
 }
 
 /// SIGINT and SIGTERM, registered when made: a signal that arrives while the

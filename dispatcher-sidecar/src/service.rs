@@ -142,6 +142,27 @@ pub struct QueueStats {
     pub paused: bool,
     /// The partitions this instance owns.
     pub partitions: Vec<PartitionStats>,
+    /// Owned partitions (of the queue's topic or a retry tier) whose
+    /// records cannot be read now: nothing at or after `offset` is
+    /// delivered until they can.
+    pub stuck_partitions: Vec<StuckPartition>,
+}
+
+/// A partition whose fetch fails (`crate::queue::fetch_health`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StuckPartition {
+    /// The queue's topic or one of its retry tiers' topics.
+    pub topic: String,
+    pub partition: i32,
+    /// The next offset the dispatcher expects: the record it cannot read is
+    /// at or after it.
+    pub offset: i64,
+    /// The latest error, as the Kafka client reports it.
+    pub error: String,
+    /// When the errors began.
+    pub since_ms: i64,
+    /// Errors since then (one per fetch of the partition).
+    pub errors: u64,
 }
 
 /// A parked key of an ordered queue (issue 8).

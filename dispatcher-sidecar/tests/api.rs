@@ -25,7 +25,7 @@ use dispatcher_sidecar::service::{
     Delivery, ExtendResult, NackRequest, NewMessage, PartitionStats, ProduceResult, ProduceStatus,
     QueueService, QueueStats, ReceiptOutcome, ReceiveRequest, ServiceError,
 };
-use dispatcher_sidecar::service::{ParkedKeyInfo, SkipOutcome, SkipRequest};
+use dispatcher_sidecar::service::{ParkedKeyInfo, SkipOutcome, SkipRequest, StuckPartition};
 use reqwest::StatusCode;
 use serde_json::{json, Value};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -209,6 +209,14 @@ impl QueueService for Fake {
                     oldest_unacked_age_ms: 10,
                 },
             ],
+            stuck_partitions: vec![StuckPartition {
+                topic: "jobs.retry.1m".into(),
+                partition: 1,
+                offset: 17,
+                error: "Message consumption error: BadCompression".into(),
+                since_ms: 1_000,
+                errors: 4,
+            }],
         })
     }
 
@@ -532,6 +540,11 @@ async fn stats_route_returns_the_queue_figures() {
             "partitions": [
                 {"partition": 0, "depth": 40, "in_flight": 2, "oldest_unacked_age_ms": 1500},
                 {"partition": 1, "depth": 2, "in_flight": 1, "oldest_unacked_age_ms": 10},
+            ],
+            "stuck_partitions": [
+                {"topic": "jobs.retry.1m", "partition": 1, "offset": 17,
+                 "error": "Message consumption error: BadCompression",
+                 "since": "1970-01-01T00:00:01.000Z", "errors": 4},
             ],
         })
     );
@@ -2031,6 +2044,17 @@ async fn grpc_serves_every_rpc() {
     assert!(stats.paused);
     assert_eq!(stats.partitions.len(), 2);
     assert_eq!(stats.partitions[1].oldest_unacked_age_ms, 10);
+    assert_eq!(
+        stats.stuck_partitions,
+        vec![proto::StuckPartition {
+            topic: "jobs.retry.1m".into(),
+            partition: 1,
+            offset: 17,
+            error: "Message consumption error: BadCompression".into(),
+            since_ms: 1_000,
+            errors: 4,
+        }]
+    );
 
     let calls = h.fake.calls();
     assert_eq!(

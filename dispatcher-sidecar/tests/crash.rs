@@ -50,6 +50,7 @@ impl Instance {
                 "bootstrap_servers = \"{}\"\n\
                  http_listen = \"127.0.0.2:{port}\"\n\
                  grpc_listen = \"127.0.0.2:{}\"\n\
+                 internal_listen = \"127.0.0.3:{port}\"\n\
                  receipt_secret = \"crash-test-secret-0123456789\"\n\
                  [librdkafka]\n\
                  \"heartbeat.interval.ms\" = 300\n\

@@ -112,11 +112,22 @@ async fn receipts_are_served_by_any_instance() {
     // B's own service does not own them ...
     let local = post(
         &http,
-        format!("{}/internal/queues/fwd/ack", b.http),
+        format!("{}/internal/queues/fwd/ack", b.internal),
         json!({ "receipts": [receipts[0]] }),
     )
     .await;
     assert_eq!(local["results"][0]["status"], "not_owner", "{local}");
+    // The public listener does not serve the internal routes: a client
+    // cannot reach an instance's local service around its forwarding.
+    let public = http
+        .post(format!("{}/internal/queues/fwd/ack", b.http))
+        .json(&json!({ "receipts": [receipts[0]] }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(public.status(), reqwest::StatusCode::NOT_FOUND);
+    let body: Value = public.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "no_route", "{body}");
     // ... but B's API serves them through A.
     let extended = post(
         &http,
@@ -230,7 +241,7 @@ async fn a_pause_reaches_every_instance_of_the_queue() {
     assert_eq!(body["error"]["code"], "unavailable", "{body}");
     let message = body["error"]["message"].as_str().unwrap_or_default();
     assert!(
-        message.contains("not on 127.0.0.2:45464"),
+        message.contains("not on 127.0.0.3:45464"),
         "names the instance not reached: {body}"
     );
     assert!(paused(&a).await, "paused where it was asked");
@@ -326,4 +337,147 @@ async fn a_pause_reaches_every_instance_of_the_queue() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+}
+
+/// A plain Kafka client that joins the queue's group with a dispatcher-like
+/// client id naming its own address does not get forwarded acks (and the
+/// receipts in them): only addresses signed with the instances' shared
+/// receipt secret are forwarded to. The member is counted.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_in_the_group_is_never_forwarded_to() {
+    use rdkafka::consumer::{BaseConsumer, Consumer as _};
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+    let q = "fwd-stranger";
+    let broker = common::Broker::start(45540);
+    let config = broker.config(&format!("[[queue]]\nname = \"{q}\"\ntopic = \"{q}\"\n"));
+    common::create_topic(&config, q, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = start_queue(&broker, dir.path(), "a", 45542, q);
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+
+    // A owns both partitions; it leases a message of each.
+    let owned = |http: reqwest::Client, url: String| async move {
+        match http.get(url).send().await {
+            Ok(r) if r.status().is_success() => r.json::<Value>().await.unwrap()["partitions"]
+                .as_array()
+                .map(|p| p.iter().map(|p| p["partition"].as_i64().unwrap()).collect())
+                .unwrap_or_default(),
+            _ => Vec::<i64>::new(),
+        }
+    };
+    let stats_url = format!("{}/queues/{q}", a.http);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while owned(http.clone(), stats_url.clone()).await.len() != 2 {
+        assert!(Instant::now() < deadline, "A never owned both partitions");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let messages: Vec<Value> = (0..20)
+        .map(|i| json!({ "key": format!("k{i}"), "payload": format!("m{i}") }))
+        .collect();
+    post(
+        &http,
+        format!("{}/queues/{q}/messages", a.http),
+        json!({ "messages": messages }),
+    )
+    .await;
+    let mut receipts: std::collections::HashMap<i64, String> = Default::default();
+    while receipts.len() < 2 {
+        assert!(Instant::now() < deadline, "A leased from {receipts:?}");
+        let got = post(
+            &http,
+            format!("{}/queues/{q}/receive", a.http),
+            json!({ "max_messages": 20, "wait_seconds": 1, "lease_seconds": 300 }),
+        )
+        .await;
+        for m in got["messages"].as_array().unwrap() {
+            receipts
+                .entry(m["partition"].as_i64().unwrap())
+                .or_insert_with(|| m["receipt"].as_str().unwrap().to_string());
+        }
+    }
+
+    // The stranger: an HTTP listener that records what reaches it, and a
+    // consumer in the queue's group whose client id names it.
+    let listener = tokio::net::TcpListener::bind("127.0.0.4:45543")
+        .await
+        .unwrap();
+    let reached = Arc::new(AtomicUsize::new(0));
+    {
+        let reached = reached.clone();
+        tokio::spawn(async move {
+            while let Ok((mut socket, _)) = listener.accept().await {
+                reached.fetch_add(1, Ordering::SeqCst);
+                let mut buf = [0u8; 4096];
+                let _ = socket.read(&mut buf).await;
+                let body = r#"{"results":[{"status":"ok"}]}"#;
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\n\
+                     content-length: {}\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = socket.write_all(answer.as_bytes()).await;
+            }
+        });
+    }
+    let stranger: BaseConsumer = dispatcher_sidecar::kafka::admin_config(&config)
+        .set("group.id", format!("{q}-dispatcher"))
+        .set("client.id", format!("dispatcher-{q}@127.0.0.4:45543"))
+        .set("enable.auto.commit", "false")
+        .set("heartbeat.interval.ms", "300")
+        .set("session.timeout.ms", "6000")
+        .create()
+        .unwrap();
+    stranger.subscribe(&[q]).unwrap();
+    let stop = Arc::new(AtomicBool::new(false));
+    let polling = {
+        let stop = stop.clone();
+        std::thread::spawn(move || {
+            while !stop.load(Ordering::SeqCst) {
+                let _ = stranger.poll(Duration::from_millis(100));
+            }
+        })
+    };
+    // The group gives the stranger one partition.
+    let lost = loop {
+        let now = owned(http.clone(), stats_url.clone()).await;
+        if now.len() == 1 {
+            break 1 - now[0];
+        }
+        assert!(Instant::now() < deadline, "A owns {now:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+
+    // An ack for the partition A lost: its owner is the stranger, whose
+    // address is not signed. Not forwarded: not_owner.
+    let acked = post(
+        &http,
+        format!("{}/queues/{q}/ack", a.http),
+        json!({ "receipts": [receipts[&lost]] }),
+    )
+    .await;
+    assert_eq!(acked["results"][0]["status"], "not_owner", "{acked}");
+    assert_eq!(
+        reached.load(Ordering::SeqCst),
+        0,
+        "the ack (and its receipt) reached the stranger"
+    );
+    let metrics = http
+        .get(format!("{}/metrics", a.http))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains(&format!(
+            "dispatcher_group_unverified_members{{queue=\"{q}\"}} 1"
+        )),
+        "{metrics}"
+    );
+    stop.store(true, Ordering::SeqCst);
+    polling.join().unwrap();
 }

@@ -749,7 +749,8 @@ async fn the_binary_pushes_a_configured_queue() {
         &path,
         format!(
             "bootstrap_servers = \"{}\"\nhttp_listen = \"127.0.0.2:45209\"\n\
-             grpc_listen = \"127.0.0.2:45210\"\nreceipt_secret = \"0123456789abcdef\"\n{queue}",
+             grpc_listen = \"127.0.0.2:45210\"\ninternal_listen = \"127.0.0.3:45209\"\n\
+             receipt_secret = \"0123456789abcdef\"\n{queue}",
             broker.addr
         ),
     )

@@ -834,7 +834,7 @@ async fn the_job_runs_on_the_owner_of_partition_0_and_restarts_elsewhere_without
     let (status, on_owner) = call(
         &client,
         "GET",
-        &format!("{}/internal/queues/{Q}/redrive", owner.http),
+        &format!("{}/internal/queues/{Q}/redrive", owner.internal),
         None,
     )
     .await;
@@ -842,7 +842,7 @@ async fn the_job_runs_on_the_owner_of_partition_0_and_restarts_elsewhere_without
     let (status, local) = call(
         &client,
         "GET",
-        &format!("{}/internal/queues/{Q}/redrive", other.http),
+        &format!("{}/internal/queues/{Q}/redrive", other.internal),
         None,
     )
     .await;

@@ -46,7 +46,8 @@ async fn start_dispatcher(broker: &common::Broker, name: &str, api_port: u16) ->
         &path,
         format!(
             "bootstrap_servers = \"{}\"\nhttp_listen = \"127.0.0.2:{api_port}\"\n\
-             grpc_listen = \"127.0.0.2:{}\"\nreceipt_secret = \"0123456789abcdef\"\n\
+             grpc_listen = \"127.0.0.2:{}\"\ninternal_listen = \"127.0.0.3:{api_port}\"\n\
+             receipt_secret = \"0123456789abcdef\"\n\
              [[queue]]\nname = \"{name}\"\ntopic = \"{name}\"\n",
             broker.addr,
             api_port + 1

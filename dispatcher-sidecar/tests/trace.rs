@@ -516,7 +516,7 @@ async fn any_instance_answers_with_the_owners_view() {
     let id = m["message_id"].as_str().unwrap();
     // B does not own the partition: its own view rests on the commit ...
     let local: Value = client()
-        .get(format!("{}/internal/messages/{id}", b.http))
+        .get(format!("{}/internal/messages/{id}", b.internal))
         .send()
         .await
         .unwrap()
@@ -540,7 +540,7 @@ async fn any_instance_answers_with_the_owners_view() {
     let deadline = Instant::now() + TIMEOUT;
     loop {
         let local: Value = client()
-            .get(format!("{}/internal/messages/{id}", b.http))
+            .get(format!("{}/internal/messages/{id}", b.internal))
             .send()
             .await
             .unwrap()

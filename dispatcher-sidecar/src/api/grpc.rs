@@ -482,6 +482,18 @@ fn stats_response(s: QueueStats) -> proto::StatsResponse {
         dlq_oldest_age_ms: s.dlq_oldest_age_ms,
         paused: s.paused,
         partitions: s.partitions.into_iter().map(partition_stats).collect(),
+        stuck_partitions: s
+            .stuck_partitions
+            .into_iter()
+            .map(|p| proto::StuckPartition {
+                topic: p.topic,
+                partition: p.partition,
+                offset: p.offset,
+                error: p.error,
+                since_ms: p.since_ms,
+                errors: p.errors,
+            })
+            .collect(),
     }
 }
 

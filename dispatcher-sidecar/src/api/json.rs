@@ -392,6 +392,17 @@ pub(crate) struct StatsResponse {
     dlq_oldest_age_ms: i64,
     paused: bool,
     partitions: Vec<PartitionStatsOut>,
+    stuck_partitions: Vec<StuckPartitionOut>,
+}
+
+#[derive(Debug, Serialize)]
+struct StuckPartitionOut {
+    topic: String,
+    partition: i32,
+    offset: i64,
+    error: String,
+    since: String,
+    errors: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -417,6 +428,18 @@ impl StatsResponse {
                 .partitions
                 .into_iter()
                 .map(PartitionStatsOut::from)
+                .collect(),
+            stuck_partitions: s
+                .stuck_partitions
+                .into_iter()
+                .map(|p| StuckPartitionOut {
+                    topic: p.topic,
+                    partition: p.partition,
+                    offset: p.offset,
+                    error: p.error,
+                    since: rfc3339_ms(p.since_ms),
+                    errors: p.errors,
+                })
                 .collect(),
         }
     }

@@ -51,6 +51,8 @@ pub struct Servers {
     pub http: SocketAddr,
     /// Where the gRPC API listens.
     pub grpc: SocketAddr,
+    /// Where the routes other instances forward to listen, when served.
+    pub internal: Option<SocketAddr>,
     running: JoinHandle<anyhow::Result<()>>,
 }
 
@@ -95,19 +97,22 @@ pub async fn serve_bound<S: QueueService>(
         grpc_service(service),
         http,
         grpc,
+        None,
         shutdown,
     )
     .await
 }
 
 /// Like [`serve_bound`], with the HTTP router and the gRPC service already
-/// built: a caller can add routes (the dispatcher nests the local,
-/// non-forwarding API under `/internal`).
+/// built, and optionally a third HTTP router on a listener of its own (the
+/// dispatcher's `/internal` routes, which other instances forward to, on
+/// `internal_listen`: never on the public listener).
 pub async fn serve_bound_parts<S: QueueService>(
     router: axum::Router,
     grpc_api: grpc::proto::dispatcher_server::DispatcherServer<GrpcApi<S>>,
     http: SocketAddr,
     grpc: SocketAddr,
+    internal: Option<(TcpListener, axum::Router)>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Servers> {
     let http_listener = TcpListener::bind(http)
@@ -127,6 +132,18 @@ pub async fn serve_bound_parts<S: QueueService>(
             tracing::debug!("TCP_NODELAY on an HTTP connection: {e}");
         }
     });
+    let internal_addr = match &internal {
+        Some((listener, _)) => Some(listener.local_addr()?),
+        None => None,
+    };
+    let internal_server = internal.map(|(listener, router)| {
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!("TCP_NODELAY on an internal connection: {e}");
+            }
+        });
+        axum::serve(listener, router).with_graceful_shutdown(stopped(stopping.clone()))
+    });
     let http_server =
         axum::serve(http_listener, router).with_graceful_shutdown(stopped(stopping.clone()));
     let grpc_server = tonic::transport::Server::builder()
@@ -140,13 +157,20 @@ pub async fn serve_bound_parts<S: QueueService>(
         tokio::try_join!(
             async { http_server.await.context("the HTTP API server failed") },
             async { grpc_server.await.context("the gRPC API server failed") },
+            async {
+                match internal_server {
+                    Some(server) => server.await.context("the internal HTTP server failed"),
+                    None => Ok(()),
+                }
+            },
         )?;
         Ok(())
     });
-    tracing::info!(%http, %grpc, "serving the HTTP and gRPC APIs");
+    tracing::info!(%http, %grpc, internal = ?internal_addr, "serving the HTTP and gRPC APIs");
     Ok(Servers {
         http,
         grpc,
+        internal: internal_addr,
         running,
     })
 }

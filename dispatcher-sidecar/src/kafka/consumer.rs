@@ -90,6 +90,9 @@ struct Shared {
 struct Feed {
     queue: PartitionQueue<Context>,
     notify: Arc<Notify>,
+    /// An error polled after records of the same `fetch`: returned by the
+    /// next one, so the caller sees every error librdkafka reports.
+    error: Mutex<Option<KafkaError>>,
 }
 
 pub struct Context {
@@ -251,14 +254,19 @@ impl QueueConsumer {
             let Some(feed) = feed else {
                 return Err(FetchError::NotAssigned(partition));
             };
+            if batch.is_empty() {
+                if let Some(e) = feed.error.lock().unwrap().take() {
+                    return Err(e.into());
+                }
+            }
             while batch.len() < max {
                 match feed.queue.poll(Duration::ZERO) {
                     None => break,
                     Some(Ok(m)) => batch.push(decode.decode(&m)),
                     Some(Err(e)) if batch.is_empty() => return Err(e.into()),
-                    // Hand back what we have; the error comes again next time if it persists.
+                    // Hand back what we have; the next fetch returns the error.
                     Some(Err(e)) => {
-                        tracing::warn!(partition, "fetch: {e}");
+                        *feed.error.lock().unwrap() = Some(e);
                         break;
                     }
                 }
@@ -375,7 +383,14 @@ fn split(consumer: &Arc<BaseConsumer<Context>>, shared: &Shared, topic: &str, pa
     let notify = Arc::new(Notify::new());
     let wake = Arc::clone(&notify);
     queue.set_nonempty_callback(move || wake.notify_one());
-    feeds.insert(partition, Arc::new(Feed { queue, notify }));
+    feeds.insert(
+        partition,
+        Arc::new(Feed {
+            queue,
+            notify,
+            error: Mutex::new(None),
+        }),
+    );
 }
 
 fn poll_loop(

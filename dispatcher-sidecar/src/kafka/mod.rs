@@ -44,13 +44,17 @@ pub fn admin_config(config: &Config) -> ClientConfig {
 /// a new group starts at the earliest offset (a work queue does not skip
 /// messages that were there before it started).
 ///
-/// The client id ends in `@<advertised HTTP address>` when there is one:
-/// the group's member list (DescribeGroups) then tells every instance where
-/// the owner of a partition serves, which is how requests are forwarded
-/// (`crate::forward`).
+/// The client id ends in `@<advertised internal address>` when there is
+/// one: the group's member list (DescribeGroups) then tells every instance
+/// where the owner of a partition serves its `/internal` routes, which is
+/// how requests are forwarded (`crate::forward`).
 pub fn consumer_config(config: &Config, queue: &QueueConfig) -> ClientConfig {
-    let client_id = match &config.advertised_http {
-        Some(addr) => format!("dispatcher-{}@{addr}", queue.name),
+    // The address is signed (`#<tag>`), so a stranger in the group cannot
+    // claim one (`crate::forward::AddressSigner`).
+    let client_id = match &config.advertised_internal {
+        Some(addr) => {
+            crate::forward::AddressSigner::new(&config.receipt_secret).client_id(&queue.name, addr)
+        }
         None => format!("dispatcher-{}", queue.name),
     };
     let mut c = base_config(config, &client_id);
@@ -163,9 +167,12 @@ mod tests {
         assert_eq!(cc.get("allow.auto.create.topics"), Some("false"));
         assert_eq!(cc.get("client.id"), Some("dispatcher-q"));
         let mut advertised = c.clone();
-        advertised.advertised_http = Some("h:1".into());
+        advertised.advertised_internal = Some("h:1".into());
         let cc = consumer_config(&advertised, &advertised.queues[0]);
-        assert_eq!(cc.get("client.id"), Some("dispatcher-q@h:1"));
+        let id = cc.get("client.id").unwrap();
+        assert!(id.starts_with("dispatcher-q@h:1#"), "{id}");
+        let signer = crate::forward::AddressSigner::new(&advertised.receipt_secret);
+        assert_eq!(signer.verify(id), Ok("h:1"));
     }
 
     #[test]

@@ -14,12 +14,15 @@
 //! - Receipts are signed with `ReceiptSecret::mac_key` (the codec wants 32
 //!   bytes; `forward` derives the same), one codec per queue: instances with the same secret read each
 //!   other's receipts.
-//! - A receive's `Leased` events are written (and awaited) before it
-//!   answers, like acks and nacks: a new owner then knows every generation
-//!   handed out, so an old receipt can never match a new lease.
-//! - A nack writes its failure copy before answering (so a permanent nack's
-//!   DLQ copy exists when the client hears Ok); expiries and the gap cap are
-//!   routed by the periodic task.
+//! - A receive's `Leased` events are written but not awaited (acks' and
+//!   nacks' are): a lease lost with its owner is a redelivery, and the
+//!   ownership's generation, written before the first lease, keeps an old
+//!   receipt from matching a new owner's lease.
+//! - A nack answers Ok only once its failure copy is acknowledged (so a
+//!   permanent nack's DLQ copy exists when the client hears Ok), whichever
+//!   task wrote it: the nack registers a copy waiter on the partition before
+//!   the failure is visible. Expiries and the gap cap are routed by the
+//!   periodic task.
 //! - Delivery `partition`/`offset` name the original record in the primary
 //!   topic; for a message produced with a delay (never in the primary) they
 //!   name its record in the retry tier, as the produce result did.
@@ -31,6 +34,7 @@
 
 pub mod dedupe;
 pub mod fair;
+pub mod fetch_health;
 pub mod message;
 pub mod ordered;
 pub mod partition;

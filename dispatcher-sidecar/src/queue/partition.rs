@@ -106,6 +106,11 @@ impl PartitionState {
         s
     }
 
+    /// The next offset expected from the partition's fetch.
+    pub fn fetched_to(&self) -> i64 {
+        self.fetched_to
+    }
+
     pub fn ready_len(&self) -> usize {
         self.ready.len()
     }

@@ -32,6 +32,7 @@ use crate::service::{
 
 use super::dedupe::Dedupe;
 use super::fair::FairShare;
+use super::fetch_health::FetchHealth;
 use super::message::{
     tier_for_delay, validate_produce, Buffered, ConsumerNames, MESSAGE_ID_HEADER,
 };
@@ -94,7 +95,17 @@ pub(crate) struct Partition {
     last_commit: AtomicI64,
     /// Moves fetched records into `state`; stopped by `close`.
     fetch_task: Mutex<Option<JoinHandle<()>>>,
+    /// Whether the fetch task can read the partition (`fetch_health`).
+    fetch_health: Mutex<FetchHealth>,
+    /// Nacks waiting for the copy of their failure (by offset), whichever
+    /// task writes it: registered under the state lock before the failure
+    /// is recorded, answered once its copy is acknowledged or failed.
+    copy_waiters: Mutex<HashMap<i64, Vec<CopyWaiter>>>,
 }
+
+/// Told whether a failure's copy (retry tier, DLQ, or an ordered queue's
+/// retry record) was acknowledged.
+type CopyWaiter = tokio::sync::oneshot::Sender<Result<(), String>>;
 
 /// Ack-log records handed to librdkafka, whose delivery reports are awaited
 /// outside the partition lock.
@@ -584,6 +595,31 @@ impl Partition {
             closed: AtomicBool::new(false),
             last_commit: AtomicI64::new(committed),
             fetch_task: Mutex::new(None),
+            fetch_health: Mutex::new(FetchHealth::default()),
+            copy_waiters: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Waits for the copy of the failure at `offset`. Register it before
+    /// the failure is recorded (under the state lock), so no routing can
+    /// finish unseen. The sender is dropped, unanswered, with the partition.
+    fn wait_for_copy(&self, offset: i64) -> tokio::sync::oneshot::Receiver<Result<(), String>> {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        self.copy_waiters
+            .lock()
+            .unwrap()
+            .entry(offset)
+            .or_default()
+            .push(tx);
+        rx
+    }
+
+    /// The copy of the failure at `offset` was acknowledged (`Ok`) or its
+    /// write failed: tells the nacks waiting for it.
+    fn copied(&self, offset: i64, result: &Result<(), String>) {
+        let waiters = self.copy_waiters.lock().unwrap().remove(&offset);
+        for w in waiters.into_iter().flatten() {
+            let _ = w.send(result.clone());
         }
     }
 

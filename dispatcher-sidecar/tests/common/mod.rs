@@ -15,6 +15,7 @@
 
 #![allow(dead_code)]
 
+pub mod proxy;
 pub mod recorder;
 
 use std::net::SocketAddr;
@@ -81,6 +82,12 @@ pub struct Broker {
 
 impl Broker {
     pub fn start(port: u16) -> Broker {
+        Broker::start_with(port, &[])
+    }
+
+    /// [`Broker::start`] with more `--override key=value`s (ignored for a
+    /// broker named by `DISPATCHER_TEST_BOOTSTRAP`).
+    pub fn start_with(port: u16, overrides: &[(&str, &str)]) -> Broker {
         if let Ok(external) = std::env::var("DISPATCHER_TEST_BOOTSTRAP") {
             return Broker {
                 child: None,
@@ -103,6 +110,11 @@ impl Broker {
                 "--override",
                 "group.initial.rebalance.delay.ms=0",
             ])
+            .args(
+                overrides
+                    .iter()
+                    .flat_map(|(k, v)| ["--override".to_string(), format!("{k}={v}")]),
+            )
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
@@ -156,6 +168,8 @@ pub struct Instance {
     pub http: String,
     /// `http://127.0.0.2:<port + 1>`, the gRPC API.
     pub grpc: String,
+    /// `http://127.0.0.3:<port>`, the routes other instances forward to.
+    pub internal: String,
 }
 
 impl Drop for Instance {
@@ -167,7 +181,8 @@ impl Drop for Instance {
 
 impl Broker {
     /// Runs the `dispatcher` binary against this broker with HTTP on
-    /// 127.0.0.2:`port` and gRPC on `port` + 1, the receipt secret every
+    /// 127.0.0.2:`port`, gRPC on `port` + 1, the internal routes on
+    /// 127.0.0.3:`port`, the receipt secret every
     /// instance of a test shares, short group timers, and `queues` (TOML
     /// `[[queue]]` tables); its config file is `<dir>/<name>.toml`.
     pub fn dispatcher(
@@ -184,6 +199,7 @@ impl Broker {
                 "bootstrap_servers = \"{}\"\n\
                  http_listen = \"127.0.0.2:{port}\"\n\
                  grpc_listen = \"127.0.0.2:{}\"\n\
+                 internal_listen = \"127.0.0.3:{port}\"\n\
                  receipt_secret = \"dispatcher-test-secret-0123456789\"\n\
                  [librdkafka]\n\
                  \"heartbeat.interval.ms\" = 300\n\
@@ -205,6 +221,7 @@ impl Broker {
             child,
             http: format!("http://127.0.0.2:{port}"),
             grpc: format!("http://127.0.0.2:{}", port + 1),
+            internal: format!("http://127.0.0.3:{port}"),
         }
     }
 }
@@ -264,4 +281,102 @@ pub async fn create_topic(config: &Config, name: &str, partitions: i32) {
         .await
         .unwrap();
     assert!(r[0].is_ok(), "{r:?}");
+}
+
+/// Writes one record batch of `payloads` (keyless, compressed with
+/// `compression`) to `topic`/`partition` with a Produce request (v8,
+/// acks=all) on a plain socket to `addr`, the partition's leader, and
+/// returns the partition's error code. The batch is what any Kafka client
+/// writes; built here so a test does not depend on which codecs the test's
+/// own librdkafka was built with.
+pub fn produce_batch(
+    addr: SocketAddr,
+    topic: &str,
+    partition: i32,
+    payloads: &[Vec<u8>],
+    compression: kafka_protocol::records::Compression,
+) -> i16 {
+    use bytes::{BufMut as _, Bytes, BytesMut};
+    use kafka_protocol::messages::produce_request::{PartitionProduceData, TopicProduceData};
+    use kafka_protocol::messages::{
+        ApiKey, ProduceRequest, ProduceResponse, RequestHeader, ResponseHeader, TopicName,
+    };
+    use kafka_protocol::protocol::{Decodable as _, Encodable as _, HeaderVersion as _, StrBytes};
+    use kafka_protocol::records::{
+        Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType, NO_PARTITION_LEADER_EPOCH,
+        NO_PRODUCER_EPOCH, NO_PRODUCER_ID, NO_SEQUENCE,
+    };
+    use std::io::{Read as _, Write as _};
+
+    const VERSION: i16 = 8;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let records: Vec<Record> = payloads
+        .iter()
+        .enumerate()
+        .map(|(i, p)| Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: NO_PARTITION_LEADER_EPOCH,
+            producer_id: NO_PRODUCER_ID,
+            producer_epoch: NO_PRODUCER_EPOCH,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            // kafka-protocol's encoder starts a new batch whenever offset
+            // minus sequence changes: without a producer id the batch's
+            // base sequence is -1 and the rest count up from it.
+            sequence: NO_SEQUENCE + i as i32,
+            timestamp: now,
+            key: None,
+            value: Some(Bytes::copy_from_slice(p)),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut batch = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut batch,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression,
+        },
+    )
+    .unwrap();
+    let request = ProduceRequest::default()
+        .with_acks(-1)
+        .with_timeout_ms(30_000)
+        .with_topic_data(vec![TopicProduceData::default()
+            .with_name(TopicName(StrBytes::from_string(topic.to_string())))
+            .with_partition_data(vec![PartitionProduceData::default()
+                .with_index(partition)
+                .with_records(Some(batch.freeze()))])]);
+    let header = RequestHeader::default()
+        .with_request_api_key(ApiKey::Produce as i16)
+        .with_request_api_version(VERSION)
+        .with_correlation_id(1)
+        .with_client_id(Some(StrBytes::from_static_str("dispatcher-test")));
+    let mut body = BytesMut::new();
+    header
+        .encode(&mut body, ProduceRequest::header_version(VERSION))
+        .unwrap();
+    request.encode(&mut body, VERSION).unwrap();
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(30)))
+        .unwrap();
+    let mut frame = BytesMut::with_capacity(body.len() + 4);
+    frame.put_i32(body.len() as i32);
+    frame.extend_from_slice(&body);
+    stream.write_all(&frame).unwrap();
+    let mut size = [0u8; 4];
+    stream.read_exact(&mut size).unwrap();
+    let mut answer = vec![0u8; i32::from_be_bytes(size) as usize];
+    stream.read_exact(&mut answer).unwrap();
+    let mut answer = Bytes::from(answer);
+    ResponseHeader::decode(&mut answer, ProduceResponse::header_version(VERSION)).unwrap();
+    let response = ProduceResponse::decode(&mut answer, VERSION).unwrap();
+    response.responses[0].partition_responses[0].error_code
 }

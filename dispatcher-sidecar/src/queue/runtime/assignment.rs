@@ -410,8 +410,8 @@ impl QueueRuntime {
             {
                 Ok(batch) => batch,
                 Err(FetchError::NotAssigned(_)) => return,
-                Err(e) => {
-                    tracing::warn!(queue = %self.config.name, partition = %part.qp, "fetch: {e}");
+                Err(FetchError::Kafka(e)) => {
+                    self.fetch_failed(&part, &e);
                     tokio::time::sleep(Duration::from_millis(200)).await;
                     continue;
                 }
@@ -419,6 +419,7 @@ impl QueueRuntime {
             if batch.is_empty() {
                 continue;
             }
+            self.fetch_recovered(&part);
             tracing::debug!(queue = %self.config.name, partition = %part.qp, n = batch.len(),
                 first = batch[0].0, "fetched");
             let (pending, routable) = {
@@ -442,6 +443,47 @@ impl QueueRuntime {
                 self.hold(&part).await;
             }
         }
+    }
+}
+
+impl QueueRuntime {
+    /// librdkafka reported an error on the partition (e.g. a batch it
+    /// cannot decode, which it reports again at every fetch and never gets
+    /// past): counted, shown by the stats and the stuck gauge, and logged
+    /// once per run of errors.
+    fn fetch_failed(&self, part: &Partition, e: &rdkafka::error::KafkaError) {
+        let offset = part.lock().fetched_to();
+        let started = part
+            .fetch_health
+            .lock()
+            .unwrap()
+            .failed(e.to_string(), offset, now_ms());
+        let label = self.label(part.qp);
+        metrics::counter!("dispatcher_fetch_errors_total", "queue" => self.name(), "partition" => label.clone())
+            .increment(1);
+        metrics::gauge!("dispatcher_partition_stuck", "queue" => self.name(), "partition" => label)
+            .set(1.0);
+        let topic = &self.topics[usize::from(part.qp.topic)];
+        if started {
+            tracing::error!(queue = %self.config.name, %topic, partition = part.qp.partition,
+                offset, "cannot read the partition's records: {e}; nothing at or after this \
+                offset is delivered until they can be read");
+        } else {
+            tracing::debug!(queue = %self.config.name, %topic, partition = part.qp.partition,
+                offset, "fetch: {e}");
+        }
+    }
+
+    /// Records came: a run of fetch errors, if any, is over.
+    fn fetch_recovered(&self, part: &Partition) {
+        let Some(run) = part.fetch_health.lock().unwrap().fetched() else {
+            return;
+        };
+        metrics::gauge!("dispatcher_partition_stuck", "queue" => self.name(), "partition" => self.label(part.qp))
+            .set(0.0);
+        tracing::info!(queue = %self.config.name, topic = %self.topics[usize::from(part.qp.topic)],
+            partition = part.qp.partition, offset = run.offset, errors = run.errors,
+            "the partition's records are read again");
     }
 }
 

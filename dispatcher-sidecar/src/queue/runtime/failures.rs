@@ -64,6 +64,7 @@ impl QueueRuntime {
             ));
         }
         let mut ok = Vec::new();
+        let mut results = Vec::with_capacity(jobs.len());
         let mut dead_lettered = 0u64;
         let mut parked_overflow = 0u64;
         let mut indexed = super::trace::IndexWrites::default();
@@ -90,7 +91,7 @@ impl QueueRuntime {
                 },
                 Err(e) => Err(e.to_string()),
             };
-            match result {
+            match &result {
                 Ok(()) => {
                     if failure.route == Route::Dlq {
                         dead_lettered += 1;
@@ -100,6 +101,7 @@ impl QueueRuntime {
                 Err(e) => tracing::warn!(queue = %self.config.name, partition = %part.qp,
                     offset = failure.offset, "writing the failure copy: {e}"),
             }
+            results.push(result);
         }
         indexed.wait(&self.config.name).await;
         let (pending, wake) = {
@@ -123,6 +125,12 @@ impl QueueRuntime {
             }
             (self.write_events(&mut state), state.ready_len() > 0)
         };
+        // The copies are acknowledged (or failed): the nacks waiting for
+        // them answer. The done events above need not be: a crash before
+        // they are written routes the failure again (a second copy).
+        for ((failure, _), result) in jobs.iter().zip(&results) {
+            part.copied(failure.offset, result);
+        }
         part.space.notify_one();
         if wake {
             self.ready.notify_waiters();
@@ -236,6 +244,9 @@ impl QueueRuntime {
             let label = self.label(part.qp);
             metrics::gauge!("dispatcher_in_flight", "queue" => name.clone(), "partition" => label.clone())
                 .set(in_flight as f64);
+            let stuck = part.fetch_health.lock().unwrap().stuck(now).is_some();
+            metrics::gauge!("dispatcher_partition_stuck", "queue" => name.clone(), "partition" => label.clone())
+                .set(if stuck { 1.0 } else { 0.0 });
             if part.qp.topic == 0 {
                 let age = oldest.map_or(0, |ts| (now - ts).max(0));
                 metrics::gauge!("dispatcher_oldest_unacked_age_seconds", "queue" => name.clone(), "partition" => label)

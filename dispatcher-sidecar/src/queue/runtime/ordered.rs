@@ -107,19 +107,31 @@ impl QueueRuntime {
                 Err(e) => {
                     tracing::warn!(queue = %self.config.name, partition = %part.qp,
                         offset = record.offset, "writing a retry-in-place record: {e}");
-                    written.push(Err(record.offset));
+                    written.push(Err((record.offset, format!("ack log: {e}"))));
                 }
             }
         }
         let retried = written.iter().filter(|r| r.is_ok()).count();
+        let mut outcomes = Vec::with_capacity(written.len());
         {
             let mut state = part.lock();
             for r in written {
                 match r {
-                    Ok(record) => state.retry_in_place(record),
-                    Err(offset) => state.route_failed(offset),
+                    Ok(record) => {
+                        outcomes.push((record.offset, Ok(())));
+                        state.retry_in_place(record);
+                    }
+                    Err((offset, e)) => {
+                        outcomes.push((offset, Err(e)));
+                        state.route_failed(offset);
+                    }
                 }
             }
+        }
+        // Its retry record is this failure's copy: a nack waiting for it
+        // answers now.
+        for (offset, result) in &outcomes {
+            part.copied(*offset, result);
         }
         if retried > 0 {
             metrics::counter!("dispatcher_ordered_retries_in_place_total", "queue" => self.name())
@@ -397,7 +409,9 @@ impl QueueRuntime {
         if let Err(e) = pending.wait().await {
             tracing::warn!(queue = %self.config.name, partition = %part.qp, "ack-log write: {e}");
         }
-        self.replay_to_dlq(part, dead).await;
+        // Not a request: a failed copy is leasable again, and its lease
+        // runs out again.
+        let _ = self.replay_to_dlq(part, dead).await;
         self.ready.notify_waiters();
     }
 
@@ -438,17 +452,29 @@ impl QueueRuntime {
             .wait()
             .await
             .map_err(|e| unavailable(format!("ack log: {e}")))?;
-        metrics::counter!("dispatcher_nacks_total", "queue" => self.name()).increment(1);
-        self.replay_to_dlq(part, dead).await;
+        let copied = self.replay_to_dlq(part, dead).await;
         self.ready.notify_waiters();
+        // The contract: a nack that dead-letters answers once its DLQ copy
+        // is acknowledged (a retry's record was awaited above).
+        copied.map_err(|e| {
+            unavailable(format!(
+                "the DLQ copy was not written ({e}); the message is delivered again"
+            ))
+        })?;
+        metrics::counter!("dispatcher_nacks_total", "queue" => self.name()).increment(1);
         Ok(ReceiptOutcome::Ok)
     }
 
     /// Writes the DLQ copies of dead-lettered replayed copies; each key is
-    /// parked again by its copy (the rest of its hold waits).
-    async fn replay_to_dlq(&self, part: &Arc<Partition>, dead: Vec<DeadReplay>) {
+    /// parked again by its copy (the rest of its hold waits). Returns the
+    /// first write that failed (that copy is leasable again).
+    async fn replay_to_dlq(
+        &self,
+        part: &Arc<Partition>,
+        dead: Vec<DeadReplay>,
+    ) -> Result<(), String> {
         if dead.is_empty() {
-            return;
+            return Ok(());
         }
         let mut results = Vec::with_capacity(dead.len());
         for (_, copy) in &dead {
@@ -471,6 +497,7 @@ impl QueueRuntime {
         }
         let now = now_ms();
         let mut dead_lettered = 0u64;
+        let mut failed = None;
         let pending = {
             let mut state = part.lock();
             for ((key, _), result) in dead.iter().zip(results) {
@@ -483,6 +510,7 @@ impl QueueRuntime {
                         tracing::warn!(queue = %self.config.name, partition = %part.qp,
                             "writing a replayed copy's DLQ copy: {e}");
                         state.replay_dlq_failed(key);
+                        failed.get_or_insert(e);
                     }
                 }
             }
@@ -493,6 +521,7 @@ impl QueueRuntime {
         if let Err(e) = pending.wait().await {
             tracing::warn!(queue = %self.config.name, partition = %part.qp, "ack-log write: {e}");
         }
+        failed.map_or(Ok(()), Err)
     }
 
     /// The parked keys of the primary partitions this instance owns.

@@ -285,15 +285,19 @@ impl QueueRuntime {
         }
         let retry_after_ms = request.retry_after.map(ms);
         let error = request.error.as_deref().unwrap_or("nacked");
-        let pending = {
+        let (pending, copied, route) = {
             let mut state = part.lock();
             match state
                 .engine
                 .nack(&receipt, retry_after_ms, error, request.permanent, now_ms())
             {
                 Ok(failure) => {
+                    // Before the failure is visible to any routing task
+                    // (the periodic one or a fetch may write its copy).
+                    let copied = part.wait_for_copy(failure.offset);
+                    let route = failure.route;
                     state.fail(failure);
-                    self.write_events(&mut state)
+                    (self.write_events(&mut state), copied, route)
                 }
                 Err(e) => return Ok(self.stale(&e)),
             }
@@ -302,9 +306,30 @@ impl QueueRuntime {
             .wait()
             .await
             .map_err(|e| unavailable(format!("ack log: {e}")))?;
-        metrics::counter!("dispatcher_nacks_total", "queue" => self.name()).increment(1);
         self.route(&part).await;
-        Ok(ReceiptOutcome::Ok)
+        // The contract: a nack answers once its copy is acknowledged.
+        let to = match route {
+            Route::Dlq => "the DLQ",
+            Route::RetryTier { .. } => "its retry tier",
+        };
+        match tokio::time::timeout(KAFKA_TIMEOUT, copied).await {
+            Ok(Ok(Ok(()))) => {
+                metrics::counter!("dispatcher_nacks_total", "queue" => self.name()).increment(1);
+                Ok(ReceiptOutcome::Ok)
+            }
+            Ok(Ok(Err(e))) => Err(unavailable(format!(
+                "the nack is recorded, but its copy to {to} was not written ({e}); the \
+                 dispatcher writes it again, the message is not lost"
+            ))),
+            Ok(Err(_)) => Err(unavailable(format!(
+                "the nack is recorded, but the partition moved before its copy to {to} was \
+                 written; its new owner writes it"
+            ))),
+            Err(_) => Err(unavailable(format!(
+                "the nack is recorded, but its copy to {to} was not acknowledged within \
+                 {KAFKA_TIMEOUT:?}; the dispatcher goes on writing it"
+            ))),
+        }
     }
 
     pub(crate) async fn extend(

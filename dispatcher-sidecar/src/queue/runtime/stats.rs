@@ -1,6 +1,7 @@
 //! Stats: watermarks of the owned partitions and the DLQ figures.
 
 use super::*;
+use crate::service::StuckPartition;
 
 impl QueueRuntime {
     /// The owned partitions' watermarks (asked each time: a depth must not
@@ -92,6 +93,16 @@ impl QueueRuntime {
             ..QueueStats::default()
         };
         for part in self.owned() {
+            if let Some(run) = part.fetch_health.lock().unwrap().stuck(now) {
+                stats.stuck_partitions.push(StuckPartition {
+                    topic: self.topics[usize::from(part.qp.topic)].clone(),
+                    partition: part.qp.partition,
+                    offset: run.offset,
+                    error: run.error.clone(),
+                    since_ms: run.since_ms,
+                    errors: run.errors,
+                });
+            }
             let (in_flight, committed, oldest) = {
                 let s = part.lock();
                 (
