@@ -11,6 +11,8 @@
 //!   bounded by the codecs' windows.
 
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guard;
 pub mod header;
 pub mod record_batch;
