@@ -4,6 +4,8 @@ pub mod broker;
 pub mod config;
 pub mod coordinator;
 pub mod error;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod group;
 pub mod handlers;
 pub mod log;

@@ -14,6 +14,8 @@
 pub mod api;
 pub mod config;
 pub mod forward;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod kafka;
 pub mod lease;
 pub mod push;

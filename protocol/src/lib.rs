@@ -14,6 +14,8 @@
 
 pub mod fetch_response;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod guard;
 pub mod header;
 pub mod record_batch;

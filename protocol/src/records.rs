@@ -71,6 +71,9 @@ pub struct RecordInfo {
     pub index: i32,
     /// The record's body length: the bytes after its length varint.
     pub body_len: u32,
+    /// The bytes of the length varint as read (1 to 5: Kafka accepts a
+    /// length written in more bytes than it needs).
+    pub length_len: u8,
     pub attributes: i8,
     pub timestamp_delta: i64,
     pub offset_delta: i32,
@@ -84,7 +87,7 @@ pub struct RecordInfo {
 impl RecordInfo {
     /// The whole encoding: the length varint plus the body.
     pub fn encoded_len(&self) -> u64 {
-        varint_len(self.body_len as i64) as u64 + u64::from(self.body_len)
+        u64::from(self.length_len) + u64::from(self.body_len)
     }
 }
 
@@ -251,6 +254,8 @@ fn read_record<R: BufRead + ?Sized>(
         head_len: 0,
     };
     let body_len = r.varint("length")?;
+    // Nothing else is in `head` yet: these are the varint's bytes.
+    let length_len = r.head_len as u8;
     if body_len < 0 {
         return Err(r.invalid(format!("negative record length {body_len}")));
     }
@@ -279,6 +284,7 @@ fn read_record<R: BufRead + ?Sized>(
     Ok(RecordInfo {
         index,
         body_len: body_len as u32,
+        length_len,
         attributes,
         timestamp_delta,
         offset_delta,
@@ -680,6 +686,24 @@ mod tests {
         out.extend_from_slice(payload);
         rewrite::seal(&mut out);
         out
+    }
+
+    /// Found by the `records` fuzz target: Kafka's varint reader takes a
+    /// length written in more bytes than it needs, so the encoding's size
+    /// is what was read, not the shortest encoding of the body length.
+    #[test]
+    fn encoded_len_counts_a_length_varint_written_long() {
+        let plain = encode(&records(1), Compression::None);
+        let body = &plain[HEADER_LEN + 1..];
+        let mut payload = vec![((body.len() as u8) << 1) | 0x80, 0x00];
+        payload.extend_from_slice(body);
+        let batch = with_payload(&plain, &payload);
+        let view = RecordBatchView::parse(&batch).unwrap();
+        let mut reader = RecordReader::new(&view).unwrap();
+        let mut c = Collect::default();
+        let info = reader.next_record(&mut c).unwrap().unwrap();
+        assert_eq!(c.raw, payload);
+        assert_eq!(info.encoded_len(), payload.len() as u64);
     }
 
     fn read_all(batch: &[u8]) -> Result<Vec<RecordInfo>, RecordError> {

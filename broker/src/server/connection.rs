@@ -152,6 +152,7 @@ async fn handle_frame(
     body: Bytes,
 ) -> Result<Option<Outgoing>, ConnectionError> {
     let started = Instant::now();
+    crate::fuzzing::capture_frame(&body);
     let request = match decode_request(body.clone()) {
         Ok(r) => r,
         // Produce v0-2 are advertised for librdkafka's sake and refused per

@@ -1,0 +1,3 @@
+module kafka-rs/compat-tests/netfuzz
+
+go 1.26.0
