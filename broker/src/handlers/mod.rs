@@ -56,6 +56,8 @@ pub struct RequestContext {
     pub client_id: String,
     /// The peer's address as Kafka reports it: `/` + IP.
     pub client_host: String,
+    /// The peer's IP, where the socket knew it.
+    pub client_ip: Option<std::net::IpAddr>,
 }
 
 pub async fn dispatch(
