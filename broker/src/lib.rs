@@ -8,6 +8,7 @@ pub mod group;
 pub mod handlers;
 pub mod log;
 pub mod metadata;
+pub mod net;
 pub mod partition;
 pub mod replica_manager;
 pub mod replication;

@@ -243,3 +243,248 @@ async fn metadata_answers_each_requested_topic_once() {
     }
     b.running.shutdown().await;
 }
+
+/// One request over `stream`, answered (kafka-protocol's encoders).
+async fn call_on<R: kafka_protocol::protocol::Encodable, S: kafka_protocol::protocol::Decodable>(
+    stream: &mut TcpStream,
+    key: ApiKey,
+    version: i16,
+    req: &R,
+) -> S {
+    use kafka_protocol::protocol::{Decodable, Encodable};
+    let mut buf = BytesMut::new();
+    buf.put_i32(0);
+    RequestHeader::default()
+        .with_request_api_key(key as i16)
+        .with_request_api_version(version)
+        .with_correlation_id(1)
+        .encode(&mut buf, key.request_header_version(version))
+        .unwrap();
+    req.encode(&mut buf, version).unwrap();
+    let size = (buf.len() - 4) as i32;
+    buf[..4].copy_from_slice(&size.to_be_bytes());
+    stream.write_all(&buf).await.unwrap();
+    let size = stream.read_i32().await.unwrap();
+    let mut body = vec![0u8; size as usize];
+    stream.read_exact(&mut body).await.unwrap();
+    let mut body = bytes::Bytes::from(body);
+    ResponseHeader::decode(&mut body, key.response_header_version(version)).unwrap();
+    S::decode(&mut body, version).unwrap()
+}
+
+async fn connect_from(addr: std::net::SocketAddr, source: &str) -> TcpStream {
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.bind(format!("{source}:0").parse().unwrap()).unwrap();
+    socket.connect(addr).await.unwrap()
+}
+
+fn replica_fetch_request(replica: i32, topic_id: uuid::Uuid, offset: i64) -> FetchRequest {
+    let mut fp = fetch_request::FetchPartition::default();
+    fp.partition = 0;
+    fp.fetch_offset = offset;
+    fp.partition_max_bytes = 1 << 20;
+    fp.current_leader_epoch = 0;
+    let mut ft = fetch_request::FetchTopic::default();
+    ft.topic_id = topic_id;
+    ft.partitions = vec![fp];
+    let mut req = FetchRequest::default();
+    req.replica_state.replica_id = BrokerId(replica);
+    req.replica_state.replica_epoch = -1;
+    req.max_wait_ms = 0;
+    req.max_bytes = 1 << 20;
+    req.session_epoch = -1;
+    req.topics = vec![ft];
+    req
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_fetch_from_another_address_than_the_brokers_is_refused() {
+    use broker::metadata::{BrokerRegistration, MetadataCommand, PartitionImage};
+    use broker::types::{LeaderEpoch, NodeId, TopicPartition};
+
+    let b = start(&[]).await;
+    let addr = b.running.local_addr;
+    let broker = &b.running.broker;
+    // Node 2 is registered at 127.0.0.2 and follows the partition.
+    broker
+        .metadata
+        .propose(MetadataCommand::RegisterBroker(BrokerRegistration {
+            node_id: NodeId(2),
+            host: "127.0.0.2".into(),
+            port: 1,
+            rack: None,
+            fenced: false,
+        }))
+        .await
+        .unwrap();
+    let topic_id = uuid::Uuid::new_v4();
+    broker
+        .metadata
+        .propose(MetadataCommand::CreateTopic {
+            name: "r".into(),
+            topic_id,
+            partitions: vec![PartitionImage {
+                partition: 0,
+                replicas: vec![NodeId(1), NodeId(2)],
+                isr: vec![NodeId(1), NodeId(2)],
+                leader: NodeId(1),
+                leader_epoch: LeaderEpoch(0),
+                partition_epoch: 0,
+            }],
+            configs: Default::default(),
+        })
+        .await
+        .unwrap();
+    broker.sync_replicas().unwrap();
+    let mut c = Client::connect(addr).await;
+    let r = c
+        .produce(
+            "r",
+            0,
+            1,
+            batch(&["only one copy"], Compression::None, None),
+        )
+        .await;
+    assert_eq!(r.error_code, 0);
+    let part = broker.replicas.get(&TopicPartition::new("r", 0)).unwrap();
+    let high_watermark = || part.lock().unwrap().high_watermark().0;
+    assert_eq!(high_watermark(), 0);
+
+    // From 127.0.0.1, claiming to be node 2 and to hold the record: refused
+    // for every partition, and the high watermark does not move.
+    let mut forger = TcpStream::connect(addr).await.unwrap();
+    let resp: FetchResponse = call_on(
+        &mut forger,
+        ApiKey::Fetch,
+        15,
+        &replica_fetch_request(2, topic_id, 1),
+    )
+    .await;
+    let p = &resp.responses[0].partitions[0];
+    assert_eq!(p.error_code, ResponseError::TopicAuthorizationFailed.code());
+    assert!(p.records.as_ref().is_none_or(|r| r.is_empty()));
+    assert_eq!(
+        high_watermark(),
+        0,
+        "a forged fetch moved the high watermark"
+    );
+    // A replica id no broker is registered under: refused too.
+    let resp: FetchResponse = call_on(
+        &mut forger,
+        ApiKey::Fetch,
+        15,
+        &replica_fetch_request(3, topic_id, 1),
+    )
+    .await;
+    assert_eq!(
+        resp.responses[0].partitions[0].error_code,
+        ResponseError::TopicAuthorizationFailed.code()
+    );
+
+    // From node 2's address the same fetch is the follower's: it commits.
+    let mut follower = connect_from(addr, "127.0.0.2").await;
+    let resp: FetchResponse = call_on(
+        &mut follower,
+        ApiKey::Fetch,
+        15,
+        &replica_fetch_request(2, topic_id, 1),
+    )
+    .await;
+    assert_eq!(resp.responses[0].partitions[0].error_code, 0);
+    assert_eq!(high_watermark(), 1);
+    b.running.shutdown().await;
+}
+
+/// A free port on `ip` (bound and released: a voter's port must be known
+/// before its node starts).
+fn free_port(ip: &str) -> u16 {
+    std::net::TcpListener::bind((ip, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A one-voter quorum with a controller listener, on an address of its
+/// own: the node, its controller address and its voter host.
+async fn start_one_voter(
+    host: &str,
+) -> (
+    broker::RunningBroker,
+    std::net::SocketAddr,
+    tempfile::TempDir,
+) {
+    let port = free_port(host);
+    let dir = tempfile::tempdir().unwrap();
+    let config = common::config(
+        dir.path(),
+        &[
+            (
+                "listeners",
+                &format!("PLAINTEXT://{host}:0,CONTROLLER://{host}:{port}"),
+            ),
+            ("controller.quorum.voters", &format!("1@{host}:{port}")),
+        ],
+    );
+    let running = broker::start(config).await.expect("starts");
+    (running, format!("{host}:{port}").parse().unwrap(), dir)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stranger_cannot_propose_on_the_controller_listener() {
+    use broker::metadata::transport::{read_frame, write_frame, PeerRequest, PeerResponse};
+    use broker::metadata::MetadataCommand;
+
+    let (running, controller, _dir) = start_one_voter("127.0.29.1").await;
+    // A stranger (127.0.0.1) proposes a topic: the connection is closed
+    // and nothing is applied.
+    let mut stranger = TcpStream::connect(controller).await.unwrap();
+    let write = PeerRequest::Write(MetadataCommand::CreateTopic {
+        name: "planted".into(),
+        topic_id: uuid::Uuid::new_v4(),
+        partitions: vec![],
+        configs: Default::default(),
+    });
+    let _ = write_frame(&mut stranger, &write).await;
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        read_frame::<_, PeerResponse>(&mut stranger),
+    )
+    .await
+    .expect("closed or answered in time");
+    assert!(!matches!(answer, Ok(Some(_))), "a stranger was answered");
+    assert!(!running
+        .broker
+        .metadata
+        .image()
+        .topics
+        .contains_key("planted"));
+    running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_strangers_cannot_lock_a_voter_out_of_the_controller_listener() {
+    use broker::metadata::transport::{read_frame, write_frame, PeerRequest, PeerResponse};
+
+    let host = "127.0.29.2";
+    let (running, controller, _dir) = start_one_voter(host).await;
+    let mut idle = Vec::new();
+    for _ in 0..100 {
+        idle.push(TcpStream::connect(controller).await.unwrap());
+    }
+    let mut voter = connect_from(controller, host).await;
+    write_frame(&mut voter, &PeerRequest::ReadIndex)
+        .await
+        .unwrap();
+    let answer = tokio::time::timeout(
+        Duration::from_secs(5),
+        read_frame::<_, PeerResponse>(&mut voter),
+    )
+    .await
+    .expect("answered in time");
+    assert!(
+        matches!(answer, Ok(Some(PeerResponse::ReadIndex(Ok(_))))),
+        "the voter was not served"
+    );
+    running.shutdown().await;
+}

@@ -75,7 +75,7 @@ pub async fn dispatch(
             Some(resp) => Reply::Respond(S::Produce(resp)),
             None => Reply::NoResponse,
         },
-        R::Fetch(r) => Reply::Respond(S::Fetch(fetch::handle(broker, version, r).await)),
+        R::Fetch(r) => Reply::Respond(S::Fetch(fetch::handle(broker, ctx, version, r).await)),
         R::ListOffsets(r) => {
             Reply::Respond(S::ListOffsets(list_offsets::handle(broker, version, r)))
         }
