@@ -96,6 +96,9 @@ pub struct ServerConfig {
     /// `socket.request.read.timeout.ms` (ours): a request must arrive whole
     /// within this long of its first byte, or the connection is closed.
     pub socket_request_read_timeout_ms: u64,
+    /// `controller.max.connections.per.voter` (ours): connections the
+    /// controller listener serves at once from one voter's address.
+    pub controller_max_connections_per_voter: usize,
     pub max_connections: usize,
     pub metrics_listen: Option<SocketAddr>,
     /// `group.*`: the classic group protocol's timing and size limits.
@@ -191,6 +194,7 @@ impl Default for ServerConfig {
             queued_max_request_bytes: 512 << 20,
             connections_max_idle_ms: 600_000,
             socket_request_read_timeout_ms: 30_000,
+            controller_max_connections_per_voter: 16,
             max_connections: 10_000,
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9404))),
             group_initial_rebalance_delay_ms: 3_000,
@@ -461,6 +465,9 @@ impl ServerConfig {
             "socket.request.read.timeout.ms" => {
                 self.socket_request_read_timeout_ms = parse_num(key, v)?
             }
+            "controller.max.connections.per.voter" => {
+                self.controller_max_connections_per_voter = parse_num(key, v)?
+            }
             "max.connections" => self.max_connections = parse_num(key, v)?,
             "metrics.listen.address" => {
                 self.metrics_listen = if v.is_empty() || v == "none" {
@@ -637,6 +644,10 @@ impl ServerConfig {
             (
                 "socket.request.read.timeout.ms",
                 self.socket_request_read_timeout_ms,
+            ),
+            (
+                "controller.max.connections.per.voter",
+                self.controller_max_connections_per_voter as u64,
             ),
         ] {
             if value < 1 {
@@ -971,6 +982,7 @@ mod tests {
             "queued.max.request.bytes=1048576",
             "connections.max.idle.ms=0",
             "socket.request.read.timeout.ms=0",
+            "controller.max.connections.per.voter=0",
         ] {
             let err = ServerConfig::from_args(&args(&["--override", bad])).unwrap_err();
             let key = bad.split('=').next().unwrap();

@@ -92,6 +92,12 @@ pub struct QuorumConfig {
     pub startup_timeout_ms: u64,
     /// `broker.session.timeout.ms`, for the active controller's liveness clock.
     pub session_timeout_ms: i64,
+    /// `connections.max.idle.ms`: the controller listener closes a
+    /// connection idle this long between requests.
+    pub idle_timeout_ms: u64,
+    /// `controller.max.connections.per.voter`: connections the controller
+    /// listener serves at once from one voter's address.
+    pub max_connections_per_voter: usize,
 }
 
 impl QuorumConfig {
@@ -106,6 +112,8 @@ impl QuorumConfig {
             request_timeout_ms: 2_000,
             startup_timeout_ms: SINGLE_NODE_STARTUP_TIMEOUT_MS,
             session_timeout_ms: 9_000,
+            idle_timeout_ms: 600_000,
+            max_connections_per_voter: 16,
         }
     }
 }
@@ -229,6 +237,8 @@ impl MetadataController {
             let (stop_tx, stop_rx) = watch::channel(false);
             let access = transport::PeerAccess {
                 voter_hosts,
+                max_connections_per_voter: quorum.max_connections_per_voter,
+                idle_timeout: Duration::from_millis(quorum.idle_timeout_ms),
                 frame_timeout: request_timeout,
             };
             let task = tokio::spawn(transport::serve(listener, service, access, stop_rx));

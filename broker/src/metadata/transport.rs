@@ -15,12 +15,13 @@
 //!
 //! Until voters authenticate each other (a later issue), the listener serves
 //! only connections from an address of a configured voter's host, at most
-//! [`MAX_CONNECTIONS_PER_VOTER`] from each, and a node connects to its peers
-//! from its own voter address ([`crate::net::connect_from`]). A served
-//! connection is closed when idle for [`IDLE_TIMEOUT`] between requests, or
-//! when a request does not arrive whole within the frame timeout (the
-//! quorum's request timeout: its sender gave up by then), and a frame's
-//! buffer grows with the bytes that arrive, not with the length it declares.
+//! `controller.max.connections.per.voter` from each, and a node connects to
+//! its peers from its own voter address ([`crate::net::connect_from`]). A
+//! served connection is closed when idle for `connections.max.idle.ms`
+//! between requests, or when a request does not arrive whole within the
+//! frame timeout (the quorum's request timeout: its sender gave up by then),
+//! and a frame's buffer grows with the bytes that arrive, not with the length
+//! it declares.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -46,16 +47,6 @@ use crate::types::NodeId;
 /// `max_payload_entries` per append) and chunks snapshots, so a frame this
 /// large only comes from a peer that is broken or not a peer.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
-
-/// How many connections from one voter's address one node serves at once
-/// (its Raft replication and votes, heartbeats, and forwarded writes, reads
-/// and DescribeQuorum calls, each of the latter on its own short-lived
-/// connection). Voters sharing an address share a multiple of it.
-pub const MAX_CONNECTIONS_PER_VOTER: usize = 16;
-
-/// A served connection with no request for this long is closed (Kafka's
-/// `connections.max.idle.ms` default).
-const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A broker's periodic "I am alive" to the active controller (Kafka's
 /// BrokerHeartbeat, without the offsets KRaft uses to decide catch-up).
@@ -274,6 +265,13 @@ pub struct PeerAccess {
     /// Every voter's host (this node's included: a node may forward to
     /// itself through the wire when it is the leader of its own view).
     pub voter_hosts: Vec<String>,
+    /// Connections served at once from one voter's address (its Raft
+    /// replication and votes, heartbeats, and forwarded writes, reads and
+    /// DescribeQuorum calls, the latter each on a short-lived connection).
+    /// Voters sharing an address share a multiple of it.
+    pub max_connections_per_voter: usize,
+    /// A connection with no request for this long is closed.
+    pub idle_timeout: Duration,
     /// A request must arrive whole within this long of its first byte.
     pub frame_timeout: Duration,
 }
@@ -322,7 +320,8 @@ pub async fn serve<H: PeerHandler>(
                     tracing::warn!(%peer, "controller connection from an address of no voter; closing it");
                     continue;
                 }
-                let Some(slot) = AddressSlot::take(&per_address, ip, voters * MAX_CONNECTIONS_PER_VOTER) else {
+                let limit = voters * access.max_connections_per_voter;
+                let Some(slot) = AddressSlot::take(&per_address, ip, limit) else {
                     metrics::counter!("kafka_controller_connections_closed_total", "reason" => "per_voter_limit")
                         .increment(1);
                     tracing::warn!(%peer, "too many controller connections from this voter's address; closing this one");
@@ -330,9 +329,9 @@ pub async fn serve<H: PeerHandler>(
                 };
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
-                let frame_timeout = access.frame_timeout;
+                let (idle_timeout, frame_timeout) = (access.idle_timeout, access.frame_timeout);
                 connections.spawn(async move {
-                    if let Err(e) = serve_connection(stream, handler.as_ref(), frame_timeout).await {
+                    if let Err(e) = serve_connection(stream, handler.as_ref(), idle_timeout, frame_timeout).await {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
                     drop(slot);
@@ -383,12 +382,13 @@ impl Drop for AddressSlot {
 async fn serve_connection<H: PeerHandler>(
     mut stream: TcpStream,
     handler: &H,
+    idle_timeout: Duration,
     frame_timeout: Duration,
 ) -> Result<(), FrameError> {
     loop {
-        // Idle between requests for at most IDLE_TIMEOUT; once a request's
-        // first byte is here, all of it within the frame timeout.
-        match tokio::time::timeout(IDLE_TIMEOUT, stream.peek(&mut [0u8; 1])).await {
+        // Idle between requests for at most the idle timeout; once a
+        // request's first byte is here, all of it within the frame timeout.
+        match tokio::time::timeout(idle_timeout, stream.peek(&mut [0u8; 1])).await {
             Ok(Ok(0)) | Err(_) => return Ok(()),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e.into()),
@@ -470,6 +470,8 @@ mod tests {
     fn loopback_voter() -> PeerAccess {
         PeerAccess {
             voter_hosts: vec!["127.0.0.1".into()],
+            max_connections_per_voter: 16,
+            idle_timeout: Duration::from_secs(600),
             frame_timeout: Duration::from_secs(2),
         }
     }
@@ -590,6 +592,8 @@ mod tests {
         let handler = Arc::new(Counting::default());
         let access = PeerAccess {
             voter_hosts: vec!["127.0.0.7".into(), "127.0.0.8".into()],
+            max_connections_per_voter: 16,
+            idle_timeout: Duration::from_secs(600),
             frame_timeout: Duration::from_millis(300),
         };
         let (stop_tx, stop_rx) = watch::channel(false);
@@ -613,10 +617,10 @@ mod tests {
         for _ in 0..100 {
             strangers.push(TcpStream::connect(&addr).await.unwrap());
         }
-        // A voter's address may hold MAX_CONNECTIONS_PER_VOTER; one more is
-        // closed, and the other voter is served all the same.
+        // A voter's address may hold 16 connections; one more is closed,
+        // and the other voter is served all the same.
         let mut idle = Vec::new();
-        for _ in 0..MAX_CONNECTIONS_PER_VOTER {
+        for _ in 0..16 {
             idle.push(
                 crate::net::connect_from(&addr, Some("127.0.0.7"))
                     .await
