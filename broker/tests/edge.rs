@@ -86,6 +86,42 @@ async fn stalled_frame_headers_do_not_starve_other_clients_and_are_closed() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn partial_requests_that_hold_the_whole_budget_are_closed_and_it_comes_back() {
+    let b = start(&[
+        ("socket.request.max.bytes", "1048576"),
+        ("queued.max.request.bytes", "2097152"),
+        ("socket.request.read.timeout.ms", "1500"),
+    ])
+    .await;
+    let addr = b.running.local_addr;
+    // Three requests of 1,000,000 bytes send 700,000 each and stall: more
+    // than the 2 MiB budget, so the last waits for room the others hold.
+    let mut stalled = Vec::new();
+    for _ in 0..3 {
+        let mut s = TcpStream::connect(addr).await.unwrap();
+        s.write_all(&1_000_000i32.to_be_bytes()).await.unwrap();
+        s.write_all(&vec![0u8; 700_000]).await.unwrap();
+        stalled.push(s);
+    }
+    // The standoff ends at the read timeout: the stalled requests are
+    // closed, their bytes given back, and a new client is served.
+    let started = Instant::now();
+    let mut c = Client::connect(addr).await;
+    let resp: ApiVersionsResponse = tokio::time::timeout(
+        Duration::from_secs(10),
+        c.call(ApiKey::ApiVersions, 3, &ApiVersionsRequest::default()),
+    )
+    .await
+    .expect("served once the stalled requests time out");
+    assert_eq!(resp.error_code, 0);
+    assert!(started.elapsed() < Duration::from_secs(10));
+    for s in &mut stalled {
+        assert!(closed_within(s, Duration::from_secs(10)).await.is_some());
+    }
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_are_closed_but_a_long_poll_is_not_idleness() {
     let b = start(&[("connections.max.idle.ms", "1000")]).await;
     let addr = b.running.local_addr;
