@@ -249,16 +249,23 @@ impl Reader {
     /// The next request, or `None` at a clean end of stream between frames.
     async fn next_frame(&mut self) -> Result<Option<Frame>, ConnectionError> {
         let mut prefix = [0u8; 4];
-        if !self.read_first_byte(&mut prefix[..1]).await? {
+        let got = self.read_prefix_start(&mut prefix).await?;
+        if got == 0 {
             return Ok(None);
         }
         // From the first byte on, the whole request runs against one deadline.
         let deadline = Instant::now() + self.limits.read_timeout;
-        let timed_out = |received| ConnectionError::RequestReadTimeout { received, size: 0 };
-        match tokio::time::timeout_at(deadline, self.rd.read_exact(&mut prefix[1..])).await {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(e.into()),
-            Err(_) => return Err(timed_out(0)),
+        if got < prefix.len() {
+            match tokio::time::timeout_at(deadline, self.rd.read_exact(&mut prefix[got..])).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => {
+                    return Err(ConnectionError::RequestReadTimeout {
+                        received: 0,
+                        size: 0,
+                    })
+                }
+            }
         }
         let size = i32::from_be_bytes(prefix) as i64;
         if size < 0 || size as usize > self.limits.max_frame_bytes {
@@ -302,17 +309,18 @@ impl Reader {
         Ok(Some(Frame { inbound, charge }))
     }
 
-    /// Waits for the first byte of a frame. Between requests the connection
-    /// may idle for `connections.max.idle.ms`, counted from the later of the
-    /// last request read and the last one answered; a request in progress
-    /// is not idleness. `false` at a clean end of stream.
-    async fn read_first_byte(&mut self, byte: &mut [u8]) -> Result<bool, ConnectionError> {
+    /// Waits for the first bytes of a frame's size prefix and returns how
+    /// many arrived (0 at a clean end of stream). Between requests the
+    /// connection may idle for `connections.max.idle.ms`, counted from the
+    /// later of the last request read and the last one answered; a request
+    /// in progress is not idleness.
+    async fn read_prefix_start(&mut self, prefix: &mut [u8; 4]) -> Result<usize, ConnectionError> {
         let idle = self.limits.idle_timeout;
         let mut idle_deadline = Instant::now() + idle;
         loop {
             tokio::select! {
                 biased;
-                n = self.rd.read(byte) => return Ok(n? == 1),
+                n = self.rd.read(prefix) => return Ok(n?),
                 _ = tokio::time::sleep_until(idle_deadline) => {
                     match self.activity.idle_since() {
                         Some(since) if since + idle <= Instant::now() => {
