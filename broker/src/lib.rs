@@ -10,6 +10,7 @@ pub mod group;
 pub mod handlers;
 pub mod log;
 pub mod metadata;
+pub mod net;
 pub mod partition;
 pub mod replica_manager;
 pub mod replication;
@@ -97,6 +98,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         request_timeout_ms: config.controller_quorum_request_timeout_ms,
         startup_timeout_ms: config.controller_quorum_startup_timeout_ms,
         session_timeout_ms: config.broker_session_timeout_ms,
+        idle_timeout_ms: config.connections_max_idle_ms,
+        max_connections_per_voter: config.controller_max_connections_per_voter,
     };
     let metadata = MetadataController::open(&data_dir.join("__cluster_metadata"), quorum).await?;
     let mut config = config;

@@ -59,11 +59,17 @@ async fn create(
 
 /// Registers node 2 so it may join ISRs (unregistered brokers may not).
 async fn register_node_2(b: &TestBroker) {
+    register_node(b, 2).await;
+}
+
+/// Registers `node_id` at 127.0.0.1, where the test's raw replica fetches
+/// come from (the leader accepts them only from the broker's address).
+async fn register_node(b: &TestBroker, node_id: i32) {
     b.running
         .broker
         .metadata
         .propose(MetadataCommand::RegisterBroker(BrokerRegistration {
-            node_id: NodeId(2),
+            node_id: NodeId(node_id),
             host: "127.0.0.1".into(),
             port: 1,
             rack: None,
@@ -168,6 +174,7 @@ async fn acks_all_waits_until_the_follower_has_fetched_past_the_batch() {
     let b = start(&[]).await;
     let addr = b.running.local_addr;
     let id = create(&b, "r", &[1, 2], &[1, 2], 1, &[]).await;
+    register_node_2(&b).await;
     let mut follower = Client::connect(addr).await;
     let mut consumer = Client::connect(addr).await;
 
@@ -242,6 +249,8 @@ async fn acks_all_times_out_without_the_follower_and_replica_fetches_are_checked
     let b = start(&[]).await;
     let addr = b.running.local_addr;
     let id = create(&b, "t", &[1, 2], &[1, 2], 1, &[]).await;
+    register_node(&b, 2).await;
+    register_node(&b, 3).await;
     let mut c = Client::connect(addr).await;
     let resp: ProduceResponse = c
         .call(ApiKey::Produce, 11, &produce_request("t", -1, 300, &["x"]))
@@ -406,6 +415,7 @@ async fn a_long_polling_consumer_wakes_when_the_high_watermark_advances() {
     let b = start(&[]).await;
     let addr = b.running.local_addr;
     let id = create(&b, "w", &[1, 2], &[1, 2], 1, &[]).await;
+    register_node_2(&b).await;
     let mut c = Client::connect(addr).await;
     let r = c
         .produce("w", 0, 1, batch(&["late"], Compression::None, None))

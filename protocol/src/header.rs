@@ -94,8 +94,67 @@ impl RequestError {
     }
 }
 
+/// The first view taken of a frame's `Bytes` makes it shared, which
+/// allocates its reference count (the `bytes` crate's `Shared`, 24 bytes).
+const FRAME_VIEW_BYTES: u64 = 64;
+
+/// A frame whose header and body the guard accepted, not yet decoded: the
+/// point at which the caller knows what decoding will cost.
+#[derive(Debug, Clone)]
+pub struct CheckedRequest {
+    frame: Bytes,
+    api_key: ApiKey,
+    api_version: i16,
+    correlation_id: i32,
+    header_version: i16,
+    decoded_bytes: u64,
+}
+
+impl CheckedRequest {
+    pub fn api_key(&self) -> ApiKey {
+        self.api_key
+    }
+
+    pub fn api_version(&self) -> i16 {
+        self.api_version
+    }
+
+    pub fn correlation_id(&self) -> i32 {
+        self.correlation_id
+    }
+
+    /// Bytes the decoder will allocate beyond the frame itself (arrays and
+    /// unknown tagged fields; strings and records are views of the frame).
+    /// Bounded by the guard's walk, so at most some tens of times the frame.
+    pub fn decoded_bytes(&self) -> u64 {
+        self.decoded_bytes
+    }
+
+    /// Decodes the request with kafka-protocol.
+    pub fn decode(self) -> Result<Request, RequestError> {
+        let malformed = |reason: String| RequestError::Malformed {
+            api_key: self.api_key,
+            api_version: self.api_version,
+            correlation_id: self.correlation_id,
+            reason,
+        };
+        let mut buf = self.frame;
+        let header = RequestHeader::decode(&mut buf, self.header_version)
+            .map_err(|e| malformed(format!("header: {e:#}")))?;
+        let body = RequestKind::decode(self.api_key, &mut buf, self.api_version)
+            .map_err(|e| malformed(format!("{e:#}")))?;
+        Ok(Request { header, body })
+    }
+}
+
 /// Decodes one frame body (the bytes after the size prefix).
 pub fn decode_request(frame: Bytes) -> Result<Request, RequestError> {
+    check_request(frame)?.decode()
+}
+
+/// Reads a frame's header, checks its version against [`crate::versions`]
+/// and walks header and body with the [`crate::guard`], without decoding.
+pub fn check_request(frame: Bytes) -> Result<CheckedRequest, RequestError> {
     if frame.len() < 8 {
         return Err(RequestError::TruncatedHeader(frame.len()));
     }
@@ -130,17 +189,18 @@ pub fn decode_request(frame: Bytes) -> Result<Request, RequestError> {
         reason,
     };
     let header_version = api_key.request_header_version(api_version);
-    let header_len = guard::check_request_header(header_version, &frame)
+    let header = guard::walk_request_header(header_version, &frame)
         .map_err(|e| malformed(format!("header: {e}")))?;
-    guard::check_request_body(api_key, api_version, &frame[header_len..])
+    let body = guard::walk_request_body(api_key, api_version, &frame[header.len..])
         .map_err(|e: GuardError| malformed(e.to_string()))?;
-
-    let mut buf = frame;
-    let header = RequestHeader::decode(&mut buf, header_version)
-        .map_err(|e| malformed(format!("header: {e:#}")))?;
-    let body = RequestKind::decode(api_key, &mut buf, api_version)
-        .map_err(|e| malformed(format!("{e:#}")))?;
-    Ok(Request { header, body })
+    Ok(CheckedRequest {
+        frame,
+        api_key,
+        api_version,
+        correlation_id,
+        header_version,
+        decoded_bytes: FRAME_VIEW_BYTES + header.decoded_bytes + body.decoded_bytes,
+    })
 }
 
 #[derive(Debug, Error)]

@@ -23,7 +23,7 @@ pub mod records;
 pub mod versions;
 
 pub use header::{
-    decode_request, encode_response, unsupported_api_versions_response,
-    unsupported_produce_response, EncodeError, Request, RequestError,
+    check_request, decode_request, encode_response, unsupported_api_versions_response,
+    unsupported_produce_response, CheckedRequest, EncodeError, Request, RequestError,
 };
 pub use kafka_protocol;

@@ -96,6 +96,19 @@ pub struct ServerConfig {
     /// responses to drain (Kafka's `queued.max.requests` is broker-wide; this
     /// is the per-connection bound that keeps memory finite).
     pub queued_max_requests: usize,
+    /// `queued.max.request.bytes`: request bytes held in memory at once over
+    /// all connections, counting each request's decoded size (Kafka's
+    /// default is -1, unbounded; ours is 512 MiB).
+    pub queued_max_request_bytes: usize,
+    /// `connections.max.idle.ms`: a connection with nothing to read and no
+    /// request in progress for this long is closed.
+    pub connections_max_idle_ms: u64,
+    /// `socket.request.read.timeout.ms` (ours): a request must arrive whole
+    /// within this long of its first byte, or the connection is closed.
+    pub socket_request_read_timeout_ms: u64,
+    /// `controller.max.connections.per.voter` (ours): connections the
+    /// controller listener serves at once from one voter's address.
+    pub controller_max_connections_per_voter: usize,
     pub max_connections: usize,
     pub metrics_listen: Option<SocketAddr>,
     /// `group.*`: the classic group protocol's timing and size limits.
@@ -191,6 +204,10 @@ impl Default for ServerConfig {
             socket_request_max_bytes: 104_857_600,
             fetch_max_bytes: 57_671_680,
             queued_max_requests: 500,
+            queued_max_request_bytes: 512 << 20,
+            connections_max_idle_ms: 600_000,
+            socket_request_read_timeout_ms: 30_000,
+            controller_max_connections_per_voter: 16,
             max_connections: 10_000,
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9404))),
             group_initial_rebalance_delay_ms: 3_000,
@@ -452,6 +469,24 @@ impl ServerConfig {
             "min.insync.replicas" => self.min_insync_replicas = parse_num(key, v)?,
             "socket.request.max.bytes" => self.socket_request_max_bytes = parse_num(key, v)?,
             "queued.max.requests" => self.queued_max_requests = parse_num(key, v)?,
+            "queued.max.request.bytes" => {
+                let n: i64 = parse_num(key, v)?;
+                if n < 1 {
+                    return Err(invalid(
+                        key,
+                        v,
+                        "must be a positive byte count (Kafka's -1, unbounded, is not offered)",
+                    ));
+                }
+                self.queued_max_request_bytes = n as usize;
+            }
+            "connections.max.idle.ms" => self.connections_max_idle_ms = parse_num(key, v)?,
+            "socket.request.read.timeout.ms" => {
+                self.socket_request_read_timeout_ms = parse_num(key, v)?
+            }
+            "controller.max.connections.per.voter" => {
+                self.controller_max_connections_per_voter = parse_num(key, v)?
+            }
             "max.connections" => self.max_connections = parse_num(key, v)?,
             "metrics.listen.address" => {
                 self.metrics_listen = if v.is_empty() || v == "none" {
@@ -630,6 +665,28 @@ impl ServerConfig {
                 &self.queued_max_requests,
                 "must be at least 1",
             );
+        }
+        if self.queued_max_request_bytes < self.socket_request_max_bytes {
+            return n(
+                "queued.max.request.bytes",
+                &self.queued_max_request_bytes,
+                "must be at least socket.request.max.bytes",
+            );
+        }
+        for (key, value) in [
+            ("connections.max.idle.ms", self.connections_max_idle_ms),
+            (
+                "socket.request.read.timeout.ms",
+                self.socket_request_read_timeout_ms,
+            ),
+            (
+                "controller.max.connections.per.voter",
+                self.controller_max_connections_per_voter as u64,
+            ),
+        ] {
+            if value < 1 {
+                return n(key, &value, "must be at least 1");
+            }
         }
         if self.log_flush_interval_ms < 1 {
             return n(
@@ -944,6 +1001,34 @@ mod tests {
     fn unknown_keys_are_ignored_like_kafka() {
         let c = ServerConfig::from_args(&args(&["--override", "some.future.key=1"])).unwrap();
         assert_eq!(c.num_partitions, 1);
+    }
+
+    #[test]
+    fn connection_limits_have_defaults_and_bounds() {
+        let c = ServerConfig::from_args(&[]).unwrap();
+        assert_eq!(c.connections_max_idle_ms, 600_000);
+        assert_eq!(c.socket_request_read_timeout_ms, 30_000);
+        assert_eq!(c.queued_max_request_bytes, 512 << 20);
+        let c = ServerConfig::from_args(&args(&[
+            "--override",
+            "queued.max.request.bytes=209715200",
+            "--override",
+            "connections.max.idle.ms=1000",
+        ]))
+        .unwrap();
+        assert_eq!(c.queued_max_request_bytes, 200 << 20);
+        assert_eq!(c.connections_max_idle_ms, 1000);
+        for bad in [
+            "queued.max.request.bytes=-1",
+            "queued.max.request.bytes=1048576",
+            "connections.max.idle.ms=0",
+            "socket.request.read.timeout.ms=0",
+            "controller.max.connections.per.voter=0",
+        ] {
+            let err = ServerConfig::from_args(&args(&["--override", bad])).unwrap_err();
+            let key = bad.split('=').next().unwrap();
+            assert!(err.to_string().contains(key), "{bad}: {err}");
+        }
     }
 
     #[test]

@@ -25,6 +25,12 @@
 //! Linux) after the response's other fields. So a response's record bytes
 //! are never in the broker's memory, and need no share of a memory budget.
 //!
+//! Until brokers authenticate (Kafka checks CLUSTER_ACTION on the cluster), a
+//! replica fetch is accepted only from an address the named broker's
+//! registered host resolves to; any other gets TOPIC_AUTHORIZATION_FAILED
+//! for every partition, as Kafka answers a follower fetch it does not
+//! authorize, and records nothing.
+//!
 //! Fetch sessions (KIP-227): we always answer session id 0, which tells the
 //! client that no session was created, so every request is a full fetch.
 //! That is a correct session-less answer; clients fall back to it by design.
@@ -36,7 +42,7 @@ use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::ResponseError;
 
 use super::leader_hints::LeaderHints;
-use super::str_bytes;
+use super::{str_bytes, RequestContext};
 use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
 use crate::log::FileRegion;
@@ -77,7 +83,12 @@ pub struct FetchReply {
 /// The longest a fetch may wait, whatever the client asks.
 const MAX_WAIT_MS_CAP: i32 = 30_000;
 
-pub async fn handle(broker: &Broker, version: i16, req: FetchRequest) -> FetchReply {
+pub async fn handle(
+    broker: &Broker,
+    ctx: &RequestContext,
+    version: i16,
+    req: FetchRequest,
+) -> FetchReply {
     if req.session_id != 0 {
         let mut response = FetchResponse::default();
         response.error_code = ResponseError::FetchSessionIdNotFound.code();
@@ -85,6 +96,12 @@ pub async fn handle(broker: &Broker, version: i16, req: FetchRequest) -> FetchRe
             response,
             records: Vec::new(),
         };
+    }
+    let replica_id = replica_id(version, &req);
+    if replica_id >= 0 && !from_registered_broker(broker, ctx, replica_id).await {
+        metrics::counter!("kafka_broker_replica_fetches_refused_total").increment(1);
+        tracing::warn!(replica_id, client = %ctx.client_host, "replica fetch from an address that is not the broker's; refused");
+        return account(broker, refused(version, &req));
     }
     let fetch_max_bytes = broker.config.fetch_max_bytes;
     if req.max_bytes > fetch_max_bytes {
@@ -142,6 +159,57 @@ fn account(broker: &Broker, reply: FetchReply) -> FetchReply {
     reply
 }
 
+/// The fetching replica: the header field before v15, `replica_state` from v15.
+fn replica_id(version: i16, req: &FetchRequest) -> i32 {
+    if version >= 15 {
+        req.replica_state.replica_id.0
+    } else {
+        req.replica_id.0
+    }
+}
+
+/// Whether the connection comes from an address of the registered broker
+/// `replica_id`.
+async fn from_registered_broker(broker: &Broker, ctx: &RequestContext, replica_id: i32) -> bool {
+    let Some(ip) = ctx.client_ip else {
+        return false;
+    };
+    let host = match broker.metadata.image().brokers.get(&NodeId(replica_id)) {
+        Some(b) => b.host.clone(),
+        None => return false,
+    };
+    crate::net::is_address_of(&host, ip).await
+}
+
+/// TOPIC_AUTHORIZATION_FAILED for every partition the request names.
+fn refused(version: i16, req: &FetchRequest) -> FetchReply {
+    let mut resp = FetchResponse::default();
+    let mut records = Vec::new();
+    for topic in &req.topics {
+        let mut t = FetchableTopicResponse::default();
+        t.topic_id = topic.topic_id;
+        if version < 13 {
+            t.topic = topic.topic.clone();
+        }
+        for fp in &topic.partitions {
+            let mut pd = PartitionData::default();
+            pd.partition_index = fp.partition;
+            pd.error_code = ResponseError::TopicAuthorizationFailed.code();
+            pd.high_watermark = -1;
+            pd.last_stable_offset = -1;
+            pd.log_start_offset = -1;
+            pd.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
+            t.partitions.push(pd);
+            records.push(None);
+        }
+        resp.responses.push(t);
+    }
+    FetchReply {
+        response: resp,
+        records,
+    }
+}
+
 /// One pass over the request's partitions: the reply, the record bytes it
 /// holds, and whether a partition had an error.
 fn read_once(
@@ -155,11 +223,7 @@ fn read_once(
     let mut total = 0usize;
     let mut had_error = false;
     let image = broker.metadata.image();
-    let replica_id = if version >= 15 {
-        req.replica_state.replica_id.0
-    } else {
-        req.replica_id.0
-    };
+    let replica_id = replica_id(version, req);
     let from_follower = replica_id >= 0;
     let now = now_ms();
     let mut hw_moved = false;

@@ -1,7 +1,13 @@
 //! Metadata (key 3): brokers, topics with ids, partitions with leaders and
 //! epochs; auto-creates unknown topics when the broker and request allow.
+//!
+//! Each requested topic is answered once, however often the request names
+//! it, as Kafka does (its handler works on the set of names and ids): the
+//! response is bounded by the distinct topics asked for, not by the
+//! request's length. (The request itself was charged its decoded size
+//! before it was decoded.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use kafka_protocol::messages::metadata_response::{
     MetadataResponseBroker, MetadataResponsePartition, MetadataResponseTopic,
@@ -109,9 +115,18 @@ pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> Meta
     // v4 the client must ask for it too.
     let auto_create =
         broker.config.auto_create_topics_enable && (version < 4 || req.allow_auto_topic_creation);
-    let mut out = BTreeMap::new();
-    for (i, t) in requested.into_iter().enumerate() {
-        let name = t.name.map(|n| n.0.to_string());
+    let mut seen_names: HashSet<&str> = HashSet::new();
+    let mut seen_ids: HashSet<Uuid> = HashSet::new();
+    let mut out = Vec::new();
+    for t in &requested {
+        let first = match &t.name {
+            Some(n) => seen_names.insert(n.0.as_str()),
+            None => seen_ids.insert(t.topic_id),
+        };
+        if !first {
+            continue;
+        }
+        let name = t.name.as_ref().map(|n| n.0.to_string());
         let found = match &name {
             Some(n) => image.topics.get(n),
             None => image.topic_by_id(t.topic_id),
@@ -158,9 +173,9 @@ pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> Meta
                 }
             }
         };
-        out.insert(i, topic);
+        out.push(topic);
     }
-    resp.topics = out.into_values().collect();
+    resp.topics = out;
     resp
 }
 

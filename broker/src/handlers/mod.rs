@@ -58,6 +58,8 @@ pub struct RequestContext {
     pub client_id: String,
     /// The peer's address as Kafka reports it: `/` + IP.
     pub client_host: String,
+    /// The peer's IP, where the socket knew it.
+    pub client_ip: Option<std::net::IpAddr>,
 }
 
 pub async fn dispatch(
@@ -75,7 +77,7 @@ pub async fn dispatch(
             Some(resp) => Reply::Respond(S::Produce(resp)),
             None => Reply::NoResponse,
         },
-        R::Fetch(r) => Reply::Fetch(fetch::handle(broker, version, r).await),
+        R::Fetch(r) => Reply::Fetch(fetch::handle(broker, ctx, version, r).await),
         R::ListOffsets(r) => {
             Reply::Respond(S::ListOffsets(list_offsets::handle(broker, version, r)))
         }

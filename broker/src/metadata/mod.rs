@@ -92,6 +92,12 @@ pub struct QuorumConfig {
     pub startup_timeout_ms: u64,
     /// `broker.session.timeout.ms`, for the active controller's liveness clock.
     pub session_timeout_ms: i64,
+    /// `connections.max.idle.ms`: the controller listener closes a
+    /// connection idle this long between requests.
+    pub idle_timeout_ms: u64,
+    /// `controller.max.connections.per.voter`: connections the controller
+    /// listener serves at once from one voter's address.
+    pub max_connections_per_voter: usize,
 }
 
 impl QuorumConfig {
@@ -106,6 +112,8 @@ impl QuorumConfig {
             request_timeout_ms: 2_000,
             startup_timeout_ms: SINGLE_NODE_STARTUP_TIMEOUT_MS,
             session_timeout_ms: 9_000,
+            idle_timeout_ms: 600_000,
+            max_connections_per_voter: 16,
         }
     }
 }
@@ -124,6 +132,9 @@ pub struct MetadataController {
     liveness: Arc<Mutex<LivenessTracker>>,
     /// The connection this broker's heartbeats use, to the leader it last knew.
     heartbeat_client: tokio::sync::Mutex<Option<transport::PeerClient>>,
+    /// This node's voter host: connections to peers are made from it, as
+    /// they serve only voters' addresses.
+    source_host: Option<String>,
     /// Stops the controller listener; its task ends once every connection is dropped.
     server: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
     /// Completes once openraft's tasks have dropped the store and RocksDB is closed.
@@ -197,7 +208,20 @@ impl MetadataController {
                 .validate()
                 .map_err(|e| MetadataError::Fatal(e.to_string()))?,
         );
-        let raft = Raft::new(raft_id, config, MetadataNetwork, log_store, state_machine)
+        let voter_hosts: Vec<String> = quorum
+            .voters
+            .iter()
+            .filter_map(|(_, addr)| addr.rsplit_once(':').map(|(host, _)| host.to_string()))
+            .collect();
+        let source_host = quorum
+            .voters
+            .iter()
+            .find(|(id, _)| *id == quorum.node_id)
+            .and_then(|(_, addr)| addr.rsplit_once(':').map(|(host, _)| host.to_string()));
+        let network = MetadataNetwork {
+            source_host: source_host.clone(),
+        };
+        let raft = Raft::new(raft_id, config, network, log_store, state_machine)
             .await
             .map_err(|e| MetadataError::Fatal(e.to_string()))?;
 
@@ -211,7 +235,13 @@ impl MetadataController {
                 liveness: liveness.clone(),
             });
             let (stop_tx, stop_rx) = watch::channel(false);
-            let task = tokio::spawn(transport::serve(listener, service, stop_rx));
+            let access = transport::PeerAccess {
+                voter_hosts,
+                max_connections_per_voter: quorum.max_connections_per_voter,
+                idle_timeout: Duration::from_millis(quorum.idle_timeout_ms),
+                frame_timeout: request_timeout,
+            };
+            let task = tokio::spawn(transport::serve(listener, service, access, stop_rx));
             (stop_tx, task)
         });
 
@@ -225,6 +255,7 @@ impl MetadataController {
             leader_wait: Duration::from_millis(2 * election_max) + request_timeout,
             liveness,
             heartbeat_client: tokio::sync::Mutex::new(None),
+            source_host,
             server,
             db_closed,
         };
@@ -323,8 +354,13 @@ impl MetadataController {
                     .await
                     .map_err(|e| e.to_string()),
                 Some((leader, addr)) => {
-                    match transport::call_once(&addr, &PeerRequest::ReadIndex, self.request_timeout)
-                        .await
+                    match transport::call_once(
+                        &addr,
+                        self.source_host.as_deref(),
+                        &PeerRequest::ReadIndex,
+                        self.request_timeout,
+                    )
+                    .await
                     {
                         Ok(PeerResponse::ReadIndex(r)) => r.map_err(|e| e.to_string()),
                         Ok(_) => Err(format!("voter {leader} answered the wrong response")),
@@ -403,7 +439,9 @@ impl MetadataController {
                     let req = PeerRequest::Write(cmd.clone());
                     // The leader bounds its own commit wait; allow for the trip.
                     let timeout = COMMIT_TIMEOUT + self.request_timeout;
-                    match transport::call_once(&addr, &req, timeout).await {
+                    match transport::call_once(&addr, self.source_host.as_deref(), &req, timeout)
+                        .await
+                    {
                         Ok(PeerResponse::Write(Err(MetadataError::NotController { .. }), _)) => {}
                         Ok(PeerResponse::Write(result, log_index)) => {
                             // Read-your-writes: the caller (e.g. CreateTopics
@@ -472,7 +510,10 @@ impl MetadataController {
         // fails this heartbeat and is replaced by the next.
         let mut client = self.heartbeat_client.lock().await;
         if client.as_ref().map(|c| c.addr()) != Some(addr.as_str()) {
-            *client = Some(transport::PeerClient::new(addr.clone()));
+            *client = Some(transport::PeerClient::new(
+                addr.clone(),
+                self.source_host.clone(),
+            ));
         }
         let client = client.as_mut().expect("set above");
         match client

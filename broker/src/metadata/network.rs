@@ -19,9 +19,12 @@ use super::store::RaftNodeId;
 use super::transport::{CallError, PeerClient, PeerRequest, PeerResponse};
 use super::TypeConfig;
 
-/// Hands out one [`PeerConnection`] per target voter.
+/// Hands out one [`PeerConnection`] per target voter, connecting from
+/// `source_host` (this node's voter host).
 #[derive(Clone, Debug, Default)]
-pub struct MetadataNetwork;
+pub struct MetadataNetwork {
+    pub source_host: Option<String>,
+}
 
 impl RaftNetworkFactory<TypeConfig> for MetadataNetwork {
     type Network = PeerConnection;
@@ -29,7 +32,7 @@ impl RaftNetworkFactory<TypeConfig> for MetadataNetwork {
     async fn new_client(&mut self, target: RaftNodeId, node: &BasicNode) -> Self::Network {
         PeerConnection {
             target,
-            client: PeerClient::new(node.addr.clone()),
+            client: PeerClient::new(node.addr.clone(), self.source_host.clone()),
         }
     }
 }
@@ -121,7 +124,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_nobody_listens_on_is_unreachable() {
-        let mut factory = MetadataNetwork;
+        let mut factory = MetadataNetwork::default();
         // In this helper's port range, and never listened on by any test.
         let mut peer = factory
             .new_client(2, &BasicNode::new("127.0.0.9:41999"))

@@ -38,9 +38,13 @@ impl MetadataController {
     pub async fn quorum_info(&self) -> QuorumInfo {
         if let Some((leader, addr)) = self.current_leader() {
             if leader != self.raft_id {
-                if let Ok(PeerResponse::QuorumInfo(info)) =
-                    transport::call_once(&addr, &PeerRequest::QuorumInfo, self.request_timeout)
-                        .await
+                if let Ok(PeerResponse::QuorumInfo(info)) = transport::call_once(
+                    &addr,
+                    self.source_host.as_deref(),
+                    &PeerRequest::QuorumInfo,
+                    self.request_timeout,
+                )
+                .await
                 {
                     return info;
                 }

@@ -12,7 +12,18 @@
 //! controller, and a read-index request (the leader's commit point, which a
 //! starting follower waits to apply). Every call is bounded by a timeout, so a
 //! dead peer costs the caller that timeout and nothing more.
+//!
+//! Until voters authenticate each other (a later issue), the listener serves
+//! only connections from an address of a configured voter's host, at most
+//! `controller.max.connections.per.voter` from each, and a node connects to
+//! its peers from its own voter address ([`crate::net::connect_from`]). A
+//! served connection is closed when idle for `connections.max.idle.ms`
+//! between requests, or when a request does not arrive whole within the
+//! frame timeout (the quorum's request timeout: its sender gave up by then),
+//! and a frame's buffer grows with the bytes that arrive, not with the length
+//! it declares.
 
+use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -24,7 +35,7 @@ use openraft::raft::{
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{watch, Semaphore};
+use tokio::sync::watch;
 use tokio::task::JoinSet;
 
 use super::image::{MetadataCommand, MetadataError, MetadataOutcome};
@@ -36,14 +47,6 @@ use crate::types::NodeId;
 /// `max_payload_entries` per append) and chunks snapshots, so a frame this
 /// large only comes from a peer that is broken or not a peer.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
-
-/// How many peer connections one node serves at once. A three- or five-voter
-/// quorum needs a handful; the cap keeps a misbehaving client from holding
-/// unbounded tasks.
-const MAX_CONNECTIONS: usize = 64;
-
-/// A served connection with no request for this long is closed.
-const IDLE_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// A broker's periodic "I am alive" to the active controller (Kafka's
 /// BrokerHeartbeat, without the offsets KRaft uses to decide catch-up).
@@ -134,8 +137,12 @@ where
     if len > MAX_FRAME_BYTES {
         return Err(FrameError::TooLarge(len as u64));
     }
-    let mut body = vec![0u8; len];
-    r.read_exact(&mut body).await?;
+    // Grown as the bytes arrive: a declared length alone allocates nothing.
+    let mut body = Vec::new();
+    r.take(len as u64).read_to_end(&mut body).await?;
+    if body.len() < len {
+        return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into());
+    }
     Ok(Some(serde_json::from_slice(&body)?))
 }
 
@@ -155,12 +162,19 @@ pub enum CallError {
 /// next call.
 pub struct PeerClient {
     addr: String,
+    /// This node's voter host, which connections are made from (peers serve
+    /// only voters' addresses); `None` lets the kernel choose.
+    source_host: Option<String>,
     stream: Option<TcpStream>,
 }
 
 impl PeerClient {
-    pub fn new(addr: String) -> Self {
-        Self { addr, stream: None }
+    pub fn new(addr: String, source_host: Option<String>) -> Self {
+        Self {
+            addr,
+            source_host,
+            stream: None,
+        }
     }
 
     pub fn addr(&self) -> &str {
@@ -179,18 +193,18 @@ impl PeerClient {
         timeout: Duration,
     ) -> Result<PeerResponse, CallError> {
         let addr = self.addr.clone();
+        let source_host = self.source_host.clone();
         let reused = self.stream.take();
         let result = tokio::time::timeout(timeout, async {
             let mut stream = match reused {
                 Some(stream) => stream,
                 None => {
-                    let stream =
-                        TcpStream::connect(&addr)
-                            .await
-                            .map_err(|e| CallError::NotSent {
-                                addr: addr.clone(),
-                                reason: e.to_string(),
-                            })?;
+                    let stream = crate::net::connect_from(&addr, source_host.as_deref())
+                        .await
+                        .map_err(|e| CallError::NotSent {
+                            addr: addr.clone(),
+                            reason: e.to_string(),
+                        })?;
                     let _ = stream.set_nodelay(true);
                     stream
                 }
@@ -227,10 +241,13 @@ impl PeerClient {
 /// stale pooled connection would make a failure ambiguous for no reason.
 pub async fn call_once(
     addr: &str,
+    source_host: Option<&str>,
     req: &PeerRequest,
     timeout: Duration,
 ) -> Result<PeerResponse, CallError> {
-    PeerClient::new(addr.to_string()).call(req, timeout).await
+    PeerClient::new(addr.to_string(), source_host.map(str::to_string))
+        .call(req, timeout)
+        .await
 }
 
 /// What answers the requests a peer sends.
@@ -241,14 +258,46 @@ pub trait PeerHandler: Send + Sync + 'static {
     ) -> impl std::future::Future<Output = PeerResponse> + Send + '_;
 }
 
+/// Who may connect to the controller listener, and how long a request may
+/// take to arrive.
+#[derive(Clone, Debug)]
+pub struct PeerAccess {
+    /// Every voter's host (this node's included: a node may forward to
+    /// itself through the wire when it is the leader of its own view).
+    pub voter_hosts: Vec<String>,
+    /// Connections served at once from one voter's address (its Raft
+    /// replication and votes, heartbeats, and forwarded writes, reads and
+    /// DescribeQuorum calls, the latter each on a short-lived connection).
+    /// Voters sharing an address share a multiple of it.
+    pub max_connections_per_voter: usize,
+    /// A connection with no request for this long is closed.
+    pub idle_timeout: Duration,
+    /// A request must arrive whole within this long of its first byte.
+    pub frame_timeout: Duration,
+}
+
+impl PeerAccess {
+    /// The voters whose host `ip` is an address of.
+    async fn voters_at(&self, ip: std::net::IpAddr) -> usize {
+        let mut n = 0;
+        for host in &self.voter_hosts {
+            if crate::net::is_address_of(host, ip).await {
+                n += 1;
+            }
+        }
+        n
+    }
+}
+
 /// Accepts peer connections until `shutdown` turns true, then drops every
 /// connection it serves.
 pub async fn serve<H: PeerHandler>(
     listener: TcpListener,
     handler: Arc<H>,
+    access: PeerAccess,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    let per_address: Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>> = Arc::default();
     let mut connections = JoinSet::new();
     loop {
         tokio::select! {
@@ -263,17 +312,29 @@ pub async fn serve<H: PeerHandler>(
                         continue;
                     }
                 };
-                let Ok(permit) = slots.clone().try_acquire_owned() else {
-                    tracing::warn!(%peer, "too many controller connections; closing this one");
+                let ip = peer.ip().to_canonical();
+                let voters = access.voters_at(ip).await;
+                if voters == 0 {
+                    metrics::counter!("kafka_controller_connections_closed_total", "reason" => "not_a_voter")
+                        .increment(1);
+                    tracing::warn!(%peer, "controller connection from an address of no voter; closing it");
+                    continue;
+                }
+                let limit = voters * access.max_connections_per_voter;
+                let Some(slot) = AddressSlot::take(&per_address, ip, limit) else {
+                    metrics::counter!("kafka_controller_connections_closed_total", "reason" => "per_voter_limit")
+                        .increment(1);
+                    tracing::warn!(%peer, "too many controller connections from this voter's address; closing this one");
                     continue;
                 };
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
+                let (idle_timeout, frame_timeout) = (access.idle_timeout, access.frame_timeout);
                 connections.spawn(async move {
-                    if let Err(e) = serve_connection(stream, handler.as_ref()).await {
+                    if let Err(e) = serve_connection(stream, handler.as_ref(), idle_timeout, frame_timeout).await {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
-                    drop(permit);
+                    drop(slot);
                 });
             }
         }
@@ -281,17 +342,69 @@ pub async fn serve<H: PeerHandler>(
     connections.shutdown().await;
 }
 
+/// One of the connections an address may hold; given back when dropped.
+struct AddressSlot {
+    counts: Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>,
+    ip: std::net::IpAddr,
+}
+
+impl AddressSlot {
+    fn take(
+        counts: &Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>>,
+        ip: std::net::IpAddr,
+        limit: usize,
+    ) -> Option<Self> {
+        let mut map = counts.lock().expect("poisoned");
+        let n = map.entry(ip).or_insert(0);
+        if *n >= limit {
+            return None;
+        }
+        *n += 1;
+        Some(Self {
+            counts: counts.clone(),
+            ip,
+        })
+    }
+}
+
+impl Drop for AddressSlot {
+    fn drop(&mut self) {
+        let mut map = self.counts.lock().expect("poisoned");
+        if let Some(n) = map.get_mut(&self.ip) {
+            *n -= 1;
+            if *n == 0 {
+                map.remove(&self.ip);
+            }
+        }
+    }
+}
+
 async fn serve_connection<H: PeerHandler>(
     mut stream: TcpStream,
     handler: &H,
+    idle_timeout: Duration,
+    frame_timeout: Duration,
 ) -> Result<(), FrameError> {
     loop {
-        let req: PeerRequest =
-            match tokio::time::timeout(IDLE_TIMEOUT, read_frame(&mut stream)).await {
-                Ok(Ok(Some(req))) => req,
-                Ok(Ok(None)) | Err(_) => return Ok(()),
-                Ok(Err(e)) => return Err(e),
-            };
+        // Idle between requests for at most the idle timeout; once a
+        // request's first byte is here, all of it within the frame timeout.
+        match tokio::time::timeout(idle_timeout, stream.peek(&mut [0u8; 1])).await {
+            Ok(Ok(0)) | Err(_) => return Ok(()),
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(e.into()),
+        }
+        let req: PeerRequest = match tokio::time::timeout(frame_timeout, read_frame(&mut stream))
+            .await
+        {
+            Ok(Ok(Some(req))) => req,
+            Ok(Ok(None)) => return Ok(()),
+            Err(_) => {
+                metrics::counter!("kafka_controller_connections_closed_total", "reason" => "frame_timeout")
+                        .increment(1);
+                return Ok(());
+            }
+            Ok(Err(e)) => return Err(e),
+        };
         let resp = handler.handle(req).await;
         write_frame(&mut stream, &resp).await?;
     }
@@ -352,6 +465,17 @@ mod tests {
         ));
     }
 
+    /// Serves connections from 127.0.0.1, the kernel's choice of source
+    /// address on loopback.
+    fn loopback_voter() -> PeerAccess {
+        PeerAccess {
+            voter_hosts: vec!["127.0.0.1".into()],
+            max_connections_per_voter: 16,
+            idle_timeout: Duration::from_secs(600),
+            frame_timeout: Duration::from_secs(2),
+        }
+    }
+
     struct Echo;
 
     impl PeerHandler for Echo {
@@ -371,9 +495,9 @@ mod tests {
         let listener = TcpListener::bind("127.0.0.9:41990").await.unwrap();
         let addr = listener.local_addr().unwrap().to_string();
         let (stop_tx, stop_rx) = watch::channel(false);
-        let server = tokio::spawn(serve(listener, Arc::new(Echo), stop_rx));
+        let server = tokio::spawn(serve(listener, Arc::new(Echo), loopback_voter(), stop_rx));
 
-        let mut client = PeerClient::new(addr.clone());
+        let mut client = PeerClient::new(addr.clone(), None);
         let timeout = Duration::from_secs(5);
         for _ in 0..2 {
             let resp = client
@@ -391,7 +515,7 @@ mod tests {
                 }))
             ));
         }
-        let resp = call_once(&addr, &PeerRequest::ReadIndex, timeout)
+        let resp = call_once(&addr, None, &PeerRequest::ReadIndex, timeout)
             .await
             .unwrap();
         assert!(matches!(resp, PeerResponse::ReadIndex(Ok(Some(7)))));
@@ -430,9 +554,102 @@ mod tests {
             drop(s);
         });
         let started = std::time::Instant::now();
-        let err = call_once(&addr, &PeerRequest::ReadIndex, Duration::from_millis(200)).await;
+        let err = call_once(
+            &addr,
+            None,
+            &PeerRequest::ReadIndex,
+            Duration::from_millis(200),
+        )
+        .await;
         assert!(matches!(err, Err(CallError::Failed { .. })));
         assert!(started.elapsed() < Duration::from_secs(5));
         hold.abort();
+    }
+
+    /// Counts the requests that reach it.
+    #[derive(Default)]
+    struct Counting(std::sync::atomic::AtomicUsize);
+
+    impl PeerHandler for Counting {
+        async fn handle(&self, _req: PeerRequest) -> PeerResponse {
+            self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            PeerResponse::ReadIndex(Ok(Some(7)))
+        }
+    }
+
+    async fn closed(s: &mut TcpStream) -> bool {
+        let mut buf = [0u8; 1];
+        matches!(
+            tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf)).await,
+            Ok(Ok(0)) | Ok(Err(_))
+        )
+    }
+
+    #[tokio::test]
+    async fn only_voters_are_served_and_idle_sockets_cannot_lock_one_out() {
+        let listener = TcpListener::bind("127.0.0.9:0").await.unwrap();
+        let addr = listener.local_addr().unwrap().to_string();
+        let handler = Arc::new(Counting::default());
+        let access = PeerAccess {
+            voter_hosts: vec!["127.0.0.7".into(), "127.0.0.8".into()],
+            max_connections_per_voter: 16,
+            idle_timeout: Duration::from_secs(600),
+            frame_timeout: Duration::from_millis(300),
+        };
+        let (stop_tx, stop_rx) = watch::channel(false);
+        let server = tokio::spawn(serve(listener, handler.clone(), access, stop_rx));
+        let timeout = Duration::from_secs(5);
+        let write = PeerRequest::Write(crate::metadata::MetadataCommand::FenceBroker {
+            node_id: NodeId(1),
+        });
+
+        // A stranger (127.0.0.1) is closed on before anything is read: its
+        // write never reaches the handler.
+        let err = call_once(&addr, None, &write, timeout).await;
+        assert!(
+            matches!(err, Err(CallError::Failed { .. })),
+            "{:?}",
+            err.err()
+        );
+        assert_eq!(handler.0.load(std::sync::atomic::Ordering::SeqCst), 0);
+        // Nor can a hundred of its idle sockets take any room.
+        let mut strangers = Vec::new();
+        for _ in 0..100 {
+            strangers.push(TcpStream::connect(&addr).await.unwrap());
+        }
+        // A voter's address may hold 16 connections; one more is closed,
+        // and the other voter is served all the same.
+        let mut idle = Vec::new();
+        for _ in 0..16 {
+            idle.push(
+                crate::net::connect_from(&addr, Some("127.0.0.7"))
+                    .await
+                    .unwrap(),
+            );
+        }
+        let resp = call_once(&addr, Some("127.0.0.8"), &PeerRequest::ReadIndex, timeout).await;
+        assert!(matches!(resp, Ok(PeerResponse::ReadIndex(Ok(Some(7))))));
+        let mut extra = crate::net::connect_from(&addr, Some("127.0.0.7"))
+            .await
+            .unwrap();
+        assert!(closed(&mut extra).await, "over the per-voter limit");
+        for s in &mut strangers {
+            assert!(closed(s).await, "a stranger's socket is closed");
+        }
+
+        // A request that starts and stalls is closed after the frame timeout,
+        // which gives its slot back.
+        let mut stalled = idle.pop().unwrap();
+        stalled.write_all(&100u32.to_be_bytes()).await.unwrap();
+        stalled.write_all(b"{").await.unwrap();
+        assert!(closed(&mut stalled).await, "a stalled request is closed");
+        let resp = call_once(&addr, Some("127.0.0.7"), &PeerRequest::ReadIndex, timeout).await;
+        assert!(matches!(resp, Ok(PeerResponse::ReadIndex(Ok(Some(7))))));
+
+        let _ = stop_tx.send(true);
+        tokio::time::timeout(timeout, server)
+            .await
+            .unwrap()
+            .unwrap();
     }
 }

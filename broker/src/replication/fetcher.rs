@@ -96,7 +96,8 @@ impl FetcherConfig {
 /// leader's client listener is.
 pub trait FetcherEnv: Send + Sync + 'static {
     fn partition(&self, tp: &TopicPartition) -> Option<PartitionRef>;
-    /// `host:port` of the leader's client listener, from its registration.
+    /// `host:port` of a broker's client listener, from its registration
+    /// (a leader's, to connect to; this node's own, to connect from).
     fn leader_address(&self, leader: NodeId) -> Option<String>;
 }
 
@@ -369,7 +370,14 @@ async fn connect(
     let addr = env
         .leader_address(leader)
         .ok_or(RoundError::NoAddress(leader))?;
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(&addr))
+    // The leader accepts replica fetches only from this node's registered
+    // address, so connect from it.
+    let own = env.leader_address(node_id);
+    let own_host = own
+        .as_deref()
+        .and_then(|a| a.rsplit_once(':'))
+        .map(|(host, _)| host);
+    let stream = tokio::time::timeout(CONNECT_TIMEOUT, crate::net::connect_from(&addr, own_host))
         .await
         .map_err(|_| RoundError::Protocol(format!("connecting to {addr} timed out")))??;
     stream.set_nodelay(true)?;

@@ -1,41 +1,77 @@
-//! One client connection. A reader task reads and decodes frames ahead (at
-//! most `queued.max.requests` of them); this task executes them one at a
-//! time, in order, and writes each response before starting the next.
+//! One client connection. A reader task reads, walks and decodes requests
+//! ahead (at most `queued.max.requests` of them); this task executes them
+//! one at a time, in order, and writes each response before starting the
+//! next.
 //!
 //! Executing in order is deliberate and is what Kafka does (it mutes a
 //! channel while a request is in flight): an idempotent producer pipelines
 //! up to five produce requests per partition and relies on them being
 //! appended in the order sent.
 //!
+//! What a request costs is charged to the broker's memory budget
+//! (`queued.max.request.bytes`) as it arrives: its bytes as they come off
+//! the socket, then its decoded size as the guard computes it, before it is
+//! decoded; all of it is given back once the request is answered. A request
+//! whose decoded size alone exceeds the budget closes the connection, like
+//! a frame over `socket.request.max.bytes`. A request must arrive whole
+//! within `socket.request.read.timeout.ms` of its first byte (waiting for
+//! budget counts), and a connection with nothing arriving and nothing in
+//! progress for `connections.max.idle.ms` is closed.
+//!
 //! A response is written as its parts: encoded bytes go through one buffered
 //! writer, and a Fetch response's records go from the segment files straight
 //! to the socket (`sendfile` on Linux, as Kafka's `FileRecords.writeTo`), so
 //! they are never copied into this process.
 
+use std::net::IpAddr;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::{BufMut, Bytes, BytesMut};
 use kafka_protocol::messages::ApiKey;
 use protocol::fetch_response::{encode_fetch_response, Part};
 use protocol::{
-    decode_request, encode_response, unsupported_api_versions_response,
-    unsupported_produce_response, RequestError,
+    check_request, encode_response, unsupported_api_versions_response,
+    unsupported_produce_response, Request, RequestError,
 };
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::TcpStream;
-use tokio::sync::{mpsc, watch, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{mpsc, watch};
+use tokio::time::Instant;
 
+use super::budget::{Charge, MemoryBudget};
 use crate::broker::Broker;
 use crate::handlers::fetch::FetchedRecords;
 use crate::handlers::{dispatch, Reply, RequestContext};
 use crate::log::FileRegion;
 
-/// A frame read off the socket, holding its share of the memory budget.
+/// A frame up to this size gets its whole buffer when its first body bytes
+/// arrive (every ordinary request: clients cap theirs at about 1 MiB); a
+/// larger one grows its buffer as its bytes arrive, so a header declaring
+/// 100 MB costs nothing until the bytes come.
+const EAGER_FRAME_BYTES: usize = 1 << 20;
+
+/// The most budget one read takes ahead of the bytes it returns.
+const MAX_READ_BYTES: usize = 1 << 20;
+
+/// What the reader hands the executor.
+// The large variant is the common case and is moved once per request;
+// boxing it would add an allocation to every request for no gain.
+#[allow(clippy::large_enum_variant)]
+enum Inbound {
+    Request(Request),
+    /// An answer made without decoding (a version we refuse politely).
+    Answer(Bytes),
+}
+
+/// A request read off the socket, holding its charge on the memory budget
+/// until it has been answered.
 struct Frame {
-    body: Bytes,
-    _permit: OwnedSemaphorePermit,
+    inbound: Inbound,
+    charge: Charge,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -44,37 +80,110 @@ pub enum ConnectionError {
     Io(#[from] std::io::Error),
     #[error("frame of {0} bytes exceeds socket.request.max.bytes")]
     FrameTooLarge(i64),
+    #[error("request of {frame_bytes} bytes decodes to {decoded_bytes} more, beyond queued.max.request.bytes ({limit_bytes})")]
+    DecodedTooLarge {
+        frame_bytes: usize,
+        decoded_bytes: u64,
+        limit_bytes: usize,
+    },
+    #[error(
+        "request not complete within socket.request.read.timeout.ms ({received} of {size} bytes)"
+    )]
+    RequestReadTimeout { received: usize, size: usize },
+    #[error("idle for connections.max.idle.ms")]
+    Idle,
     #[error(transparent)]
     Request(#[from] RequestError),
+}
+
+/// The limits one connection's reader works within.
+#[derive(Clone, Copy, Debug)]
+pub struct ReadLimits {
+    pub max_frame_bytes: usize,
+    pub read_timeout: Duration,
+    pub idle_timeout: Duration,
+}
+
+impl ReadLimits {
+    pub fn from_config(c: &crate::config::ServerConfig) -> Self {
+        Self {
+            max_frame_bytes: c.socket_request_max_bytes,
+            read_timeout: Duration::from_millis(c.socket_request_read_timeout_ms),
+            idle_timeout: Duration::from_millis(c.connections_max_idle_ms),
+        }
+    }
+}
+
+/// Whether the executor has work in progress, so the reader does not call
+/// a connection idle while a long request (a long-poll fetch) runs.
+struct Activity {
+    started: Instant,
+    outstanding: AtomicUsize,
+    /// Milliseconds after `started` of the last answered request.
+    last_answered_ms: AtomicU64,
+}
+
+impl Activity {
+    fn finished_one(&self) {
+        let ms = self.started.elapsed().as_millis() as u64;
+        self.last_answered_ms.store(ms, Ordering::Relaxed);
+        self.outstanding.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// When the connection became idle, if it is.
+    fn idle_since(&self) -> Option<Instant> {
+        if self.outstanding.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let ms = self.last_answered_ms.load(Ordering::Relaxed);
+        Some(self.started + Duration::from_millis(ms))
+    }
 }
 
 pub async fn run(
     broker: Arc<Broker>,
     stream: TcpStream,
-    memory: Arc<Semaphore>,
+    memory: Arc<MemoryBudget>,
+    limits: ReadLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
-    let client_host = stream
-        .peer_addr()
-        .map(|a| format!("/{}", a.ip()))
-        .unwrap_or_default();
+    let client_ip: Option<IpAddr> = stream.peer_addr().map(|a| a.ip()).ok();
+    let client_host = client_ip.map(|ip| format!("/{ip}")).unwrap_or_default();
     let (read_half, write_half) = stream.into_split();
     let (tx, mut rx) =
         mpsc::channel::<Result<Frame, ConnectionError>>(broker.config.queued_max_requests);
-    let max_bytes = broker.config.socket_request_max_bytes;
-    let reader = tokio::spawn(read_frames(read_half, tx, max_bytes, memory));
+    let activity = Arc::new(Activity {
+        started: Instant::now(),
+        outstanding: AtomicUsize::new(0),
+        last_answered_ms: AtomicU64::new(0),
+    });
+    let reader = tokio::spawn(
+        Reader {
+            rd: read_half,
+            memory,
+            limits,
+            activity: activity.clone(),
+        }
+        .run(tx),
+    );
     let mut out = BufWriter::with_capacity(64 * 1024, write_half);
     let result = loop {
         let frame = tokio::select! {
             f = rx.recv() => f,
             _ = shutdown.changed() => break Ok(()),
         };
-        let frame = match frame {
+        let Frame { inbound, charge } = match frame {
             None => break Ok(()),
             Some(Err(e)) => break Err(e),
             Some(Ok(f)) => f,
         };
-        match handle_frame(&broker, &client_host, frame.body).await {
+        let reply = match inbound {
+            Inbound::Answer(bytes) => Ok(Some(Outgoing::Frame(bytes))),
+            Inbound::Request(request) => {
+                handle_request(&broker, &client_host, client_ip, request).await
+            }
+        };
+        match reply {
             Ok(Some(response)) => {
                 write_response(&mut out, response).await?;
                 // Flush unless more requests are already waiting: their
@@ -89,52 +198,195 @@ pub async fn run(
                 break Err(e);
             }
         }
+        drop(charge);
+        activity.finished_one();
     };
     reader.abort();
     result
 }
 
-/// Reads size-prefixed frames. The size is checked against
-/// `socket.request.max.bytes` and memory permits are taken before the body
-/// is allocated.
-async fn read_frames(
-    mut rd: tokio::net::tcp::OwnedReadHalf,
-    tx: mpsc::Sender<Result<Frame, ConnectionError>>,
-    max_bytes: usize,
-    memory: Arc<Semaphore>,
-) {
-    loop {
-        let size = match rd.read_i32().await {
-            Ok(s) => s as i64,
-            Err(_) => return,
-        };
-        if size < 0 || size as usize > max_bytes {
-            let _ = tx.send(Err(ConnectionError::FrameTooLarge(size))).await;
-            return;
-        }
-        let kib = (size as usize).div_ceil(1024).max(1) as u32;
-        let Ok(permit) = memory.clone().acquire_many_owned(kib).await else {
-            return;
-        };
-        // Read into spare capacity: zeroing the buffer first (read_exact
-        // into `BytesMut::zeroed`) cost a memset of every request byte, 5% of
-        // the broker's CPU under produce load.
-        let size = size as usize;
-        let mut body = BytesMut::with_capacity(size);
-        let mut limited = (&mut rd).take(size as u64);
-        while body.len() < size {
-            match limited.read_buf(&mut body).await {
-                Ok(0) | Err(_) => return,
-                Ok(_) => {}
+/// Reads size-prefixed frames, charging the memory budget as their bytes
+/// arrive, and walks and decodes them.
+struct Reader {
+    rd: OwnedReadHalf,
+    memory: Arc<MemoryBudget>,
+    limits: ReadLimits,
+    activity: Arc<Activity>,
+}
+
+impl Reader {
+    async fn run(mut self, tx: mpsc::Sender<Result<Frame, ConnectionError>>) {
+        loop {
+            let frame = match self.next_frame().await {
+                Ok(Some(frame)) => frame,
+                Ok(None) => return,
+                Err(e) => {
+                    match &e {
+                        ConnectionError::Idle => {
+                            metrics::counter!("kafka_broker_connection_timeouts_total", "reason" => "idle")
+                                .increment(1)
+                        }
+                        ConnectionError::RequestReadTimeout { .. } => {
+                            metrics::counter!("kafka_broker_connection_timeouts_total", "reason" => "request_read")
+                                .increment(1)
+                        }
+                        ConnectionError::FrameTooLarge(_) => {
+                            metrics::counter!("kafka_broker_requests_too_large_total", "limit" => "socket.request.max.bytes")
+                                .increment(1)
+                        }
+                        ConnectionError::DecodedTooLarge { .. } => {
+                            metrics::counter!("kafka_broker_requests_too_large_total", "limit" => "queued.max.request.bytes")
+                                .increment(1)
+                        }
+                        ConnectionError::Request(_) => {
+                            metrics::counter!("kafka_broker_malformed_requests_total").increment(1);
+                            tracing::info!(error = %e, "closing connection on a request we cannot answer");
+                        }
+                        ConnectionError::Io(_) => {}
+                    }
+                    let _ = tx.send(Err(e)).await;
+                    return;
+                }
+            };
+            self.activity.outstanding.fetch_add(1, Ordering::SeqCst);
+            if tx.send(Ok(frame)).await.is_err() {
+                return;
             }
         }
-        let frame = Frame {
-            body: body.freeze(),
-            _permit: permit,
-        };
-        if tx.send(Ok(frame)).await.is_err() {
-            return;
+    }
+
+    /// The next request, or `None` at a clean end of stream between frames.
+    async fn next_frame(&mut self) -> Result<Option<Frame>, ConnectionError> {
+        let mut prefix = [0u8; 4];
+        let got = self.read_prefix_start(&mut prefix).await?;
+        if got == 0 {
+            return Ok(None);
         }
+        // From the first byte on, the whole request runs against one deadline.
+        let deadline = Instant::now() + self.limits.read_timeout;
+        if got < prefix.len() {
+            match tokio::time::timeout_at(deadline, self.rd.read_exact(&mut prefix[got..])).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(e)) => return Err(e.into()),
+                Err(_) => {
+                    return Err(ConnectionError::RequestReadTimeout {
+                        received: 0,
+                        size: 0,
+                    })
+                }
+            }
+        }
+        let size = i32::from_be_bytes(prefix) as i64;
+        if size < 0 || size as usize > self.limits.max_frame_bytes {
+            return Err(ConnectionError::FrameTooLarge(size));
+        }
+        let size = size as usize;
+        let mut charge = Charge::new(self.memory.clone());
+        let body = self.read_body(size, &mut charge, deadline).await?;
+        crate::fuzzing::capture_frame(&body);
+
+        let inbound = match check_request(body.clone()) {
+            Ok(checked) => {
+                let decoded = checked.decoded_bytes();
+                if size as u64 + decoded > self.memory.limit_bytes() as u64 {
+                    return Err(ConnectionError::DecodedTooLarge {
+                        frame_bytes: size,
+                        decoded_bytes: decoded,
+                        limit_bytes: self.memory.limit_bytes(),
+                    });
+                }
+                charge.take(decoded as usize, deadline).await.map_err(|_| {
+                    ConnectionError::RequestReadTimeout {
+                        received: size,
+                        size,
+                    }
+                })?;
+                Inbound::Request(checked.decode()?)
+            }
+            // Produce v0-2 are advertised for librdkafka's sake and refused
+            // per partition (KAFKA-18659).
+            Err(RequestError::UnsupportedVersion {
+                api_key: ApiKey::Produce,
+                ..
+            }) => Inbound::Answer(unsupported_produce_response(&body)?),
+            Err(RequestError::UnsupportedVersion {
+                api_key: ApiKey::ApiVersions,
+                correlation_id,
+                ..
+            }) => Inbound::Answer(unsupported_api_versions_response(correlation_id)),
+            Err(e) => return Err(e.into()),
+        };
+        Ok(Some(Frame { inbound, charge }))
+    }
+
+    /// Waits for the first bytes of a frame's size prefix and returns how
+    /// many arrived (0 at a clean end of stream). Between requests the
+    /// connection may idle for `connections.max.idle.ms`, counted from the
+    /// later of the last request read and the last one answered; a request
+    /// in progress is not idleness.
+    async fn read_prefix_start(&mut self, prefix: &mut [u8; 4]) -> Result<usize, ConnectionError> {
+        let idle = self.limits.idle_timeout;
+        let mut idle_deadline = Instant::now() + idle;
+        loop {
+            tokio::select! {
+                biased;
+                n = self.rd.read(prefix) => return Ok(n?),
+                _ = tokio::time::sleep_until(idle_deadline) => {
+                    match self.activity.idle_since() {
+                        Some(since) if since + idle <= Instant::now() => {
+                            return Err(ConnectionError::Idle)
+                        }
+                        Some(since) => idle_deadline = since + idle,
+                        None => idle_deadline = Instant::now() + idle,
+                    }
+                }
+            }
+        }
+    }
+
+    /// Reads `size` body bytes, taking budget for each read before it is
+    /// made and giving back what the read did not fill. The buffer is
+    /// allocated only once bytes are there to fill it.
+    async fn read_body(
+        &mut self,
+        size: usize,
+        charge: &mut Charge,
+        deadline: Instant,
+    ) -> Result<Bytes, ConnectionError> {
+        let mut body = BytesMut::new();
+        let timed_out = |received| ConnectionError::RequestReadTimeout { received, size };
+        while body.len() < size {
+            tokio::select! {
+                biased;
+                ready = self.rd.readable() => ready?,
+                _ = tokio::time::sleep_until(deadline) => return Err(timed_out(body.len())),
+            }
+            if body.len() == body.capacity() {
+                // Read into spare capacity: zeroing the buffer first (as
+                // `BytesMut::zeroed` would) cost a memset of every request
+                // byte, 5% of the broker's CPU under produce load.
+                let target = if size <= EAGER_FRAME_BYTES {
+                    size
+                } else {
+                    size.min(body.len().saturating_mul(2).max(EAGER_FRAME_BYTES))
+                };
+                body.reserve(target - body.len());
+            }
+            let want = (size - body.len())
+                .min(body.capacity() - body.len())
+                .min(MAX_READ_BYTES);
+            charge
+                .take(want, deadline)
+                .await
+                .map_err(|_| timed_out(body.len()))?;
+            match self.rd.try_read_buf(&mut (&mut body).limit(want)) {
+                Ok(0) => return Err(std::io::Error::from(std::io::ErrorKind::UnexpectedEof).into()),
+                Ok(n) => charge.give_back(want - n),
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => charge.give_back(want),
+                Err(e) => return Err(e.into()),
+            }
+        }
+        Ok(body.freeze())
     }
 }
 
@@ -144,38 +396,15 @@ enum Outgoing {
     Parts(Vec<Part<FetchedRecords>>),
 }
 
-/// Decodes, dispatches and encodes one request. `Ok(None)`: no response is
-/// due (acks=0). `Err`: the connection must close.
-async fn handle_frame(
+/// Dispatches one decoded request and encodes its response. `Ok(None)`: no
+/// response is due (acks=0). `Err`: the connection must close.
+async fn handle_request(
     broker: &Broker,
     client_host: &str,
-    body: Bytes,
+    client_ip: Option<IpAddr>,
+    request: Request,
 ) -> Result<Option<Outgoing>, ConnectionError> {
-    let started = Instant::now();
-    crate::fuzzing::capture_frame(&body);
-    let request = match decode_request(body.clone()) {
-        Ok(r) => r,
-        // Produce v0-2 are advertised for librdkafka's sake and refused per
-        // partition (KAFKA-18659); acks=0 still gets no answer.
-        Err(RequestError::UnsupportedVersion {
-            api_key: ApiKey::Produce,
-            ..
-        }) => return Ok(Some(Outgoing::Frame(unsupported_produce_response(&body)?))),
-        Err(RequestError::UnsupportedVersion {
-            api_key: ApiKey::ApiVersions,
-            correlation_id,
-            ..
-        }) => {
-            return Ok(Some(Outgoing::Frame(unsupported_api_versions_response(
-                correlation_id,
-            ))))
-        }
-        Err(e) => {
-            metrics::counter!("kafka_broker_malformed_requests_total").increment(1);
-            tracing::info!(error = %e, "closing connection on a request we cannot answer");
-            return Err(e.into());
-        }
-    };
+    let started = std::time::Instant::now();
     let api_key = ApiKey::try_from(request.api_key()).expect("decoded requests have known keys");
     let version = request.api_version();
     let correlation_id = request.correlation_id();
@@ -188,6 +417,7 @@ async fn handle_frame(
             .map(|c| c.to_string())
             .unwrap_or_default(),
         client_host: client_host.to_string(),
+        client_ip,
     };
     let reply = dispatch(broker, &ctx, version, request.body).await;
     let encoding_failed = |e: protocol::EncodeError| {

@@ -1,5 +1,7 @@
-//! The I/O edge: the listener, one task per connection, and shutdown.
+//! The I/O edge: the listener, one task per connection, the memory budget
+//! requests are charged to, and shutdown.
 
+mod budget;
 mod connection;
 
 use std::sync::Arc;
@@ -8,11 +10,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use crate::broker::Broker;
-
-/// Bytes of request frames held in memory at once across all connections.
-/// Each frame takes permits (KiB, rounded up) for its size before its body
-/// is read, so many connections sending large frames cannot exhaust memory.
-pub const IN_FLIGHT_REQUEST_KIB: usize = 512 * 1024;
+use budget::MemoryBudget;
 
 /// Accepts connections until `shutdown` flips to true.
 pub async fn serve(
@@ -21,9 +19,11 @@ pub async fn serve(
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
     let connections = Arc::new(Semaphore::new(broker.config.max_connections));
-    let memory = Arc::new(Semaphore::new(
-        IN_FLIGHT_REQUEST_KIB.max(broker.config.socket_request_max_bytes.div_ceil(1024)),
-    ));
+    // Request bytes held at once over all connections, decoded sizes
+    // included (validate() keeps it at least socket.request.max.bytes, so
+    // any frame the size check lets through can be granted).
+    let memory = Arc::new(MemoryBudget::new(broker.config.queued_max_request_bytes));
+    let limits = connection::ReadLimits::from_config(&broker.config);
     loop {
         tokio::select! {
             _ = shutdown.changed() => return Ok(()),
@@ -48,7 +48,7 @@ pub async fn serve(
                 let shutdown = shutdown.clone();
                 tokio::spawn(async move {
                     metrics::gauge!("kafka_broker_connections").increment(1.0);
-                    if let Err(e) = connection::run(broker, stream, memory, shutdown).await {
+                    if let Err(e) = connection::run(broker, stream, memory, limits, shutdown).await {
                         tracing::debug!(%peer, error = %e, "connection closed");
                     }
                     metrics::gauge!("kafka_broker_connections").decrement(1.0);

@@ -8,6 +8,14 @@
 //! bytes that actually remain. The walk borrows the body and allocates
 //! nothing, whatever the counts say.
 //!
+//! Fitting in the bytes is not enough on its own: a decoded element is far
+//! larger than its wire form (a Metadata topic takes 2 bytes on the wire and
+//! about 70 in memory). So the walk also adds up what the decoder will
+//! allocate ([`BodyWalk::decoded_bytes`]: count x element size for every
+//! array, from `size_of` the generated structs, and the map of unknown
+//! tagged fields), which the broker charges to its memory budget before it
+//! decodes.
+//!
 //! The schemas (`schemas.rs`) are generated from kafka-protocol's own
 //! decoders by `protocol/tools/gen_guard_schemas.py`, so the guard reads
 //! exactly the fields the decoder will; the round-trip tests prove it for
@@ -20,8 +28,8 @@ mod schemas;
 
 use kafka_protocol::messages::ApiKey;
 
-pub use schema::GuardError;
 use schema::Message;
+pub use schema::{BodyWalk, GuardError};
 
 fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
     use schemas::*;
@@ -67,9 +75,10 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
 const PRODUCE_V0_TO_V2: Message = {
     use schema::*;
     const PARTITION: &[Field] = &[field("index", 0, 2, INT32), field("records", 0, 2, RECORDS)];
+    // Never decoded (see `check_produce_v0_to_v2`), so nothing is allocated per element.
     const TOPIC: &[Field] = &[
         field("name", 0, 2, STRING),
-        field("partition_data", 0, 2, array(&Ty::Struct(PARTITION))),
+        field("partition_data", 0, 2, array_of(&Ty::Struct(PARTITION), 0)),
     ];
     Message {
         versions: (0, 2),
@@ -77,7 +86,7 @@ const PRODUCE_V0_TO_V2: Message = {
         body: &[
             field("acks", 0, 2, INT16),
             field("timeout_ms", 0, 2, INT32),
-            field("topic_data", 0, 2, array(&Ty::Struct(TOPIC))),
+            field("topic_data", 0, 2, array_of(&Ty::Struct(TOPIC), 0)),
         ],
     }
 };
@@ -90,7 +99,7 @@ pub fn check_produce_v0_to_v2(api_version: i16, body: &[u8]) -> Result<usize, Gu
             api_version,
         });
     }
-    schema::walk_message(&PRODUCE_V0_TO_V2, api_version, body)
+    schema::walk_message(&PRODUCE_V0_TO_V2, api_version, body).map(|w| w.len)
 }
 
 /// The versions the guard has a schema for, if any.
@@ -107,6 +116,19 @@ pub fn check_request_body(
     api_version: i16,
     body: &[u8],
 ) -> Result<usize, GuardError> {
+    walk_request_body(api_key, api_version, body).map(|w| w.len)
+}
+
+/// As [`check_request_body`], and also what decoding the body will allocate
+/// ([`BodyWalk::decoded_bytes`]): a decoded request is far larger than its
+/// wire form (a Metadata topic is 2 bytes on the wire and about 70 in
+/// memory), so the broker charges this against its memory budget before it
+/// decodes.
+pub fn walk_request_body(
+    api_key: ApiKey,
+    api_version: i16,
+    body: &[u8],
+) -> Result<BodyWalk, GuardError> {
     let no_schema = GuardError::NoSchema {
         api_key: api_key as i16,
         api_version,
@@ -121,5 +143,11 @@ pub fn check_request_body(
 /// Checks a request header of `header_version` at the front of `frame` and
 /// returns its length.
 pub fn check_request_header(header_version: i16, frame: &[u8]) -> Result<usize, GuardError> {
+    walk_request_header(header_version, frame).map(|w| w.len)
+}
+
+/// As [`check_request_header`], with what decoding the header allocates
+/// (its unknown tagged fields).
+pub fn walk_request_header(header_version: i16, frame: &[u8]) -> Result<BodyWalk, GuardError> {
     schema::walk_request_header(header_version, frame)
 }

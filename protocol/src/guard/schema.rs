@@ -26,7 +26,9 @@ pub(crate) enum Ty {
     Bytes,
     /// A record batch blob; walked like bytes, parsed later by the broker.
     Records,
-    Array(&'static Ty),
+    /// Elements, and the bytes one element takes in memory once decoded
+    /// (the decoder allocates count x that for the array's `Vec`).
+    Array(&'static Ty, usize),
     Struct(&'static [Field]),
 }
 
@@ -42,9 +44,36 @@ pub(crate) const STRING: Ty = Ty::String;
 pub(crate) const BYTES: Ty = Ty::Bytes;
 pub(crate) const RECORDS: Ty = Ty::Records;
 
+/// An array of a primitive type; its element's size in memory follows from
+/// the type.
 pub(crate) const fn array(element: &'static Ty) -> Ty {
-    Ty::Array(element)
+    let element_bytes = match element {
+        Ty::Int8 | Ty::Bool => 1,
+        Ty::Int16 => 2,
+        Ty::Int32 => 4,
+        Ty::Int64 | Ty::Float64 => 8,
+        Ty::Uuid => 16,
+        // Decoded as `StrBytes` / `Bytes` views of the frame: no copy.
+        Ty::String => size_of::<kafka_protocol::protocol::StrBytes>(),
+        Ty::Bytes | Ty::Records => size_of::<bytes::Bytes>(),
+        Ty::Array(..) => size_of::<Vec<u8>>(),
+        Ty::Struct(_) => panic!("an array of structs names its element's size: use array_of"),
+    };
+    Ty::Array(element, element_bytes)
 }
+
+/// An array of structs whose decoded element takes `element_bytes`
+/// (`size_of` the generated Rust struct).
+pub(crate) const fn array_of(element: &'static Ty, element_bytes: usize) -> Ty {
+    Ty::Array(element, element_bytes)
+}
+
+/// What the decoder allocates for unknown tagged fields, which it keeps in a
+/// `BTreeMap<i32, Bytes>` per struct (values are views of the frame): the
+/// map's first leaf (about 400 bytes, for 11 entries), and per field its
+/// share of nodes at least half full, internal ones included.
+const UNKNOWN_TAGGED_FIELDS_MAP_BYTES: u64 = 512;
+const UNKNOWN_TAGGED_FIELD_BYTES: u64 = 128;
 
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Field {
@@ -120,6 +149,8 @@ pub enum GuardError {
 struct Reader<'a> {
     bytes: &'a [u8],
     position: usize,
+    /// Bytes the decoder will allocate for what has been walked so far.
+    decoded_bytes: u64,
 }
 
 impl<'a> Reader<'a> {
@@ -182,8 +213,8 @@ fn min_len(ty: &Ty, version: i16, flexible: bool) -> u64 {
         // Null is the shortest value: one varint byte, or the fixed-width -1.
         Ty::String if flexible => 1,
         Ty::String => 2,
-        Ty::Bytes | Ty::Records | Ty::Array(_) if flexible => 1,
-        Ty::Bytes | Ty::Records | Ty::Array(_) => 4,
+        Ty::Bytes | Ty::Records | Ty::Array(..) if flexible => 1,
+        Ty::Bytes | Ty::Records | Ty::Array(..) => 4,
         Ty::Struct(fields) => {
             let own: u64 = fields
                 .iter()
@@ -236,7 +267,7 @@ fn walk(
                 }
             }
         }
-        Ty::Array(element) => {
+        Ty::Array(element, element_bytes) => {
             let count = if flexible {
                 u64::from(r.unsigned_varint(name)?).saturating_sub(1)
             } else {
@@ -254,6 +285,8 @@ fn walk(
                     remaining: r.remaining(),
                 });
             }
+            // Cannot overflow: count is below the body length.
+            r.decoded_bytes += count * *element_bytes as u64;
             for _ in 0..count {
                 walk(r, name, element, version, flexible)?;
             }
@@ -310,6 +343,7 @@ fn walk_tagged_fields(
             remaining: r.remaining(),
         });
     }
+    let mut unknown = 0u64;
     for _ in 0..count {
         let tag = r.unsigned_varint("tag")?;
         let size = u64::from(r.unsigned_varint("tagged field size")?);
@@ -320,6 +354,7 @@ fn walk_tagged_fields(
             let mut inner = Reader {
                 bytes: content,
                 position: 0,
+                decoded_bytes: 0,
             };
             walk(&mut inner, known.name, &known.ty, version, true)?;
             if inner.position as u64 != size {
@@ -329,20 +364,39 @@ fn walk_tagged_fields(
                     used: inner.position as u64,
                 });
             }
+            r.decoded_bytes += inner.decoded_bytes;
+        } else {
+            unknown += 1;
         }
+    }
+    if unknown > 0 {
+        r.decoded_bytes += UNKNOWN_TAGGED_FIELDS_MAP_BYTES + unknown * UNKNOWN_TAGGED_FIELD_BYTES;
     }
     Ok(())
 }
 
-/// Walks a whole body; returns how many bytes it takes.
+/// What a walk found: the bytes a body takes, and what decoding it will
+/// allocate.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BodyWalk {
+    /// Bytes of the body the message takes; any after that are ignored.
+    pub len: usize,
+    /// Bytes the decoder allocates for it: every array's elements and every
+    /// unknown tagged field. Strings, bytes and record batches decode as
+    /// views of the frame and cost nothing here.
+    pub decoded_bytes: u64,
+}
+
+/// Walks a whole body.
 pub(crate) fn walk_message(
     message: &Message,
     version: i16,
     body: &[u8],
-) -> Result<usize, GuardError> {
+) -> Result<BodyWalk, GuardError> {
     let mut r = Reader {
         bytes: body,
         position: 0,
+        decoded_bytes: 0,
     };
     walk_struct(
         &mut r,
@@ -350,21 +404,31 @@ pub(crate) fn walk_message(
         version,
         version >= message.flexible_from,
     )?;
-    Ok(r.position)
+    Ok(BodyWalk {
+        len: r.position,
+        decoded_bytes: r.decoded_bytes,
+    })
 }
 
 /// Walks a request header of `header_version` (1 or 2): api key, api
 /// version, correlation id, a nullable client id that stays a classic
 /// (non-compact) string even in v2, then v2's tagged fields. Returns its length.
-pub(crate) fn walk_request_header(header_version: i16, frame: &[u8]) -> Result<usize, GuardError> {
+pub(crate) fn walk_request_header(
+    header_version: i16,
+    frame: &[u8],
+) -> Result<BodyWalk, GuardError> {
     let mut r = Reader {
         bytes: frame,
         position: 0,
+        decoded_bytes: 0,
     };
     r.take("request header", 8)?;
     walk(&mut r, "client_id", &Ty::String, 0, false)?;
     if header_version >= 2 {
         walk_tagged_fields(&mut r, &[], header_version)?;
     }
-    Ok(r.position)
+    Ok(BodyWalk {
+        len: r.position,
+        decoded_bytes: r.decoded_bytes,
+    })
 }

@@ -2,6 +2,8 @@
 // request decoders. Do not edit by hand: regenerate and let the round-trip tests judge.
 // `MAX` means "up to the newest version kafka-protocol decodes".
 
+use kafka_protocol::messages as km;
+
 use super::schema::*;
 
 pub(crate) const PRODUCE: Message = Message {
@@ -13,12 +15,12 @@ const PRODUCE_BODY: &[Field] = &[
     field("transactional_id", 3, MAX, STRING),
     field("acks", 3, MAX, INT16),
     field("timeout_ms", 3, MAX, INT32),
-    field("topic_data", 3, MAX, array(&Ty::Struct(PRODUCE_TOPIC_PRODUCE_DATA))),
+    field("topic_data", 3, MAX, array_of(&Ty::Struct(PRODUCE_TOPIC_PRODUCE_DATA), size_of::<km::produce_request::TopicProduceData>())),
 ];
 const PRODUCE_TOPIC_PRODUCE_DATA: &[Field] = &[
     field("name", 3, 12, STRING),
     field("topic_id", 13, MAX, UUID),
-    field("partition_data", 3, MAX, array(&Ty::Struct(PRODUCE_PARTITION_PRODUCE_DATA))),
+    field("partition_data", 3, MAX, array_of(&Ty::Struct(PRODUCE_PARTITION_PRODUCE_DATA), size_of::<km::produce_request::PartitionProduceData>())),
 ];
 const PRODUCE_PARTITION_PRODUCE_DATA: &[Field] = &[
     field("index", 3, MAX, INT32),
@@ -38,8 +40,8 @@ const FETCH_BODY: &[Field] = &[
     field("isolation_level", 4, MAX, INT8),
     field("session_id", 7, MAX, INT32),
     field("session_epoch", 7, MAX, INT32),
-    field("topics", 4, MAX, array(&Ty::Struct(FETCH_FETCH_TOPIC))),
-    field("forgotten_topics_data", 7, MAX, array(&Ty::Struct(FETCH_FORGOTTEN_TOPIC))),
+    field("topics", 4, MAX, array_of(&Ty::Struct(FETCH_FETCH_TOPIC), size_of::<km::fetch_request::FetchTopic>())),
+    field("forgotten_topics_data", 7, MAX, array_of(&Ty::Struct(FETCH_FORGOTTEN_TOPIC), size_of::<km::fetch_request::ForgottenTopic>())),
     field("rack_id", 11, MAX, STRING),
     tagged(0, "cluster_id", 12, MAX, STRING),
     tagged(1, "replica_state", 15, MAX, Ty::Struct(FETCH_REPLICA_STATE)),
@@ -47,7 +49,7 @@ const FETCH_BODY: &[Field] = &[
 const FETCH_FETCH_TOPIC: &[Field] = &[
     field("topic", 4, 12, STRING),
     field("topic_id", 13, MAX, UUID),
-    field("partitions", 4, MAX, array(&Ty::Struct(FETCH_FETCH_PARTITION))),
+    field("partitions", 4, MAX, array_of(&Ty::Struct(FETCH_FETCH_PARTITION), size_of::<km::fetch_request::FetchPartition>())),
 ];
 const FETCH_FORGOTTEN_TOPIC: &[Field] = &[
     field("topic", 7, 12, STRING),
@@ -77,12 +79,12 @@ pub(crate) const LIST_OFFSETS: Message = Message {
 const LIST_OFFSETS_BODY: &[Field] = &[
     field("replica_id", 1, MAX, INT32),
     field("isolation_level", 2, MAX, INT8),
-    field("topics", 1, MAX, array(&Ty::Struct(LIST_OFFSETS_LIST_OFFSETS_TOPIC))),
+    field("topics", 1, MAX, array_of(&Ty::Struct(LIST_OFFSETS_LIST_OFFSETS_TOPIC), size_of::<km::list_offsets_request::ListOffsetsTopic>())),
     field("timeout_ms", 10, MAX, INT32),
 ];
 const LIST_OFFSETS_LIST_OFFSETS_TOPIC: &[Field] = &[
     field("name", 1, MAX, STRING),
-    field("partitions", 1, MAX, array(&Ty::Struct(LIST_OFFSETS_LIST_OFFSETS_PARTITION))),
+    field("partitions", 1, MAX, array_of(&Ty::Struct(LIST_OFFSETS_LIST_OFFSETS_PARTITION), size_of::<km::list_offsets_request::ListOffsetsPartition>())),
 ];
 const LIST_OFFSETS_LIST_OFFSETS_PARTITION: &[Field] = &[
     field("partition_index", 1, MAX, INT32),
@@ -96,7 +98,7 @@ pub(crate) const METADATA: Message = Message {
     body: METADATA_BODY,
 };
 const METADATA_BODY: &[Field] = &[
-    field("topics", 0, MAX, array(&Ty::Struct(METADATA_METADATA_REQUEST_TOPIC))),
+    field("topics", 0, MAX, array_of(&Ty::Struct(METADATA_METADATA_REQUEST_TOPIC), size_of::<km::metadata_request::MetadataRequestTopic>())),
     field("allow_auto_topic_creation", 4, MAX, BOOL),
     field("include_cluster_authorized_operations", 8, 10, BOOL),
     field("include_topic_authorized_operations", 8, MAX, BOOL),
@@ -117,11 +119,11 @@ const OFFSET_COMMIT_BODY: &[Field] = &[
     field("member_id", 2, MAX, STRING),
     field("group_instance_id", 7, MAX, STRING),
     field("retention_time_ms", 2, 4, INT64),
-    field("topics", 2, MAX, array(&Ty::Struct(OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_TOPIC))),
+    field("topics", 2, MAX, array_of(&Ty::Struct(OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_TOPIC), size_of::<km::offset_commit_request::OffsetCommitRequestTopic>())),
 ];
 const OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_TOPIC: &[Field] = &[
     field("name", 2, MAX, STRING),
-    field("partitions", 2, MAX, array(&Ty::Struct(OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_PARTITION))),
+    field("partitions", 2, MAX, array_of(&Ty::Struct(OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_PARTITION), size_of::<km::offset_commit_request::OffsetCommitRequestPartition>())),
 ];
 const OFFSET_COMMIT_OFFSET_COMMIT_REQUEST_PARTITION: &[Field] = &[
     field("partition_index", 2, MAX, INT32),
@@ -137,8 +139,8 @@ pub(crate) const OFFSET_FETCH: Message = Message {
 };
 const OFFSET_FETCH_BODY: &[Field] = &[
     field("group_id", 1, 7, STRING),
-    field("topics", 1, 7, array(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPIC))),
-    field("groups", 8, MAX, array(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_GROUP))),
+    field("topics", 1, 7, array_of(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPIC), size_of::<km::offset_fetch_request::OffsetFetchRequestTopic>())),
+    field("groups", 8, MAX, array_of(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_GROUP), size_of::<km::offset_fetch_request::OffsetFetchRequestGroup>())),
     field("require_stable", 7, MAX, BOOL),
 ];
 const OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPIC: &[Field] = &[
@@ -149,7 +151,7 @@ const OFFSET_FETCH_OFFSET_FETCH_REQUEST_GROUP: &[Field] = &[
     field("group_id", 8, MAX, STRING),
     field("member_id", 9, MAX, STRING),
     field("member_epoch", 9, MAX, INT32),
-    field("topics", 8, MAX, array(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPICS))),
+    field("topics", 8, MAX, array_of(&Ty::Struct(OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPICS), size_of::<km::offset_fetch_request::OffsetFetchRequestTopics>())),
 ];
 const OFFSET_FETCH_OFFSET_FETCH_REQUEST_TOPICS: &[Field] = &[
     field("name", 8, MAX, STRING),
@@ -179,7 +181,7 @@ const JOIN_GROUP_BODY: &[Field] = &[
     field("member_id", 0, MAX, STRING),
     field("group_instance_id", 5, MAX, STRING),
     field("protocol_type", 0, MAX, STRING),
-    field("protocols", 0, MAX, array(&Ty::Struct(JOIN_GROUP_JOIN_GROUP_REQUEST_PROTOCOL))),
+    field("protocols", 0, MAX, array_of(&Ty::Struct(JOIN_GROUP_JOIN_GROUP_REQUEST_PROTOCOL), size_of::<km::join_group_request::JoinGroupRequestProtocol>())),
     field("reason", 8, MAX, STRING),
 ];
 const JOIN_GROUP_JOIN_GROUP_REQUEST_PROTOCOL: &[Field] = &[
@@ -207,7 +209,7 @@ pub(crate) const LEAVE_GROUP: Message = Message {
 const LEAVE_GROUP_BODY: &[Field] = &[
     field("group_id", 0, MAX, STRING),
     field("member_id", 0, 2, STRING),
-    field("members", 3, MAX, array(&Ty::Struct(LEAVE_GROUP_MEMBER_IDENTITY))),
+    field("members", 3, MAX, array_of(&Ty::Struct(LEAVE_GROUP_MEMBER_IDENTITY), size_of::<km::leave_group_request::MemberIdentity>())),
 ];
 const LEAVE_GROUP_MEMBER_IDENTITY: &[Field] = &[
     field("member_id", 3, MAX, STRING),
@@ -227,7 +229,7 @@ const SYNC_GROUP_BODY: &[Field] = &[
     field("group_instance_id", 3, MAX, STRING),
     field("protocol_type", 5, MAX, STRING),
     field("protocol_name", 5, MAX, STRING),
-    field("assignments", 0, MAX, array(&Ty::Struct(SYNC_GROUP_SYNC_GROUP_REQUEST_ASSIGNMENT))),
+    field("assignments", 0, MAX, array_of(&Ty::Struct(SYNC_GROUP_SYNC_GROUP_REQUEST_ASSIGNMENT), size_of::<km::sync_group_request::SyncGroupRequestAssignment>())),
 ];
 const SYNC_GROUP_SYNC_GROUP_REQUEST_ASSIGNMENT: &[Field] = &[
     field("member_id", 0, MAX, STRING),
@@ -270,7 +272,7 @@ pub(crate) const CREATE_TOPICS: Message = Message {
     body: CREATE_TOPICS_BODY,
 };
 const CREATE_TOPICS_BODY: &[Field] = &[
-    field("topics", 2, MAX, array(&Ty::Struct(CREATE_TOPICS_CREATABLE_TOPIC))),
+    field("topics", 2, MAX, array_of(&Ty::Struct(CREATE_TOPICS_CREATABLE_TOPIC), size_of::<km::create_topics_request::CreatableTopic>())),
     field("timeout_ms", 2, MAX, INT32),
     field("validate_only", 2, MAX, BOOL),
 ];
@@ -278,8 +280,8 @@ const CREATE_TOPICS_CREATABLE_TOPIC: &[Field] = &[
     field("name", 2, MAX, STRING),
     field("num_partitions", 2, MAX, INT32),
     field("replication_factor", 2, MAX, INT16),
-    field("assignments", 2, MAX, array(&Ty::Struct(CREATE_TOPICS_CREATABLE_REPLICA_ASSIGNMENT))),
-    field("configs", 2, MAX, array(&Ty::Struct(CREATE_TOPICS_CREATABLE_TOPIC_CONFIG))),
+    field("assignments", 2, MAX, array_of(&Ty::Struct(CREATE_TOPICS_CREATABLE_REPLICA_ASSIGNMENT), size_of::<km::create_topics_request::CreatableReplicaAssignment>())),
+    field("configs", 2, MAX, array_of(&Ty::Struct(CREATE_TOPICS_CREATABLE_TOPIC_CONFIG), size_of::<km::create_topics_request::CreatableTopicConfig>())),
 ];
 const CREATE_TOPICS_CREATABLE_REPLICA_ASSIGNMENT: &[Field] = &[
     field("partition_index", 2, MAX, INT32),
@@ -296,7 +298,7 @@ pub(crate) const DELETE_TOPICS: Message = Message {
     body: DELETE_TOPICS_BODY,
 };
 const DELETE_TOPICS_BODY: &[Field] = &[
-    field("topics", 6, MAX, array(&Ty::Struct(DELETE_TOPICS_DELETE_TOPIC_STATE))),
+    field("topics", 6, MAX, array_of(&Ty::Struct(DELETE_TOPICS_DELETE_TOPIC_STATE), size_of::<km::delete_topics_request::DeleteTopicState>())),
     field("topic_names", 1, 5, array(&STRING)),
     field("timeout_ms", 1, MAX, INT32),
 ];
@@ -311,12 +313,12 @@ pub(crate) const DELETE_RECORDS: Message = Message {
     body: DELETE_RECORDS_BODY,
 };
 const DELETE_RECORDS_BODY: &[Field] = &[
-    field("topics", 0, MAX, array(&Ty::Struct(DELETE_RECORDS_DELETE_RECORDS_TOPIC))),
+    field("topics", 0, MAX, array_of(&Ty::Struct(DELETE_RECORDS_DELETE_RECORDS_TOPIC), size_of::<km::delete_records_request::DeleteRecordsTopic>())),
     field("timeout_ms", 0, MAX, INT32),
 ];
 const DELETE_RECORDS_DELETE_RECORDS_TOPIC: &[Field] = &[
     field("name", 0, MAX, STRING),
-    field("partitions", 0, MAX, array(&Ty::Struct(DELETE_RECORDS_DELETE_RECORDS_PARTITION))),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(DELETE_RECORDS_DELETE_RECORDS_PARTITION), size_of::<km::delete_records_request::DeleteRecordsPartition>())),
 ];
 const DELETE_RECORDS_DELETE_RECORDS_PARTITION: &[Field] = &[
     field("partition_index", 0, MAX, INT32),
@@ -341,7 +343,7 @@ pub(crate) const DESCRIBE_CONFIGS: Message = Message {
     body: DESCRIBE_CONFIGS_BODY,
 };
 const DESCRIBE_CONFIGS_BODY: &[Field] = &[
-    field("resources", 1, MAX, array(&Ty::Struct(DESCRIBE_CONFIGS_DESCRIBE_CONFIGS_RESOURCE))),
+    field("resources", 1, MAX, array_of(&Ty::Struct(DESCRIBE_CONFIGS_DESCRIBE_CONFIGS_RESOURCE), size_of::<km::describe_configs_request::DescribeConfigsResource>())),
     field("include_synonyms", 1, MAX, BOOL),
     field("include_documentation", 3, MAX, BOOL),
 ];
@@ -366,14 +368,14 @@ pub(crate) const CREATE_PARTITIONS: Message = Message {
     body: CREATE_PARTITIONS_BODY,
 };
 const CREATE_PARTITIONS_BODY: &[Field] = &[
-    field("topics", 0, MAX, array(&Ty::Struct(CREATE_PARTITIONS_CREATE_PARTITIONS_TOPIC))),
+    field("topics", 0, MAX, array_of(&Ty::Struct(CREATE_PARTITIONS_CREATE_PARTITIONS_TOPIC), size_of::<km::create_partitions_request::CreatePartitionsTopic>())),
     field("timeout_ms", 0, MAX, INT32),
     field("validate_only", 0, MAX, BOOL),
 ];
 const CREATE_PARTITIONS_CREATE_PARTITIONS_TOPIC: &[Field] = &[
     field("name", 0, MAX, STRING),
     field("count", 0, MAX, INT32),
-    field("assignments", 0, MAX, array(&Ty::Struct(CREATE_PARTITIONS_CREATE_PARTITIONS_ASSIGNMENT))),
+    field("assignments", 0, MAX, array_of(&Ty::Struct(CREATE_PARTITIONS_CREATE_PARTITIONS_ASSIGNMENT), size_of::<km::create_partitions_request::CreatePartitionsAssignment>())),
 ];
 const CREATE_PARTITIONS_CREATE_PARTITIONS_ASSIGNMENT: &[Field] = &[
     field("broker_ids", 0, MAX, array(&INT32)),
@@ -386,11 +388,11 @@ pub(crate) const OFFSET_DELETE: Message = Message {
 };
 const OFFSET_DELETE_BODY: &[Field] = &[
     field("group_id", 0, MAX, STRING),
-    field("topics", 0, MAX, array(&Ty::Struct(OFFSET_DELETE_OFFSET_DELETE_REQUEST_TOPIC))),
+    field("topics", 0, MAX, array_of(&Ty::Struct(OFFSET_DELETE_OFFSET_DELETE_REQUEST_TOPIC), size_of::<km::offset_delete_request::OffsetDeleteRequestTopic>())),
 ];
 const OFFSET_DELETE_OFFSET_DELETE_REQUEST_TOPIC: &[Field] = &[
     field("name", 0, MAX, STRING),
-    field("partitions", 0, MAX, array(&Ty::Struct(OFFSET_DELETE_OFFSET_DELETE_REQUEST_PARTITION))),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(OFFSET_DELETE_OFFSET_DELETE_REQUEST_PARTITION), size_of::<km::offset_delete_request::OffsetDeleteRequestPartition>())),
 ];
 const OFFSET_DELETE_OFFSET_DELETE_REQUEST_PARTITION: &[Field] = &[
     field("partition_index", 0, MAX, INT32),
@@ -422,7 +424,7 @@ const CONSUMER_GROUP_HEARTBEAT_BODY: &[Field] = &[
     field("subscribed_topic_names", 0, MAX, array(&STRING)),
     field("subscribed_topic_regex", 1, MAX, STRING),
     field("server_assignor", 0, MAX, STRING),
-    field("topic_partitions", 0, MAX, array(&Ty::Struct(CONSUMER_GROUP_HEARTBEAT_TOPIC_PARTITIONS))),
+    field("topic_partitions", 0, MAX, array_of(&Ty::Struct(CONSUMER_GROUP_HEARTBEAT_TOPIC_PARTITIONS), size_of::<km::consumer_group_heartbeat_request::TopicPartitions>())),
 ];
 const CONSUMER_GROUP_HEARTBEAT_TOPIC_PARTITIONS: &[Field] = &[
     field("topic_id", 0, MAX, UUID),
@@ -445,13 +447,13 @@ pub(crate) const ALTER_CONFIGS: Message = Message {
     body: ALTER_CONFIGS_BODY,
 };
 const ALTER_CONFIGS_BODY: &[Field] = &[
-    field("resources", 0, MAX, array(&Ty::Struct(ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE))),
+    field("resources", 0, MAX, array_of(&Ty::Struct(ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE), size_of::<km::alter_configs_request::AlterConfigsResource>())),
     field("validate_only", 0, MAX, BOOL),
 ];
 const ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE: &[Field] = &[
     field("resource_type", 0, MAX, INT8),
     field("resource_name", 0, MAX, STRING),
-    field("configs", 0, MAX, array(&Ty::Struct(ALTER_CONFIGS_ALTERABLE_CONFIG))),
+    field("configs", 0, MAX, array_of(&Ty::Struct(ALTER_CONFIGS_ALTERABLE_CONFIG), size_of::<km::alter_configs_request::AlterableConfig>())),
 ];
 const ALTER_CONFIGS_ALTERABLE_CONFIG: &[Field] = &[
     field("name", 0, MAX, STRING),
@@ -464,13 +466,13 @@ pub(crate) const INCREMENTAL_ALTER_CONFIGS: Message = Message {
     body: INCREMENTAL_ALTER_CONFIGS_BODY,
 };
 const INCREMENTAL_ALTER_CONFIGS_BODY: &[Field] = &[
-    field("resources", 0, MAX, array(&Ty::Struct(INCREMENTAL_ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE))),
+    field("resources", 0, MAX, array_of(&Ty::Struct(INCREMENTAL_ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE), size_of::<km::incremental_alter_configs_request::AlterConfigsResource>())),
     field("validate_only", 0, MAX, BOOL),
 ];
 const INCREMENTAL_ALTER_CONFIGS_ALTER_CONFIGS_RESOURCE: &[Field] = &[
     field("resource_type", 0, MAX, INT8),
     field("resource_name", 0, MAX, STRING),
-    field("configs", 0, MAX, array(&Ty::Struct(INCREMENTAL_ALTER_CONFIGS_ALTERABLE_CONFIG))),
+    field("configs", 0, MAX, array_of(&Ty::Struct(INCREMENTAL_ALTER_CONFIGS_ALTERABLE_CONFIG), size_of::<km::incremental_alter_configs_request::AlterableConfig>())),
 ];
 const INCREMENTAL_ALTER_CONFIGS_ALTERABLE_CONFIG: &[Field] = &[
     field("name", 0, MAX, STRING),
@@ -485,11 +487,11 @@ pub(crate) const OFFSET_FOR_LEADER_EPOCH: Message = Message {
 };
 const OFFSET_FOR_LEADER_EPOCH_BODY: &[Field] = &[
     field("replica_id", 3, MAX, INT32),
-    field("topics", 2, MAX, array(&Ty::Struct(OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_TOPIC))),
+    field("topics", 2, MAX, array_of(&Ty::Struct(OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_TOPIC), size_of::<km::offset_for_leader_epoch_request::OffsetForLeaderTopic>())),
 ];
 const OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_TOPIC: &[Field] = &[
     field("topic", 2, MAX, STRING),
-    field("partitions", 2, MAX, array(&Ty::Struct(OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_PARTITION))),
+    field("partitions", 2, MAX, array_of(&Ty::Struct(OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_PARTITION), size_of::<km::offset_for_leader_epoch_request::OffsetForLeaderPartition>())),
 ];
 const OFFSET_FOR_LEADER_EPOCH_OFFSET_FOR_LEADER_PARTITION: &[Field] = &[
     field("partition", 2, MAX, INT32),
@@ -503,11 +505,11 @@ pub(crate) const DESCRIBE_QUORUM: Message = Message {
     body: DESCRIBE_QUORUM_BODY,
 };
 const DESCRIBE_QUORUM_BODY: &[Field] = &[
-    field("topics", 0, MAX, array(&Ty::Struct(DESCRIBE_QUORUM_TOPIC_DATA))),
+    field("topics", 0, MAX, array_of(&Ty::Struct(DESCRIBE_QUORUM_TOPIC_DATA), size_of::<km::describe_quorum_request::TopicData>())),
 ];
 const DESCRIBE_QUORUM_TOPIC_DATA: &[Field] = &[
     field("topic_name", 0, MAX, STRING),
-    field("partitions", 0, MAX, array(&Ty::Struct(DESCRIBE_QUORUM_PARTITION_DATA))),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(DESCRIBE_QUORUM_PARTITION_DATA), size_of::<km::describe_quorum_request::PartitionData>())),
 ];
 const DESCRIBE_QUORUM_PARTITION_DATA: &[Field] = &[
     field("partition_index", 0, MAX, INT32),

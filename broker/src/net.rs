@@ -1,0 +1,139 @@
+//! Peer addresses. Until brokers authenticate each other (a later issue),
+//! a peer is recognised by the address its connection comes from: a
+//! follower's replica fetches must come from an address its registered host
+//! resolves to, and the controller listener serves only the voters' hosts.
+//! So a node also connects to its peers *from* its own advertised address
+//! ([`connect_from`]), which on a one-host cluster (nodes on 127.0.0.2,
+//! 127.0.0.3, ...) is not the address the kernel would pick.
+
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::net::{TcpSocket, TcpStream};
+
+/// How long a host name's addresses are trusted before they are looked up
+/// again; a failed lookup is retried after [`FAILED_LOOKUP_TTL`].
+const LOOKUP_TTL: Duration = Duration::from_secs(30);
+const FAILED_LOOKUP_TTL: Duration = Duration::from_secs(1);
+/// Host names are those of registered brokers and voters; the cap only
+/// guards against a registration storm.
+const MAX_CACHED_HOSTS: usize = 1024;
+
+type Cache = Mutex<HashMap<String, (Instant, Arc<[IpAddr]>)>>;
+
+fn cache() -> &'static Cache {
+    static CACHE: std::sync::OnceLock<Cache> = std::sync::OnceLock::new();
+    CACHE.get_or_init(|| Mutex::new(HashMap::new()))
+}
+
+/// The addresses `host` stands for: itself when it is an IP literal,
+/// otherwise what it resolves to (cached). IPv4-mapped IPv6 addresses are
+/// given as IPv4, as a dual-stack listener's peers should be compared.
+pub async fn resolve(host: &str) -> Arc<[IpAddr]> {
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    if let Ok(ip) = host.parse::<IpAddr>() {
+        return Arc::from([ip.to_canonical()]);
+    }
+    if let Some((at, ips)) = cache().lock().expect("poisoned").get(host) {
+        let ttl = if ips.is_empty() {
+            FAILED_LOOKUP_TTL
+        } else {
+            LOOKUP_TTL
+        };
+        if at.elapsed() < ttl {
+            return ips.clone();
+        }
+    }
+    let ips: Arc<[IpAddr]> = match tokio::net::lookup_host((host, 0)).await {
+        Ok(addrs) => addrs.map(|a| a.ip().to_canonical()).collect(),
+        Err(e) => {
+            tracing::warn!(host, error = %e, "cannot resolve a peer's host");
+            Arc::from([])
+        }
+    };
+    let mut cache = cache().lock().expect("poisoned");
+    if cache.len() >= MAX_CACHED_HOSTS {
+        cache.clear();
+    }
+    cache.insert(host.to_string(), (Instant::now(), ips.clone()));
+    ips
+}
+
+/// Whether a connection from `ip` may be from `host`.
+pub async fn is_address_of(host: &str, ip: IpAddr) -> bool {
+    resolve(host).await.contains(&ip.to_canonical())
+}
+
+/// Connects to `dest` (`host:port`) from `source_host`'s address of the same
+/// family, when it has one that can reach `dest` (both loopback or both
+/// not); otherwise from whatever address the kernel picks.
+pub async fn connect_from(dest: &str, source_host: Option<&str>) -> std::io::Result<TcpStream> {
+    let mut last_error = None;
+    for dest in tokio::net::lookup_host(dest).await? {
+        let source = match source_host {
+            Some(h) => resolve(h).await.iter().copied().find(|ip| {
+                ip.is_ipv4() == dest.is_ipv4()
+                    && ip.is_loopback() == dest.ip().is_loopback()
+                    && !ip.is_unspecified()
+            }),
+            None => None,
+        };
+        match connect_one(dest, source).await {
+            Ok(stream) => return Ok(stream),
+            Err(e) => last_error = Some(e),
+        }
+    }
+    Err(last_error
+        .unwrap_or_else(|| std::io::Error::other(format!("{dest} resolves to no address"))))
+}
+
+async fn connect_one(dest: SocketAddr, source: Option<IpAddr>) -> std::io::Result<TcpStream> {
+    let socket = if dest.is_ipv4() {
+        TcpSocket::new_v4()?
+    } else {
+        TcpSocket::new_v6()?
+    };
+    if let Some(source) = source {
+        if let Err(e) = socket.bind(SocketAddr::new(source, 0)) {
+            // Not an address of this host: peers will not recognise this
+            // connection, but it is the best there is.
+            tracing::warn!(%source, error = %e, "cannot connect from this node's advertised address");
+            return TcpStream::connect(dest).await;
+        }
+    }
+    socket.connect(dest).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn literals_and_names_resolve() {
+        assert_eq!(
+            &*resolve("127.0.0.2").await,
+            &["127.0.0.2".parse::<IpAddr>().unwrap()]
+        );
+        assert!(is_address_of("127.0.0.2", "::ffff:127.0.0.2".parse().unwrap()).await);
+        assert!(!is_address_of("127.0.0.2", "127.0.0.1".parse().unwrap()).await);
+        assert!(is_address_of("localhost", "127.0.0.1".parse().unwrap()).await);
+    }
+
+    #[tokio::test]
+    async fn connections_come_from_the_source_hosts_address() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dest = listener.local_addr().unwrap().to_string();
+        let connect = tokio::spawn(async move { connect_from(&dest, Some("127.0.0.3")).await });
+        let (_, peer) = listener.accept().await.unwrap();
+        assert_eq!(peer.ip(), "127.0.0.3".parse::<IpAddr>().unwrap());
+        connect.await.unwrap().unwrap();
+        // No source host: the kernel's choice.
+        let dest = listener.local_addr().unwrap().to_string();
+        let connect = tokio::spawn(async move { connect_from(&dest, None).await });
+        let (_, peer) = listener.accept().await.unwrap();
+        assert_eq!(peer.ip(), "127.0.0.1".parse::<IpAddr>().unwrap());
+        connect.await.unwrap().unwrap();
+    }
+}
