@@ -404,21 +404,31 @@ impl Log {
 
     /// Appends one batch a leader already stored (replication): its base
     /// offset may lie above the log end offset, because a compacted
-    /// leader's log has gaps, but never below it.
+    /// leader's log has gaps, but never below it; `max.message.bytes` does
+    /// not apply.
     pub fn append_replicated(&mut self, batch: &[u8], now_ms: i64) -> Result<(), LogError> {
         self.append_inner(batch, now_ms, true)
     }
 
-    fn append_inner(&mut self, batch: &[u8], now_ms: i64, allow_gap: bool) -> Result<(), LogError> {
+    fn append_inner(
+        &mut self,
+        batch: &[u8],
+        now_ms: i64,
+        replicated: bool,
+    ) -> Result<(), LogError> {
         let view = RecordBatchView::parse(batch)?;
-        if batch.len() > self.config.max_message_bytes as usize {
+        // `max.message.bytes` limits what clients may append. A replicated
+        // batch was accepted by the leader, possibly under an older, larger
+        // limit: refusing it would stop replication for good (Kafka's
+        // `appendAsFollower` passes `ignoreRecordSize`).
+        if !replicated && batch.len() > self.config.max_message_bytes as usize {
             return Err(LogError::RecordBatchTooLarge {
                 size_bytes: batch.len(),
                 max_message_bytes: self.config.max_message_bytes,
             });
         }
         let log_end = self.log_end_offset();
-        if view.base_offset() < log_end.0 || (!allow_gap && view.base_offset() != log_end.0) {
+        if view.base_offset() < log_end.0 || (!replicated && view.base_offset() != log_end.0) {
             return Err(LogError::NonMonotonicOffset {
                 base_offset: Offset(view.base_offset()),
                 log_end,

@@ -150,6 +150,10 @@ fn append_rejects_a_base_offset_other_than_the_log_end() {
         log.append(&plain(2, 1, 0), 0),
         Err(LogError::RecordBatchTooLarge { .. })
     ));
+    // The limit is for clients: a leader's batch is replicated whatever
+    // the limit is now.
+    log.append_replicated(&plain(2, 1, 0), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(3));
     assert!(matches!(
         log.append(&[0u8; 10], 0),
         Err(LogError::InvalidBatch(_))

@@ -508,4 +508,24 @@ mod tests {
             (LeaderEpoch(1), Offset(7))
         );
     }
+
+    #[test]
+    fn a_lowered_max_message_bytes_does_not_stop_replication() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let l = leader(ld.path());
+        let mut f = open(fd.path(), 0);
+        // The topic's limit is lowered below the batches the leader already
+        // accepted; the follower must still copy them, as Kafka's does.
+        let overrides = [("max.message.bytes".to_string(), "64".to_string())].into();
+        f.set_configs(TopicConfigs::resolve(&ServerConfig::default(), &overrides));
+        let all = all_bytes(&l);
+        for item in BatchIter::new(&all) {
+            let BatchIterItem::Batch { batch, .. } = item else {
+                panic!("whole batches only");
+            };
+            assert!(batch.as_bytes().len() > 64);
+        }
+        assert_eq!(f.append_as_follower(all.clone(), NOW).unwrap(), Offset(12));
+        assert_eq!(all_bytes(&f), all);
+    }
 }
