@@ -12,6 +12,8 @@ pub mod partition;
 pub mod replica_manager;
 pub mod replication;
 pub mod server;
+#[cfg(test)]
+mod test_alloc;
 pub mod types;
 
 use std::sync::Arc;

@@ -576,7 +576,9 @@ impl Log {
 
     /// Kafka's ListOffsets by timestamp: the earliest record at or above the
     /// log start offset whose timestamp is >= `timestamp_ms`, with that
-    /// timestamp.
+    /// timestamp. Segment max timestamps, the time index and batch headers
+    /// find the batch; only the records of batches whose max timestamp
+    /// reaches the target are streamed.
     pub fn offset_for_timestamp(
         &self,
         timestamp_ms: i64,
@@ -595,10 +597,12 @@ impl Log {
             while let Some(h) = seg.header_at(position)? {
                 if h.max_timestamp >= timestamp_ms && h.last_offset() >= self.log_start_offset {
                     let bytes = seg.read_at(position, h.size_bytes)?;
-                    for (offset, ts) in self.record_timestamps(&bytes)? {
-                        if ts >= timestamp_ms && offset >= self.log_start_offset {
-                            return Ok(Some((Offset(offset), ts)));
-                        }
+                    let log_start = self.log_start_offset;
+                    let found = Self::find_record(&bytes, |offset, ts| {
+                        ts >= timestamp_ms && offset >= log_start
+                    })?;
+                    if let Some((offset, ts)) = found {
+                        return Ok(Some((Offset(offset), ts)));
                     }
                 }
                 position += h.size_bytes;
@@ -609,9 +613,14 @@ impl Log {
         Ok(None)
     }
 
-    fn record_timestamps(&self, batch: &[u8]) -> Result<Vec<(i64, i64)>, LogError> {
+    /// The first record of `batch` for which `wanted(offset, timestamp)`
+    /// holds, read by streaming (see [`records::find_record`]).
+    fn find_record(
+        batch: &[u8],
+        wanted: impl FnMut(i64, i64) -> bool,
+    ) -> Result<Option<(i64, i64)>, LogError> {
         let view = RecordBatchView::parse(batch)?;
-        records::record_timestamps(&view).map_err(|reason| LogError::CorruptBatch {
+        records::find_record(&view, wanted).map_err(|reason| LogError::CorruptBatch {
             base_offset: Offset(view.base_offset()),
             reason,
         })
@@ -619,8 +628,8 @@ impl Log {
 
     /// For ListOffsets MAX_TIMESTAMP: the largest record timestamp in the
     /// log and the offset of the first record carrying it; `(-1, -1)` for a
-    /// log without records. Batch max timestamps locate the batch; its
-    /// records are then read to find the record.
+    /// log without records. Batch max timestamps locate the batch; only its
+    /// records are then streamed to find the record.
     pub fn max_timestamp(&self) -> Result<(i64, Offset), LogError> {
         let mut best: Option<&Segment> = None;
         for seg in &self.segments {
@@ -638,10 +647,7 @@ impl Log {
             return Ok((-1, Offset(-1)));
         };
         let bytes = seg.read_at(position, h.size_bytes)?;
-        let found = self
-            .record_timestamps(&bytes)?
-            .into_iter()
-            .find(|&(_, ts)| ts == h.max_timestamp);
+        let found = Self::find_record(&bytes, |_, ts| ts == h.max_timestamp)?;
         // An emptied batch kept by the cleaner has no records; its header
         // still names the timestamp, so report its last offset.
         let (offset, ts) = found.unwrap_or((h.last_offset(), h.max_timestamp));

@@ -14,6 +14,7 @@ use protocol::record_batch::{
     OFF_LAST_OFFSET_DELTA, OFF_LEADER_EPOCH, OFF_MAGIC, OFF_MAX_TIMESTAMP, OFF_PRODUCER_ID,
     OFF_RECORD_COUNT,
 };
+use protocol::records::{RecordReader, SkipAll};
 
 /// The header fields of one stored batch, read from its first
 /// [`HEADER_LEN`] bytes.
@@ -185,22 +186,36 @@ fn compress(codec: Codec, raw: &[u8]) -> Result<BytesMut, String> {
     Ok(out)
 }
 
-/// `(offset, timestamp)` of every record in the batch. For LogAppendTime
-/// batches every record carries the batch's max timestamp, as in Kafka.
-pub(crate) fn record_timestamps(view: &RecordBatchView<'_>) -> Result<Vec<(i64, i64)>, String> {
-    let payload = decompressed_payload(view)?;
-    let records = parse_records(&payload, view.record_count())?;
-    Ok(records
-        .iter()
-        .map(|r| {
-            let ts = if view.is_log_append_time() {
-                view.max_timestamp()
-            } else {
-                view.base_timestamp().wrapping_add(r.timestamp_delta)
-            };
-            (view.base_offset() + r.offset_delta as i64, ts)
-        })
-        .collect())
+/// A record's timestamp: its own for CreateTime batches; the batch's max
+/// timestamp for every record of a LogAppendTime batch, as in Kafka.
+pub(crate) fn record_timestamp(view: &RecordBatchView<'_>, timestamp_delta: i64) -> i64 {
+    if view.is_log_append_time() {
+        view.max_timestamp()
+    } else {
+        view.base_timestamp().wrapping_add(timestamp_delta)
+    }
+}
+
+/// `(offset, timestamp)` of the first record, in batch order, for which
+/// `wanted` holds. The records are streamed ([`RecordReader`]): keys and
+/// values are skipped, never held, so a batch that expands to gigabytes
+/// costs the codec's window.
+pub(crate) fn find_record(
+    view: &RecordBatchView<'_>,
+    mut wanted: impl FnMut(i64, i64) -> bool,
+) -> Result<Option<(i64, i64)>, String> {
+    let mut reader = RecordReader::new(view).map_err(|e| e.to_string())?;
+    while let Some(info) = reader
+        .next_record(&mut SkipAll)
+        .map_err(|e| e.to_string())?
+    {
+        let offset = view.base_offset() + info.offset_delta as i64;
+        let timestamp = record_timestamp(view, info.timestamp_delta);
+        if wanted(offset, timestamp) {
+            return Ok(Some((offset, timestamp)));
+        }
+    }
+    Ok(None)
 }
 
 /// The batch with only `retained` of its records, as Kafka's cleaner builds

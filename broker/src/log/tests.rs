@@ -570,6 +570,66 @@ fn log_append_time_batches_use_the_batch_timestamp_for_every_record() {
     assert_eq!(log.max_timestamp().unwrap(), (777, Offset(0)));
 }
 
+/// What a decompression bomb's record expands to.
+const BOMB_LEN: usize = 64 << 20;
+/// The most any one allocation may take while reading inside a stored
+/// batch: codec windows and one batch, never what the records expand to.
+const READ_BOUND: usize = 16 << 20;
+
+/// A zstd batch whose records are `key` with `BOMB_LEN` zero bytes at
+/// `ts`, then `key` with a small value at `ts + 2`: a few KiB on disk.
+fn zstd_bomb(base: i64, key: &str, ts: i64) -> Vec<u8> {
+    let record = |i: i64, value: Vec<u8>| Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: i,
+        sequence: i as i32,
+        timestamp: ts + 2 * i,
+        key: Some(Bytes::copy_from_slice(key.as_bytes())),
+        value: Some(Bytes::from(value)),
+        headers: IndexMap::new(),
+    };
+    let records = [record(0, vec![0u8; BOMB_LEN]), record(1, b"v".to_vec())];
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Zstd,
+        },
+    )
+    .expect("encode");
+    let mut bytes = buf.to_vec();
+    assert!(bytes.len() < 64 << 10, "{}", bytes.len());
+    rewrite::set_base_offset(&mut bytes, base);
+    bytes
+}
+
+#[test]
+fn timestamp_lookups_stream_a_decompression_bomb() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    log.append(&plain(0, 1, 10), 0).unwrap();
+    log.append(&zstd_bomb(1, "k", 18), 0).unwrap();
+    log.append(&plain(3, 1, 15), 0).unwrap();
+    // Both answers lie behind the bomb's 64 MiB record.
+    let ((max, by_time), largest) = crate::test_alloc::largest_allocation(|| {
+        (
+            log.max_timestamp().unwrap(),
+            log.offset_for_timestamp(19).unwrap(),
+        )
+    });
+    assert_eq!(max, (20, Offset(2)));
+    assert_eq!(by_time, Some((Offset(2), 20)));
+    assert!(largest < READ_BOUND, "an allocation of {largest} bytes");
+}
+
 fn compacted_config() -> LogConfig {
     LogConfig {
         segment_bytes: 400,
