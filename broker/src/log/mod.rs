@@ -13,6 +13,8 @@
 
 mod cleaner;
 mod records;
+
+pub use cleaner::{Cleaned, CompactionJob, DEDUPE_ENTRY_BYTES};
 mod segment;
 #[cfg(test)]
 mod tests;
@@ -33,6 +35,8 @@ const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
 const TMP_SUFFIX: &str = ".tmp";
 const CLEANED_SUFFIX: &str = ".cleaned";
+/// Kafka's default `log.cleaner.dedupe.buffer.size`: 128 MiB.
+pub const DEFAULT_CLEANER_DEDUPE_BUFFER_BYTES: u64 = 128 << 20;
 
 /// Which of Kafka's `cleanup.policy` values apply; both may be set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +77,9 @@ pub struct LogConfig {
     pub flush_ms: i64,
     /// `max.message.bytes`: the largest batch `append` accepts.
     pub max_message_bytes: u32,
+    /// `log.cleaner.dedupe.buffer.size` (a broker key): the most a cleaning
+    /// pass's key map may take, at [`cleaner::DEDUPE_ENTRY_BYTES`] per key.
+    pub cleaner_dedupe_buffer_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -88,6 +95,7 @@ impl Default for LogConfig {
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
             max_message_bytes: 1_048_588,
+            cleaner_dedupe_buffer_bytes: DEFAULT_CLEANER_DEDUPE_BUFFER_BYTES,
         }
     }
 }
@@ -193,6 +201,9 @@ pub struct Log {
     cleaned_up_to: i64,
     /// When the earliest tombstone the cleaner kept becomes removable.
     next_tombstone_expiry_ms: Option<i64>,
+    /// Bumped whenever segments are removed, replaced or truncated, so a
+    /// compaction planned before cannot install over them.
+    generation: u64,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -322,6 +333,7 @@ impl Log {
             last_flush_ms: now_ms,
             cleaned_up_to: log_start_offset,
             next_tombstone_expiry_ms: None,
+            generation: 0,
         };
         if log.log_start_offset > log.log_end_offset().0 {
             // Data at and above the persisted log start was lost (a torn
@@ -666,6 +678,7 @@ impl Log {
         if offset >= self.log_end_offset().0 {
             return Ok(());
         }
+        self.generation += 1;
         if offset < self.log_start_offset {
             return self.truncate_fully_and_start_at(offset, now_ms);
         }
@@ -696,6 +709,7 @@ impl Log {
     }
 
     fn truncate_fully_and_start_at(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
+        self.generation += 1;
         for seg in self.segments.drain(..) {
             seg.delete()?;
         }
@@ -756,6 +770,7 @@ impl Log {
             n < self.segments.len(),
             "callers roll before deleting the active segment"
         );
+        self.generation += 1;
         let mut bytes = 0;
         let removed: Vec<Segment> = self.segments.drain(..n).collect();
         let first_base = self.segments[0].base_offset;

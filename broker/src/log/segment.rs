@@ -216,40 +216,24 @@ impl Segment {
     /// segment. Positions come from the segment's own walk, so a header that
     /// does not parse means the file changed under us: a fatal I/O error.
     pub fn header_at(&self, position: u64) -> io::Result<Option<BatchHeader>> {
-        if position >= self.size_bytes {
-            return Ok(None);
-        }
-        if self.size_bytes - position < HEADER_LEN as u64 {
-            return Err(corrupt(format!(
-                "{}: partial header at {position}",
-                self.path.display()
-            )));
-        }
-        let mut header = [0u8; HEADER_LEN];
-        self.file.read_exact_at(&mut header, position)?;
-        match BatchHeader::parse(&header) {
-            Some(h) if h.size_bytes <= self.size_bytes - position => Ok(Some(h)),
-            _ => Err(corrupt(format!(
-                "{}: invalid batch header at {position}",
-                self.path.display()
-            ))),
-        }
+        header_at(&self.file, &self.path, self.size_bytes, position)
     }
 
     pub fn read_at(&self, position: u64, len: u64) -> io::Result<Vec<u8>> {
-        if position
-            .checked_add(len)
-            .is_none_or(|end| end > self.size_bytes)
-        {
-            return Err(corrupt(format!(
-                "{}: read of {len} bytes at {position} past the end",
-                self.path.display()
-            )));
-        }
-        let len = usize::try_from(len).map_err(|_| corrupt("read too large".into()))?;
-        let mut buf = vec![0u8; len];
-        self.file.read_exact_at(&mut buf, position)?;
-        Ok(buf)
+        read_at(&self.file, &self.path, self.size_bytes, position, len)
+    }
+
+    /// A read-only view of the segment as it is now, with its own file
+    /// handle, for work done without the log (compaction): appends after
+    /// this call are not in it.
+    pub fn reader(&self) -> io::Result<SegmentReader> {
+        Ok(SegmentReader {
+            base_offset: self.base_offset,
+            path: self.path.clone(),
+            file: self.file.try_clone()?,
+            size_bytes: self.size_bytes,
+            created_ms: self.created_ms,
+        })
     }
 
     /// A position from which scanning forward reaches the batch containing
@@ -318,9 +302,74 @@ impl Segment {
         Ok(seg)
     }
 
+    /// The segment's file moved to `path` (a cleaned copy renamed over
+    /// the segment it replaces); the open handle stays valid.
+    pub fn moved_to(mut self, path: PathBuf) -> Segment {
+        self.path = path;
+        self
+    }
+
     pub fn delete(self) -> io::Result<()> {
         let path = self.path;
         drop(self.file);
         std::fs::remove_file(path)
     }
+}
+
+/// A segment's first `size_bytes` bytes, read through its own handle.
+pub(crate) struct SegmentReader {
+    pub base_offset: i64,
+    pub path: PathBuf,
+    file: File,
+    pub size_bytes: u64,
+    pub created_ms: i64,
+}
+
+impl SegmentReader {
+    pub fn header_at(&self, position: u64) -> io::Result<Option<BatchHeader>> {
+        header_at(&self.file, &self.path, self.size_bytes, position)
+    }
+
+    pub fn read_at(&self, position: u64, len: u64) -> io::Result<Vec<u8>> {
+        read_at(&self.file, &self.path, self.size_bytes, position, len)
+    }
+}
+
+fn header_at(
+    file: &File,
+    path: &Path,
+    size: u64,
+    position: u64,
+) -> io::Result<Option<BatchHeader>> {
+    if position >= size {
+        return Ok(None);
+    }
+    if size - position < HEADER_LEN as u64 {
+        return Err(corrupt(format!(
+            "{}: partial header at {position}",
+            path.display()
+        )));
+    }
+    let mut header = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut header, position)?;
+    match BatchHeader::parse(&header) {
+        Some(h) if h.size_bytes <= size - position => Ok(Some(h)),
+        _ => Err(corrupt(format!(
+            "{}: invalid batch header at {position}",
+            path.display()
+        ))),
+    }
+}
+
+fn read_at(file: &File, path: &Path, size: u64, position: u64, len: u64) -> io::Result<Vec<u8>> {
+    if position.checked_add(len).is_none_or(|end| end > size) {
+        return Err(corrupt(format!(
+            "{}: read of {len} bytes at {position} past the end",
+            path.display()
+        )));
+    }
+    let len = usize::try_from(len).map_err(|_| corrupt("read too large".into()))?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, position)?;
+    Ok(buf)
 }
