@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::config::{ServerConfig, TopicConfigs};
 use crate::error::PartitionError;
+use crate::log::LogDirFailureChannel;
 use crate::metadata::image::NO_LEADER;
 use crate::metadata::MetadataImage;
 use crate::partition::leader_state::AssignedState;
@@ -36,6 +37,9 @@ pub struct ReplicaManager {
     /// (`replication::leader`) proposes it without waiting for its tick.
     pub isr_check: Notify,
     followed: Mutex<Vec<Followed>>,
+    /// The health of `log.dirs`' first entry, which holds every partition:
+    /// an I/O error in any of them takes them all offline.
+    log_dir_failure: LogDirFailureChannel,
 }
 
 /// Waits until an acks=all append that ends before `required` is committed
@@ -95,7 +99,17 @@ impl ReplicaManager {
             appended: Notify::new(),
             isr_check: Notify::new(),
             followed: Mutex::new(Vec::new()),
+            log_dir_failure: {
+                metrics::gauge!("kafka_log_offline_log_directory_count").set(0.0);
+                LogDirFailureChannel::new()
+            },
         }
+    }
+
+    /// The log directory's health: `lib.rs` watches it to stop the broker
+    /// when the directory fails.
+    pub fn log_dir_failure(&self) -> &LogDirFailureChannel {
+        &self.log_dir_failure
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<PartitionRef> {
@@ -249,6 +263,11 @@ impl ReplicaManager {
         configs: TopicConfigs,
         now_ms: i64,
     ) -> Result<PartitionRef, PartitionError> {
+        if self.log_dir_failure.is_offline() {
+            return Err(PartitionError::Storage(format!(
+                "the log directory is offline; not opening {tp}"
+            )));
+        }
         {
             let dir = partition_dir(&self.data_dir, tp);
             if let Some(on_disk) = read_partition_metadata(&dir) {
@@ -258,14 +277,17 @@ impl ReplicaManager {
                         .map_err(|e| PartitionError::Storage(e.to_string()))?;
                 }
             }
-            let part = Arc::new(Mutex::new(Partition::open(
-                dir,
+            let mut part = Partition::open(
+                dir.clone(),
                 tp.clone(),
                 topic_id,
                 pimg.leader_epoch,
                 configs,
                 now_ms,
-            )?));
+            )
+            .inspect_err(|e| self.log_dir_failure.fail(&dir, e))?;
+            part.set_log_dir_failure_channel(self.log_dir_failure.clone());
+            let part = Arc::new(Mutex::new(part));
             self.partitions
                 .write()
                 .expect("poisoned")
@@ -318,6 +340,12 @@ impl ReplicaManager {
     /// markers), so the next start skips recovery scans.
     pub fn shutdown(&self) {
         let parts: Vec<_> = self.partitions.write().expect("poisoned").drain().collect();
+        if self.log_dir_failure.is_offline() {
+            // Nothing more is written to a failed directory: no snapshots,
+            // no clean-shutdown markers; the next start recovers.
+            tracing::warn!("log directory offline: partitions not closed cleanly");
+            return;
+        }
         for (tp, part) in parts {
             match Arc::try_unwrap(part) {
                 Ok(m) => {

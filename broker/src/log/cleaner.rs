@@ -123,6 +123,7 @@ impl OffsetMap {
 /// planned. Runs without the log; see [`Log::compaction_plan`].
 pub struct CompactionJob {
     dir: PathBuf,
+    dir_failure: super::LogDirFailureChannel,
     generation: u64,
     now_ms: i64,
     delete_retention_ms: i64,
@@ -208,6 +209,16 @@ impl Log {
         now_ms: i64,
         high_watermark: Offset,
     ) -> Result<Option<CompactionJob>, LogError> {
+        self.check_online()?;
+        let plan = self.plan_unchecked(now_ms, high_watermark);
+        self.guard(plan)
+    }
+
+    fn plan_unchecked(
+        &self,
+        now_ms: i64,
+        high_watermark: Offset,
+    ) -> Result<Option<CompactionJob>, LogError> {
         if !self.config.cleanup_policy.compact || !self.needs_compaction(now_ms, high_watermark.0) {
             return Ok(None);
         }
@@ -219,6 +230,7 @@ impl Log {
         };
         Ok(Some(CompactionJob {
             dir: self.dir.clone(),
+            dir_failure: self.dir_failure.clone(),
             generation: self.generation,
             now_ms,
             delete_retention_ms: self.config.delete_retention_ms,
@@ -237,12 +249,13 @@ impl Log {
     /// discarded (its files removed) and `false` returned. Holds the log for
     /// renames and a directory fsync, nothing that reads the segments.
     pub fn install(&mut self, mut cleaned: Cleaned) -> Result<bool, LogError> {
+        self.check_online()?;
         if cleaned.generation != self.generation || cleaned.dir != self.dir {
             return Ok(false);
         }
         let outcome = self.swap_in(&mut cleaned);
         self.generation += 1;
-        outcome?;
+        self.guard(outcome)?;
         self.cleaned_up_to = cleaned.cleaned_up_to;
         self.next_tombstone_expiry_ms = cleaned.next_tombstone_expiry_ms;
         Ok(true)
@@ -324,6 +337,21 @@ impl CompactionJob {
     /// `.cleaned` names). Takes no lock: everything it reads is closed
     /// segments and the sizes they had when planned.
     pub fn run(self) -> Result<Cleaned, LogError> {
+        self.run_unchecked().inspect_err(|e| {
+            // An I/O error while cleaning takes the directory offline, as
+            // one in the log itself does.
+            if let LogError::Io(io) = e {
+                self.dir_failure.fail(&self.dir, io);
+            }
+        })
+    }
+
+    fn run_unchecked(&self) -> Result<Cleaned, LogError> {
+        if self.dir_failure.is_offline() {
+            return Err(LogError::LogDirOffline {
+                dir: self.dir.clone(),
+            });
+        }
         let mut secret = [0u8; 32];
         getrandom::fill(&mut secret).map_err(|e| LogError::Io(std::io::Error::other(e)))?;
 

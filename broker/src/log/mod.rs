@@ -12,9 +12,13 @@
 //! trusted.
 
 mod cleaner;
+mod dir_failure;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 mod records;
 
 pub use cleaner::{Cleaned, CompactionJob, DEDUPE_ENTRY_BYTES};
+pub use dir_failure::LogDirFailureChannel;
 mod segment;
 #[cfg(test)]
 mod tests;
@@ -172,9 +176,13 @@ pub enum LogError {
         max_message_bytes: u32,
     },
     /// A stored batch whose records cannot be decoded (only the cleaner and
-    /// timestamp lookups look inside batches). Like `Io`, this is fatal.
+    /// timestamp lookups look inside batches).
     #[error("stored batch at offset {base_offset} is corrupt: {reason}")]
     CorruptBatch { base_offset: Offset, reason: String },
+    /// An earlier I/O error took the log directory offline
+    /// ([`LogDirFailureChannel`]): nothing in it is written or read again.
+    #[error("log directory of {dir} is offline after an I/O error")]
+    LogDirOffline { dir: PathBuf },
 }
 
 /// What one `maintain` call did.
@@ -204,6 +212,8 @@ pub struct Log {
     /// Bumped whenever segments are removed, replaced or truncated, so a
     /// compaction planned before cannot install over them.
     generation: u64,
+    /// The directory's health, shared with every log in it.
+    dir_failure: LogDirFailureChannel,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -334,6 +344,7 @@ impl Log {
             cleaned_up_to: log_start_offset,
             next_tombstone_expiry_ms: None,
             generation: 0,
+            dir_failure: LogDirFailureChannel::new(),
         };
         if log.log_start_offset > log.log_end_offset().0 {
             // Data at and above the persisted log start was lost (a torn
@@ -366,6 +377,46 @@ impl Log {
     }
     pub fn set_config(&mut self, config: LogConfig) {
         self.config = config;
+    }
+
+    /// Makes this log one of a directory's: an I/O error here takes every
+    /// log sharing `channel` offline, and theirs this one.
+    pub fn set_dir_failure_channel(&mut self, channel: LogDirFailureChannel) {
+        self.dir_failure = channel;
+    }
+
+    /// Whether the log's directory went offline after an I/O error.
+    pub fn is_offline(&self) -> bool {
+        self.dir_failure.is_offline()
+    }
+
+    /// Takes the directory offline for an I/O error met outside the log
+    /// (the partition's own files in the same directory).
+    pub fn report_failure(&self, error: &dyn std::fmt::Display) {
+        self.dir_failure.fail(&self.dir, error);
+    }
+
+    fn check_online(&self) -> Result<(), LogError> {
+        if self.dir_failure.is_offline() {
+            return Err(LogError::LogDirOffline {
+                dir: self.dir.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Every I/O error takes the directory offline (Kafka's
+    /// `maybeHandleIOException`): after a failed write or fsync the files
+    /// can no longer be trusted to hold what the log believes they hold.
+    fn failed(&self, e: LogError) -> LogError {
+        if let LogError::Io(io) = &e {
+            self.dir_failure.fail(&self.dir, io);
+        }
+        e
+    }
+
+    fn guard<T>(&self, result: Result<T, LogError>) -> Result<T, LogError> {
+        result.map_err(|e| self.failed(e))
     }
     /// Base offsets of the segments, oldest first (for tests and metrics).
     pub fn segment_base_offsets(&self) -> Vec<Offset> {
@@ -423,6 +474,17 @@ impl Log {
     }
 
     fn append_inner(
+        &mut self,
+        batch: &[u8],
+        now_ms: i64,
+        replicated: bool,
+    ) -> Result<(), LogError> {
+        self.check_online()?;
+        let result = self.append_unchecked(batch, now_ms, replicated);
+        self.guard(result)
+    }
+
+    fn append_unchecked(
         &mut self,
         batch: &[u8],
         now_ms: i64,
@@ -535,6 +597,17 @@ impl Log {
         max_offset: Offset,
         min_one_batch: bool,
     ) -> Result<Bytes, LogError> {
+        self.check_online()?;
+        self.guard(self.read_unchecked(offset, max_bytes, max_offset, min_one_batch))
+    }
+
+    fn read_unchecked(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+        min_one_batch: bool,
+    ) -> Result<Bytes, LogError> {
         let log_end = self.log_end_offset().0;
         if offset.0 < self.log_start_offset || offset.0 > log_end {
             return Err(self.out_of_range(offset.0));
@@ -576,14 +649,18 @@ impl Log {
         &self,
         offset: Offset,
     ) -> impl Iterator<Item = Result<Bytes, LogError>> + '_ {
-        let start = match self.locate(offset.0.max(self.log_start_offset)) {
-            Ok(found) => Ok(found.map(|(i, pos, _)| (i, pos))),
+        let start = match self.check_online() {
             Err(e) => Err(e),
+            Ok(()) => match self.locate(offset.0.max(self.log_start_offset)) {
+                Ok(found) => Ok(found.map(|(i, pos, _)| (i, pos))),
+                Err(e) => Err(e),
+            },
         };
         BatchesFrom {
             log: self,
             cursor: start,
         }
+        .map(|item| self.guard(item))
     }
 
     /// Kafka's ListOffsets by timestamp: the earliest record at or above the
@@ -592,6 +669,14 @@ impl Log {
     /// find the batch; only the records of batches whose max timestamp
     /// reaches the target are streamed.
     pub fn offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Result<Option<(Offset, i64)>, LogError> {
+        self.check_online()?;
+        self.guard(self.offset_for_timestamp_unchecked(timestamp_ms))
+    }
+
+    fn offset_for_timestamp_unchecked(
         &self,
         timestamp_ms: i64,
     ) -> Result<Option<(Offset, i64)>, LogError> {
@@ -643,6 +728,11 @@ impl Log {
     /// log without records. Batch max timestamps locate the batch; only its
     /// records are then streamed to find the record.
     pub fn max_timestamp(&self) -> Result<(i64, Offset), LogError> {
+        self.check_online()?;
+        self.guard(self.max_timestamp_unchecked())
+    }
+
+    fn max_timestamp_unchecked(&self) -> Result<(i64, Offset), LogError> {
         let mut best: Option<&Segment> = None;
         for seg in &self.segments {
             if seg.max_timestamp() >= 0
@@ -671,6 +761,12 @@ impl Log {
     /// `offset`; below the log start the log is emptied and restarted at
     /// `offset`, as Kafka's `truncateFullyAndStartAt`.
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
+        self.check_online()?;
+        let result = self.truncate_to_unchecked(offset);
+        self.guard(result)
+    }
+
+    fn truncate_to_unchecked(&mut self, offset: Offset) -> Result<(), LogError> {
         let offset = offset.0;
         // Truncation takes no clock; a segment it recreates counts its age
         // from the active segment's.
@@ -704,6 +800,15 @@ impl Log {
     /// an empty log at `offset` (a follower whose log the leader's log start
     /// has passed).
     pub fn truncate_fully_and_start_at_offset(&mut self, offset: Offset) -> Result<(), LogError> {
+        self.check_online()?;
+        let result = self.truncate_fully_and_start_at_offset_unchecked(offset);
+        self.guard(result)
+    }
+
+    fn truncate_fully_and_start_at_offset_unchecked(
+        &mut self,
+        offset: Offset,
+    ) -> Result<(), LogError> {
         let now_ms = self.active().created_ms;
         self.truncate_fully_and_start_at(offset.0, now_ms)
     }
@@ -737,6 +842,12 @@ impl Log {
     /// before returning) and deletes the segments wholly below it. Returns
     /// the new log start offset.
     pub fn delete_records_before(&mut self, offset: Offset) -> Result<Offset, LogError> {
+        self.check_online()?;
+        let result = self.delete_records_before_unchecked(offset);
+        self.guard(result)
+    }
+
+    fn delete_records_before_unchecked(&mut self, offset: Offset) -> Result<Offset, LogError> {
         if offset.0 > self.log_end_offset().0 || offset.0 < 0 {
             return Err(self.out_of_range(offset.0));
         }
@@ -794,6 +905,16 @@ impl Log {
     /// compaction never touch data at or above `high_watermark`, which
     /// replication may still truncate.
     pub fn maintain(
+        &mut self,
+        now_ms: i64,
+        high_watermark: Offset,
+    ) -> Result<MaintenanceReport, LogError> {
+        self.check_online()?;
+        let result = self.maintain_unchecked(now_ms, high_watermark);
+        self.guard(result)
+    }
+
+    fn maintain_unchecked(
         &mut self,
         now_ms: i64,
         high_watermark: Offset,
@@ -873,6 +994,12 @@ impl Log {
     }
 
     pub fn flush(&mut self) -> Result<(), LogError> {
+        self.check_online()?;
+        let result = self.flush_unchecked();
+        self.guard(result)
+    }
+
+    fn flush_unchecked(&mut self) -> Result<(), LogError> {
         self.active().sync()?;
         self.unflushed_messages = 0;
         Ok(())
@@ -881,9 +1008,11 @@ impl Log {
     /// Flushes and leaves the clean-shutdown marker, so the next open
     /// skips CRC checks.
     pub fn close(mut self) -> Result<(), LogError> {
+        // flush() refuses once the directory is offline: no marker then, so
+        // the next start runs recovery.
         self.flush()?;
-        write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
-        Ok(())
+        let result = write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"").map_err(LogError::from);
+        self.guard(result)
     }
 
     /// Removes the partition directory and everything in it.

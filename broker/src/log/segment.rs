@@ -176,14 +176,36 @@ impl Segment {
         self.size_bytes = position + h.size_bytes;
     }
 
-    /// Appends one batch with a single write.
+    /// Appends one batch with a single write. A write that fails part way
+    /// (ENOSPC, EIO) is cut back off the file, so no partial batch stays
+    /// where the next one would be indexed; if even that fails, the caller
+    /// takes the log offline and recovery cuts the torn tail on the next
+    /// start. A successful append costs the one write.
     pub fn append(&mut self, batch: &[u8], index_interval_bytes: u32) -> io::Result<()> {
         let h =
             BatchHeader::parse(batch).ok_or_else(|| corrupt("append of a bad header".into()))?;
         let position = self.size_bytes;
-        (&self.file).write_all(batch)?;
+        if let Err(e) = self.write(batch) {
+            if let Err(cut) = self.file.set_len(position) {
+                tracing::error!(
+                    path = %self.path.display(),
+                    error = %cut,
+                    "cannot cut a failed append off the segment"
+                );
+            }
+            return Err(e);
+        }
         self.note_batch(&h, position, index_interval_bytes);
         Ok(())
+    }
+
+    fn write(&self, batch: &[u8]) -> io::Result<()> {
+        #[cfg(feature = "fault-injection")]
+        if let Some((n, e)) = super::faults::on_write(&self.path, batch.len()) {
+            (&self.file).write_all(&batch[..n])?;
+            return Err(e);
+        }
+        (&self.file).write_all(batch)
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -209,6 +231,10 @@ impl Segment {
     }
 
     pub fn sync(&self) -> io::Result<()> {
+        #[cfg(feature = "fault-injection")]
+        if let Some(e) = super::faults::on_sync(&self.path) {
+            return Err(e);
+        }
         self.file.sync_data()
     }
 

@@ -1176,3 +1176,99 @@ fn a_rebuild_past_its_bound_keeps_the_batch_whole() {
     let got = decoded(&Bytes::from(rebuilt.clone()));
     assert_eq!(got[0].1.as_deref(), Some("k1"));
 }
+
+fn segment_file_len(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+#[test]
+fn a_partial_append_is_cut_off_and_takes_the_log_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p");
+    let mut log = Log::open(path.clone(), config(), 0).unwrap();
+    let mut acked = Vec::new();
+    for _ in 0..2 {
+        let b = plain(log.log_end_offset().0, 2, 0);
+        log.append(&b, 0).unwrap();
+        acked.push(b);
+    }
+    let size = segment_file_len(&path);
+    // The disk fills in the middle of the next batch, then frees up again.
+    faults::inject(faults::Fault {
+        dir: path.clone(),
+        op: faults::FaultOp::Write { write_bytes: 30 },
+        after: 0,
+        errno: faults::ENOSPC,
+    });
+    let failed = plain(log.log_end_offset().0, 2, 0);
+    assert!(matches!(log.append(&failed, 0), Err(LogError::Io(_))));
+    faults::clear(&path);
+    // None of it stays in the file.
+    assert_eq!(segment_file_len(&path), size);
+    assert!(log.is_offline());
+    // Nothing more is appended or served.
+    for _ in 0..2 {
+        let b = plain(log.log_end_offset().0, 2, 0);
+        match log.append(&b, 0) {
+            Ok(()) => acked.push(b),
+            Err(e) => assert!(matches!(e, LogError::LogDirOffline { .. }), "{e}"),
+        }
+    }
+    assert!(matches!(
+        log.read(Offset(0), 1 << 20, Offset(100), true),
+        Err(LogError::LogDirOffline { .. })
+    ));
+    assert!(log.close().is_err());
+    // Every acked batch survives recovery.
+    let log = Log::open(path, config(), 0).unwrap();
+    assert_eq!(all(&log, 0).to_vec(), acked.concat());
+}
+
+#[test]
+fn a_failed_fsync_takes_the_log_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p");
+    let config = LogConfig {
+        flush_messages: 1,
+        ..config()
+    };
+    let mut log = Log::open(path.clone(), config.clone(), 0).unwrap();
+    fill(&mut log, 2, 1, 0);
+    faults::inject(faults::Fault {
+        dir: path.clone(),
+        op: faults::FaultOp::Sync,
+        after: 0,
+        errno: faults::EIO,
+    });
+    let b = plain(log.log_end_offset().0, 1, 0);
+    assert!(matches!(log.append(&b, 0), Err(LogError::Io(_))));
+    faults::clear(&path);
+    // The batch was written before the fsync failed: it is in the log's
+    // view (its offsets are taken), but the log serves nothing more.
+    assert_eq!(log.log_end_offset(), Offset(3));
+    let next = plain(3, 1, 0);
+    assert!(matches!(
+        log.append(&next, 0),
+        Err(LogError::LogDirOffline { .. })
+    ));
+    assert!(matches!(
+        log.offset_for_timestamp(0),
+        Err(LogError::LogDirOffline { .. })
+    ));
+    // Another log of the same directory goes offline with it.
+    let channel = LogDirFailureChannel::new();
+    let mut other = Log::open(dir.path().join("q"), config, 0).unwrap();
+    other.set_dir_failure_channel(channel.clone());
+    log.set_dir_failure_channel(channel.clone());
+    assert!(!other.is_offline());
+    channel.fail(dir.path(), &"test");
+    assert!(matches!(
+        other.append(&plain(0, 1, 0), 0),
+        Err(LogError::LogDirOffline { .. })
+    ));
+}

@@ -93,12 +93,18 @@ impl Partition {
             views.push(view);
         }
         for view in views {
-            self.log.append_replicated(view.as_bytes(), now_ms)?;
-            self.producers.update(&view);
-            self.epochs.assign(
-                LeaderEpoch(view.partition_leader_epoch()),
-                Offset(view.base_offset()),
-            );
+            let before = self.log.log_end_offset();
+            let appended = self.log.append_replicated(view.as_bytes(), now_ms);
+            // Stored even if a flush after it failed: the producer state
+            // follows the log (see `append_as_leader`).
+            if self.log.log_end_offset() > before {
+                self.producers.update(&view);
+                self.epochs.assign(
+                    LeaderEpoch(view.partition_leader_epoch()),
+                    Offset(view.base_offset()),
+                );
+            }
+            appended?;
         }
         Ok(self.log.log_end_offset())
     }
@@ -138,7 +144,7 @@ impl Partition {
         match std::fs::remove_file(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(PartitionError::Storage(e.to_string())),
+            Err(e) => return Err(self.storage_failed(e)),
         }
         self.producers = rebuild_producer_state(&self.log)?;
         self.snapshot_producers()?;
