@@ -191,9 +191,13 @@ impl ReplicaManager {
             let part = match Arc::try_unwrap(part) {
                 Ok(m) => m.into_inner().expect("poisoned"),
                 Err(shared) => {
+                    // Renamed away now; a request still holding it writes
+                    // into the renamed directory, which goes with it.
                     let dir = partition_dir(&self.data_dir, &tp);
                     drop(shared);
-                    std::fs::remove_dir_all(&dir).ok();
+                    if let Err(e) = crate::log::delete_dir(&dir) {
+                        tracing::error!(%tp, error = %e, "deleting partition failed");
+                    }
                     continue;
                 }
             };
@@ -270,12 +274,14 @@ impl ReplicaManager {
         }
         {
             let dir = partition_dir(&self.data_dir, tp);
-            if let Some(on_disk) = read_partition_metadata(&dir) {
-                if on_disk != topic_id {
-                    tracing::info!(%tp, "removing directory of an older topic with this name");
-                    std::fs::remove_dir_all(&dir)
-                        .map_err(|e| PartitionError::Storage(e.to_string()))?;
-                }
+            // A directory whose `partition.metadata` names another topic id
+            // belongs to an older topic of this name; one without it is the
+            // remnant of a deletion or of a creation that never got as far
+            // as appending (the file is durable before any data). Neither
+            // may be taken for this topic (Kafka's stray logs).
+            if dir.exists() && read_partition_metadata(&dir) != Some(topic_id) {
+                tracing::info!(%tp, "removing a stray directory with this partition's name");
+                crate::log::delete_dir(&dir).map_err(|e| PartitionError::Storage(e.to_string()))?;
             }
             let mut part = Partition::open(
                 dir.clone(),
@@ -300,14 +306,20 @@ impl ReplicaManager {
         &self,
         wanted: &HashMap<TopicPartition, (Uuid, &crate::metadata::PartitionImage)>,
     ) {
+        // Deletions a crash interrupted after their rename.
+        match crate::log::remove_deleted_dirs(&self.data_dir) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(directories = n, "removed partitions left mid-deletion"),
+            Err(e) => tracing::warn!(error = %e, "removing partitions left mid-deletion failed"),
+        }
         let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
             return;
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            let Some(on_disk) = read_partition_metadata(&path) else {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
-            };
+            }
             let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
                 continue;
             };
@@ -317,12 +329,17 @@ impl ReplicaManager {
             let Ok(partition) = part.parse::<i32>() else {
                 continue;
             };
+            // Without `partition.metadata` a directory belongs to no topic:
+            // a deletion or creation a crash interrupted.
+            let on_disk = read_partition_metadata(&path);
             let keep = wanted
                 .get(&TopicPartition::new(topic, partition))
-                .is_some_and(|(id, _)| *id == on_disk);
+                .is_some_and(|(id, _)| Some(*id) == on_disk);
             if !keep {
                 tracing::info!(dir = %path.display(), "removing stray partition directory");
-                std::fs::remove_dir_all(&path).ok();
+                if let Err(e) = crate::log::delete_dir(&path) {
+                    tracing::warn!(dir = %path.display(), error = %e, "removing a stray directory failed");
+                }
             }
         }
     }

@@ -38,6 +38,9 @@ use segment::{corrupt, Segment, LOG_SUFFIX};
 const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
 const TMP_SUFFIX: &str = ".tmp";
+/// What a partition directory being deleted is renamed to end with:
+/// `<topic>-<partition>.<uuid>-delete`, as Kafka names it.
+pub const DELETE_DIR_SUFFIX: &str = "-delete";
 const CLEANED_SUFFIX: &str = ".cleaned";
 /// Kafka's default `log.cleaner.dedupe.buffer.size`: 128 MiB.
 pub const DEFAULT_CLEANER_DEDUPE_BUFFER_BYTES: u64 = 128 << 20;
@@ -231,6 +234,64 @@ fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<()> {
     }
     fs::rename(&tmp, dir.join(name))?;
     sync_dir(dir)
+}
+
+/// Deletes a partition directory as Kafka's `LogManager.asyncDelete` does:
+/// first renamed to `<name>.<uuid>-delete` (the parent fsynced), so a crash
+/// at any later point cannot bring the partition back under its own name,
+/// then removed by a background thread. A `-delete` directory left by a
+/// crash is removed by the next start ([`remove_deleted_dirs`]).
+pub fn delete_dir(dir: &Path) -> io::Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let renamed = rename_for_deletion(dir)?;
+    std::thread::Builder::new()
+        .name("log-delete".into())
+        .spawn(move || {
+            if let Err(e) = fs::remove_dir_all(&renamed) {
+                tracing::warn!(dir = %renamed.display(), error = %e, "removing a deleted partition failed");
+            }
+        })?;
+    Ok(())
+}
+
+/// The first half of [`delete_dir`]: the rename, durable once this returns.
+pub fn rename_for_deletion(dir: &Path) -> io::Result<PathBuf> {
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| corrupt(format!("{}: not a partition directory", dir.display())))?;
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    let renamed = parent.join(format!(
+        "{name}.{}{DELETE_DIR_SUFFIX}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    fs::rename(dir, &renamed)?;
+    sync_dir(parent)?;
+    Ok(renamed)
+}
+
+/// Whether `name` is a partition directory renamed for deletion.
+pub fn is_deleted_dir_name(name: &str) -> bool {
+    name.strip_suffix(DELETE_DIR_SUFFIX)
+        .and_then(|stem| stem.rsplit_once('.'))
+        .is_some_and(|(_, id)| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Removes the `-delete` directories under `data_dir` that a crash left
+/// behind (Kafka loads them at start only to delete them).
+pub fn remove_deleted_dirs(data_dir: &Path) -> io::Result<usize> {
+    let mut removed = 0;
+    for entry in fs::read_dir(data_dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_str().is_some_and(is_deleted_dir_name) && entry.file_type()?.is_dir() {
+            fs::remove_dir_all(entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 fn parse_segment_base(name: &str) -> Option<i64> {
@@ -1015,11 +1076,12 @@ impl Log {
         self.guard(result)
     }
 
-    /// Removes the partition directory and everything in it.
+    /// Deletes the partition directory and everything in it (see
+    /// [`delete_dir`]).
     pub fn delete(self) -> Result<(), LogError> {
         let dir = self.dir.clone();
         drop(self);
-        fs::remove_dir_all(&dir)?;
+        delete_dir(&dir)?;
         Ok(())
     }
 }

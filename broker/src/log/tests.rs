@@ -1272,3 +1272,24 @@ fn a_failed_fsync_takes_the_log_offline() {
         Err(LogError::LogDirOffline { .. })
     ));
 }
+
+#[test]
+fn a_deleted_log_is_renamed_before_it_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = Log::open(path.clone(), config(), 0).unwrap();
+    fill(&mut log, 3, 1, 0);
+    let renamed = rename_for_deletion(&path).unwrap();
+    let name = renamed.file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with("t-0.") && is_deleted_dir_name(name),
+        "{name}"
+    );
+    assert!(!path.exists());
+    assert!(!is_deleted_dir_name("t-0"));
+    assert!(!is_deleted_dir_name("topic-delete"));
+    // What a crash between the rename and the removal leaves goes at start.
+    assert_eq!(remove_deleted_dirs(dir.path()).unwrap(), 1);
+    assert!(!renamed.exists());
+    drop(log);
+}

@@ -99,12 +99,22 @@ pub enum AckState {
 
 /// Writes Kafka's `partition.metadata` file so a directory left by a deleted
 /// topic is never mistaken for a new topic of the same name.
+/// The file and the directory entries naming it are fsynced before any
+/// data is appended, so a directory without it never holds data of a live
+/// topic (`ReplicaManager` removes such directories).
 pub fn write_partition_metadata(dir: &std::path::Path, topic_id: Uuid) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    let sync_dir = |d: &std::path::Path| std::fs::File::open(d)?.sync_all();
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)?;
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+    }
     let tmp = dir.join("partition.metadata.tmp");
     std::fs::write(&tmp, format!("version: 0\ntopic_id: {topic_id}\n"))?;
     std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(tmp, dir.join("partition.metadata"))
+    std::fs::rename(tmp, dir.join("partition.metadata"))?;
+    sync_dir(dir)
 }
 
 /// The file holding a partition's last checkpointed high watermark.
