@@ -10,7 +10,7 @@ use std::io::Write;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use common::{config, Client, BASE_TIMESTAMP_MS};
+use common::{Client, BASE_TIMESTAMP_MS};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
