@@ -971,7 +971,20 @@ impl Log {
         high_watermark: Offset,
     ) -> Result<MaintenanceReport, LogError> {
         self.check_online()?;
-        let result = self.maintain_unchecked(now_ms, high_watermark);
+        let result = self.maintain_unchecked(now_ms, high_watermark, true);
+        self.guard(result)
+    }
+
+    /// [`Log::maintain`] without the compaction, for a caller that runs
+    /// compaction off the log's lock ([`Log::compaction_plan`], then
+    /// [`CompactionJob::run`] and [`Log::install`]).
+    pub fn maintain_without_compaction(
+        &mut self,
+        now_ms: i64,
+        high_watermark: Offset,
+    ) -> Result<MaintenanceReport, LogError> {
+        self.check_online()?;
+        let result = self.maintain_unchecked(now_ms, high_watermark, false);
         self.guard(result)
     }
 
@@ -979,6 +992,7 @@ impl Log {
         &mut self,
         now_ms: i64,
         high_watermark: Offset,
+        compact: bool,
     ) -> Result<MaintenanceReport, LogError> {
         let mut report = MaintenanceReport::default();
         let active = self.active();
@@ -994,7 +1008,10 @@ impl Log {
             report.segments_deleted += n;
             report.bytes_deleted += bytes;
         }
-        if self.config.cleanup_policy.compact && self.needs_compaction(now_ms, high_watermark.0) {
+        if compact
+            && self.config.cleanup_policy.compact
+            && self.needs_compaction(now_ms, high_watermark.0)
+        {
             self.compact(now_ms, high_watermark)?;
             report.compacted = true;
         }

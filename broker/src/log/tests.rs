@@ -741,6 +741,14 @@ fn compaction_keeps_the_latest_value_per_key_and_preserves_offsets() {
     }
     // Nothing new to clean: maintain does not compact again.
     assert!(!log.maintain(600, end).unwrap().compacted);
+    // Without compaction, maintain leaves an expired tombstone to the
+    // caller's compaction job.
+    assert!(
+        !log.maintain_without_compaction(1_000, end)
+            .unwrap()
+            .compacted
+    );
+    assert!(log.compaction_plan(1_000, end).unwrap().is_some());
     // After delete.retention.ms the tombstone goes.
     let r = log.maintain(1_000, end).unwrap();
     assert!(r.compacted);

@@ -17,7 +17,7 @@ use uuid::Uuid;
 
 use crate::config::TopicConfigs;
 use crate::error::PartitionError;
-use crate::log::{Log, LogDirFailureChannel};
+use crate::log::{Cleaned, CompactionJob, Log, LogDirFailureChannel};
 use crate::types::{LeaderEpoch, NodeId, Offset, TopicPartition};
 use leader_state::{AssignedState, IsrProposal, LeaderState};
 use producer_state::{ProducerCheck, ProducerSnapshot, ProducerStateManager};
@@ -657,6 +657,20 @@ impl Partition {
         } else {
             AckState::Waiting
         })
+    }
+
+    /// A compaction pass of this partition's log below its high watermark,
+    /// to run without the partition's lock ([`CompactionJob::run`]), or
+    /// `None` when none is due. Its result goes back through
+    /// [`Partition::install_compaction`].
+    pub fn compaction_plan(&self, now_ms: i64) -> Result<Option<CompactionJob>, PartitionError> {
+        Ok(self.log.compaction_plan(now_ms, self.high_watermark)?)
+    }
+
+    /// Swaps a finished compaction in; `false` when the log changed under
+    /// it (retention, truncation) and the work was discarded.
+    pub fn install_compaction(&mut self, cleaned: Cleaned) -> Result<bool, PartitionError> {
+        Ok(self.log.install(cleaned)?)
     }
 
     /// Periodic work: retention, rolling, compaction, flush, producer expiry,
