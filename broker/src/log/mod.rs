@@ -246,13 +246,34 @@ pub fn delete_dir(dir: &Path) -> io::Result<()> {
         return Ok(());
     }
     let renamed = rename_for_deletion(dir)?;
-    std::thread::Builder::new()
-        .name("log-delete".into())
-        .spawn(move || {
-            if let Err(e) = fs::remove_dir_all(&renamed) {
-                tracing::warn!(dir = %renamed.display(), error = %e, "removing a deleted partition failed");
-            }
-        })?;
+    static DELETER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<PathBuf>>> =
+        std::sync::OnceLock::new();
+    let deleter = DELETER.get_or_init(|| {
+        // One thread removes every renamed directory in turn, however many
+        // partitions a deletion takes.
+        let (tx, rx) = std::sync::mpsc::channel::<PathBuf>();
+        let spawned = std::thread::Builder::new()
+            .name("log-delete".into())
+            .spawn(move || {
+                for dir in rx {
+                    if let Err(e) = fs::remove_dir_all(&dir) {
+                        tracing::warn!(dir = %dir.display(), error = %e, "removing a deleted partition failed");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the log-delete thread");
+        }
+        std::sync::Mutex::new(tx)
+    });
+    let sent = deleter
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(renamed);
+    if let Err(std::sync::mpsc::SendError(renamed)) = sent {
+        // No thread: remove it here rather than leave it to the next start.
+        fs::remove_dir_all(renamed)?;
+    }
     Ok(())
 }
 
