@@ -15,6 +15,8 @@ pub mod partition;
 pub mod replica_manager;
 pub mod replication;
 pub mod server;
+#[cfg(test)]
+mod test_alloc;
 pub mod types;
 
 use std::sync::Arc;
@@ -33,8 +35,11 @@ pub struct RunningBroker {
     pub local_addr: std::net::SocketAddr,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
-    liveness_stop: watch::Sender<bool>,
+    liveness_stop: Arc<watch::Sender<bool>>,
     liveness_tasks: Vec<tokio::task::JoinHandle<()>>,
+    /// `Some(reason)` once the broker cannot go on (its log directory
+    /// failed); `main` exits non-zero on it.
+    fatal: watch::Receiver<Option<String>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -208,6 +213,37 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         // A single node is always the active controller.
         metrics::gauge!("kafka_controller_active").set(1.0);
     }
+    let liveness_stop = Arc::new(liveness_stop);
+    let (fatal_tx, fatal) = watch::channel(None);
+    {
+        // Kafka's handling of its last log directory failing: partitions
+        // there already answer KAFKA_STORAGE_ERROR; leadership moves (this
+        // broker fences itself, as a controlled shutdown does) and the
+        // process stops.
+        let broker = broker.clone();
+        let mut failure = broker.replicas.log_dir_failure().subscribe();
+        let liveness_stop = liveness_stop.clone();
+        let mut rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let reason = tokio::select! {
+                _ = rx.changed() => return,
+                failed = failure.wait_for(Option::is_some) => match failed {
+                    Ok(reason) => reason.clone().unwrap_or_default(),
+                    Err(_) => return,
+                },
+            };
+            tracing::error!(
+                %reason,
+                "the log directory failed: moving leaderships away, then stopping"
+            );
+            if broker.metadata.is_clustered() {
+                // No heartbeat may register this broker again meanwhile.
+                let _ = liveness_stop.send(true);
+                fence_self(&broker).await;
+            }
+            fatal_tx.send_replace(Some(reason));
+        }));
+    }
     {
         let broker = broker.clone();
         let mut rx = shutdown_rx.clone();
@@ -236,24 +272,24 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         tasks,
         liveness_stop,
         liveness_tasks,
+        fatal,
     })
 }
 
-impl RunningBroker {
-    async fn controlled_shutdown(&self) {
-        let node_id = self.broker.node_id();
-        let bound =
-            Duration::from_millis(self.broker.config.broker_session_timeout_ms.max(1) as u64);
-        let fence = self
-            .broker
-            .metadata
-            .propose(MetadataCommand::FenceBroker { node_id });
-        match tokio::time::timeout(bound, fence).await {
-            Ok(Ok(_)) => tracing::info!("controlled shutdown: fenced; leaderships moved"),
-            Ok(Err(e)) => tracing::warn!(error = %e, "controlled shutdown: fencing failed; stopping anyway"),
-            Err(_) => tracing::warn!(
-                "controlled shutdown: no quorum answered within broker.session.timeout.ms; stopping anyway"
-            ),
+/// Fences this broker through the quorum, so its leaderships move to
+/// in-sync followers at once, bounded by `broker.session.timeout.ms` (after
+/// which the controller would fence a silent broker anyway).
+async fn fence_self(broker: &Broker) {
+    let node_id = broker.node_id();
+    let bound = Duration::from_millis(broker.config.broker_session_timeout_ms.max(1) as u64);
+    let fence = broker
+        .metadata
+        .propose(MetadataCommand::FenceBroker { node_id });
+    match tokio::time::timeout(bound, fence).await {
+        Ok(Ok(_)) => tracing::info!("fenced; leaderships moved"),
+        Ok(Err(e)) => tracing::warn!(error = %e, "fencing failed; stopping anyway"),
+        Err(_) => {
+            tracing::warn!("no quorum answered within broker.session.timeout.ms; stopping anyway")
         }
     }
 }
@@ -272,6 +308,13 @@ fn publish_partition_metrics(broker: &Broker) {
 }
 
 impl RunningBroker {
+    /// Turns `Some(reason)` when the broker cannot go on: its log directory
+    /// failed (after its leaderships were moved away). `main` then exits
+    /// non-zero; in-process tests stop it themselves.
+    pub fn fatal(&self) -> watch::Receiver<Option<String>> {
+        self.fatal.clone()
+    }
+
     /// Stops accepting, closes connections, closes every partition cleanly.
     ///
     /// In a cluster with `controlled.shutdown.enable`, it first fences itself
@@ -284,7 +327,8 @@ impl RunningBroker {
             let _ = t.await;
         }
         if self.broker.metadata.is_clustered() && self.broker.config.controlled_shutdown_enable {
-            self.controlled_shutdown().await;
+            tracing::info!("controlled shutdown");
+            fence_self(&self.broker).await;
         }
         let _ = self.shutdown.send(true);
         // Parked JoinGroup/SyncGroup requests would hold their connections

@@ -48,9 +48,18 @@ fn main() {
         tracing::info!(addr = %running.local_addr, "broker ready");
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
             .expect("SIGTERM handler");
+        let mut fatal = running.fatal();
         tokio::select! {
             _ = tokio::signal::ctrl_c() => {}
             _ = term.recv() => {}
+            reason = fatal.wait_for(Option::is_some) => {
+                let reason = reason.map(|r| r.clone().unwrap_or_default()).unwrap_or_default();
+                // Kafka halts here too: nothing is closed cleanly, the next
+                // start recovers the logs.
+                tracing::error!(%reason, "fatal: the log directory failed; exiting");
+                eprintln!("broker: fatal: the log directory failed: {reason}");
+                std::process::exit(1);
+            }
         }
         tracing::info!("shutting down");
         running.shutdown().await;

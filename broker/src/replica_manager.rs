@@ -10,6 +10,7 @@ use uuid::Uuid;
 
 use crate::config::{ServerConfig, TopicConfigs};
 use crate::error::PartitionError;
+use crate::log::LogDirFailureChannel;
 use crate::metadata::image::NO_LEADER;
 use crate::metadata::MetadataImage;
 use crate::partition::leader_state::AssignedState;
@@ -36,6 +37,9 @@ pub struct ReplicaManager {
     /// (`replication::leader`) proposes it without waiting for its tick.
     pub isr_check: Notify,
     followed: Mutex<Vec<Followed>>,
+    /// The health of `log.dirs`' first entry, which holds every partition:
+    /// an I/O error in any of them takes them all offline.
+    log_dir_failure: LogDirFailureChannel,
 }
 
 /// Waits until an acks=all append that ends before `required` is committed
@@ -95,7 +99,17 @@ impl ReplicaManager {
             appended: Notify::new(),
             isr_check: Notify::new(),
             followed: Mutex::new(Vec::new()),
+            log_dir_failure: {
+                metrics::gauge!("kafka_log_offline_log_directory_count").set(0.0);
+                LogDirFailureChannel::new()
+            },
         }
+    }
+
+    /// The log directory's health: `lib.rs` watches it to stop the broker
+    /// when the directory fails.
+    pub fn log_dir_failure(&self) -> &LogDirFailureChannel {
+        &self.log_dir_failure
     }
 
     pub fn get(&self, tp: &TopicPartition) -> Option<PartitionRef> {
@@ -177,9 +191,13 @@ impl ReplicaManager {
             let part = match Arc::try_unwrap(part) {
                 Ok(m) => m.into_inner().expect("poisoned"),
                 Err(shared) => {
+                    // Renamed away now; a request still holding it writes
+                    // into the renamed directory, which goes with it.
                     let dir = partition_dir(&self.data_dir, &tp);
                     drop(shared);
-                    std::fs::remove_dir_all(&dir).ok();
+                    if let Err(e) = crate::log::delete_dir(&dir) {
+                        tracing::error!(%tp, error = %e, "deleting partition failed");
+                    }
                     continue;
                 }
             };
@@ -249,23 +267,33 @@ impl ReplicaManager {
         configs: TopicConfigs,
         now_ms: i64,
     ) -> Result<PartitionRef, PartitionError> {
+        if self.log_dir_failure.is_offline() {
+            return Err(PartitionError::Storage(format!(
+                "the log directory is offline; not opening {tp}"
+            )));
+        }
         {
             let dir = partition_dir(&self.data_dir, tp);
-            if let Some(on_disk) = read_partition_metadata(&dir) {
-                if on_disk != topic_id {
-                    tracing::info!(%tp, "removing directory of an older topic with this name");
-                    std::fs::remove_dir_all(&dir)
-                        .map_err(|e| PartitionError::Storage(e.to_string()))?;
-                }
+            // A directory whose `partition.metadata` names another topic id
+            // belongs to an older topic of this name; one without it is the
+            // remnant of a deletion or of a creation that never got as far
+            // as appending (the file is durable before any data). Neither
+            // may be taken for this topic (Kafka's stray logs).
+            if dir.exists() && read_partition_metadata(&dir) != Some(topic_id) {
+                tracing::info!(%tp, "removing a stray directory with this partition's name");
+                crate::log::delete_dir(&dir).map_err(|e| PartitionError::Storage(e.to_string()))?;
             }
-            let part = Arc::new(Mutex::new(Partition::open(
-                dir,
+            let mut part = Partition::open(
+                dir.clone(),
                 tp.clone(),
                 topic_id,
                 pimg.leader_epoch,
                 configs,
                 now_ms,
-            )?));
+            )
+            .inspect_err(|e| self.log_dir_failure.fail(&dir, e))?;
+            part.set_log_dir_failure_channel(self.log_dir_failure.clone());
+            let part = Arc::new(Mutex::new(part));
             self.partitions
                 .write()
                 .expect("poisoned")
@@ -278,14 +306,20 @@ impl ReplicaManager {
         &self,
         wanted: &HashMap<TopicPartition, (Uuid, &crate::metadata::PartitionImage)>,
     ) {
+        // Deletions a crash interrupted after their rename.
+        match crate::log::remove_deleted_dirs(&self.data_dir) {
+            Ok(0) => {}
+            Ok(n) => tracing::info!(directories = n, "removed partitions left mid-deletion"),
+            Err(e) => tracing::warn!(error = %e, "removing partitions left mid-deletion failed"),
+        }
         let Ok(entries) = std::fs::read_dir(&self.data_dir) else {
             return;
         };
         for entry in entries.flatten() {
             let path = entry.path();
-            let Some(on_disk) = read_partition_metadata(&path) else {
+            if !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
-            };
+            }
             let Some(name) = path.file_name().and_then(|n| n.to_str()) else {
                 continue;
             };
@@ -295,12 +329,17 @@ impl ReplicaManager {
             let Ok(partition) = part.parse::<i32>() else {
                 continue;
             };
+            // Without `partition.metadata` a directory belongs to no topic:
+            // a deletion or creation a crash interrupted.
+            let on_disk = read_partition_metadata(&path);
             let keep = wanted
                 .get(&TopicPartition::new(topic, partition))
-                .is_some_and(|(id, _)| *id == on_disk);
+                .is_some_and(|(id, _)| Some(*id) == on_disk);
             if !keep {
                 tracing::info!(dir = %path.display(), "removing stray partition directory");
-                std::fs::remove_dir_all(&path).ok();
+                if let Err(e) = crate::log::delete_dir(&path) {
+                    tracing::warn!(dir = %path.display(), error = %e, "removing a stray directory failed");
+                }
             }
         }
     }
@@ -318,6 +357,12 @@ impl ReplicaManager {
     /// markers), so the next start skips recovery scans.
     pub fn shutdown(&self) {
         let parts: Vec<_> = self.partitions.write().expect("poisoned").drain().collect();
+        if self.log_dir_failure.is_offline() {
+            // Nothing more is written to a failed directory: no snapshots,
+            // no clean-shutdown markers; the next start recovers.
+            tracing::warn!("log directory offline: partitions not closed cleanly");
+            return;
+        }
         for (tp, part) in parts {
             match Arc::try_unwrap(part) {
                 Ok(m) => {

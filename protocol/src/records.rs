@@ -14,7 +14,7 @@
 //! key, value and headers (varint lengths, -1 for null), and the fields must
 //! fill the declared body length exactly.
 
-use std::io::{self, BufRead, BufReader, Read};
+use std::io::{self, BufRead, BufReader, Read, Write};
 
 use thiserror::Error;
 
@@ -524,6 +524,159 @@ fn invalid_data(why: &str) -> io::Error {
     io::Error::new(io::ErrorKind::InvalidData, why.to_string())
 }
 
+/// snappy-java's default block size, which Kafka's producers write.
+const XERIAL_BLOCK_LEN: usize = 32 * 1024;
+
+/// A streaming compressor for a records section: records' encodings are
+/// written in (as [`RecordVisitor::raw`] gives them), the compressed
+/// section comes out of [`RecordsCompressor::finish`]. The output is held in
+/// memory and capped: a write that would take it past `max_len` fails with
+/// [`io::ErrorKind::WriteZero`], so nothing built this way can outgrow the
+/// caller's bound, whatever the input expands to. Snappy is written in
+/// snappy-java's framing, as Kafka's producers write it.
+pub struct RecordsCompressor {
+    inner: Encoder,
+}
+
+enum Encoder {
+    None(Capped),
+    Gzip(flate2::write::GzEncoder<Capped>),
+    Snappy(XerialWriter),
+    Lz4(lz4::Encoder<Capped>),
+    Zstd(zstd::stream::write::Encoder<'static, Capped>),
+}
+
+impl RecordsCompressor {
+    pub fn new(codec: Codec, max_len: usize) -> io::Result<Self> {
+        let out = Capped {
+            buf: Vec::new(),
+            max_len,
+        };
+        let inner = match codec {
+            Codec::None => Encoder::None(out),
+            Codec::Gzip => Encoder::Gzip(flate2::write::GzEncoder::new(
+                out,
+                flate2::Compression::default(),
+            )),
+            Codec::Snappy => Encoder::Snappy(XerialWriter::new(out)?),
+            Codec::Lz4 => Encoder::Lz4(lz4::EncoderBuilder::new().build(out)?),
+            Codec::Zstd => Encoder::Zstd(zstd::stream::write::Encoder::new(out, 3)?),
+        };
+        Ok(Self { inner })
+    }
+
+    /// The compressed section (`WriteZero` if its end did not fit).
+    pub fn finish(self) -> io::Result<Vec<u8>> {
+        Ok(match self.inner {
+            Encoder::None(c) => c.buf,
+            Encoder::Gzip(e) => e.finish()?.buf,
+            Encoder::Snappy(e) => e.finish()?.buf,
+            Encoder::Lz4(e) => {
+                let (c, result) = e.finish();
+                result?;
+                c.buf
+            }
+            Encoder::Zstd(e) => e.finish()?.buf,
+        })
+    }
+}
+
+impl Write for RecordsCompressor {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        match &mut self.inner {
+            Encoder::None(w) => w.write(data),
+            Encoder::Gzip(w) => w.write(data),
+            Encoder::Snappy(w) => w.write(data),
+            Encoder::Lz4(w) => w.write(data),
+            Encoder::Zstd(w) => w.write(data),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.inner {
+            Encoder::None(w) => w.flush(),
+            Encoder::Gzip(w) => w.flush(),
+            Encoder::Snappy(w) => w.flush(),
+            Encoder::Lz4(w) => w.flush(),
+            Encoder::Zstd(w) => w.flush(),
+        }
+    }
+}
+
+/// An in-memory writer that refuses to grow past `max_len` bytes.
+struct Capped {
+    buf: Vec<u8>,
+    max_len: usize,
+}
+
+impl Write for Capped {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        if data.len() > self.max_len - self.buf.len() {
+            return Err(io::Error::new(
+                io::ErrorKind::WriteZero,
+                format!("compressed records exceed {} bytes", self.max_len),
+            ));
+        }
+        self.buf.extend_from_slice(data);
+        Ok(data.len())
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Writes snappy-java's framing: the header, then raw snappy blocks of at
+/// most [`XERIAL_BLOCK_LEN`] input bytes, each prefixed with its length.
+struct XerialWriter {
+    out: Capped,
+    pending: Vec<u8>,
+}
+
+impl XerialWriter {
+    fn new(mut out: Capped) -> io::Result<Self> {
+        out.write_all(&XERIAL_MAGIC)?;
+        // version 1, minimum compatible version 1
+        out.write_all(&1i32.to_be_bytes())?;
+        out.write_all(&1i32.to_be_bytes())?;
+        Ok(Self {
+            out,
+            pending: Vec::with_capacity(XERIAL_BLOCK_LEN),
+        })
+    }
+
+    fn flush_block(&mut self) -> io::Result<()> {
+        if self.pending.is_empty() {
+            return Ok(());
+        }
+        let block = snap::raw::Encoder::new()
+            .compress_vec(&self.pending)
+            .map_err(|e| invalid_data(&e.to_string()))?;
+        let len = u32::try_from(block.len()).map_err(|_| invalid_data("snappy block too long"))?;
+        self.out.write_all(&len.to_be_bytes())?;
+        self.out.write_all(&block)?;
+        self.pending.clear();
+        Ok(())
+    }
+
+    fn finish(mut self) -> io::Result<Capped> {
+        self.flush_block()?;
+        Ok(self.out)
+    }
+}
+
+impl Write for XerialWriter {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(XERIAL_BLOCK_LEN - self.pending.len());
+        self.pending.extend_from_slice(&data[..n]);
+        if self.pending.len() == XERIAL_BLOCK_LEN {
+            self.flush_block()?;
+        }
+        Ok(n)
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -887,6 +1040,56 @@ mod tests {
         assert_eq!(info.value_len, 64 << 20);
         assert!(largest.0 <= CHUNK_LEN);
         reader.finish().unwrap();
+    }
+
+    #[test]
+    fn the_compressor_writes_what_the_reader_reads_in_every_codec() {
+        let original = records(200);
+        let plain = encode(&original, Compression::None);
+        let section = &plain[HEADER_LEN..];
+        for codec in [
+            Codec::None,
+            Codec::Gzip,
+            Codec::Snappy,
+            Codec::Lz4,
+            Codec::Zstd,
+        ] {
+            let mut c = RecordsCompressor::new(codec, 1 << 20).unwrap();
+            // In small pieces, as a visitor's raw bytes come.
+            for piece in section.chunks(7) {
+                c.write_all(piece).unwrap();
+            }
+            let mut batch = with_payload(&plain, &c.finish().unwrap());
+            rewrite::set_codec(&mut batch, codec);
+            rewrite::seal(&mut batch);
+            let view = RecordBatchView::parse(&batch).unwrap();
+            let mut reader = RecordReader::new(&view).unwrap();
+            let mut raw = Collect::default();
+            while reader.next_record(&mut raw).unwrap().is_some() {}
+            reader.finish().unwrap();
+            assert_eq!(raw.raw, section, "{codec:?}");
+        }
+    }
+
+    #[test]
+    fn the_compressor_refuses_to_outgrow_its_cap() {
+        let noise: Vec<u8> = (0..64 * 1024u32)
+            .map(|i| (i.wrapping_mul(2_654_435_761) >> 24) as u8)
+            .collect();
+        for codec in [
+            Codec::None,
+            Codec::Gzip,
+            Codec::Snappy,
+            Codec::Lz4,
+            Codec::Zstd,
+        ] {
+            let mut c = RecordsCompressor::new(codec, 1000).unwrap();
+            let err = c
+                .write_all(&noise)
+                .and_then(|()| c.finish().map(drop))
+                .unwrap_err();
+            assert_eq!(err.kind(), io::ErrorKind::WriteZero, "{codec:?}");
+        }
     }
 
     #[test]

@@ -75,6 +75,9 @@ pub struct ServerConfig {
     pub log_index_interval_bytes: u32,
     pub log_cleanup_policy: String,
     pub log_cleaner_delete_retention_ms: i64,
+    /// `log.cleaner.dedupe.buffer.size`: the most one cleaning pass's key
+    /// map may take.
+    pub log_cleaner_dedupe_buffer_size: u64,
     pub log_flush_interval_messages: u64,
     pub log_flush_interval_ms: i64,
     pub log_retention_check_interval_ms: i64,
@@ -193,6 +196,7 @@ impl Default for ServerConfig {
             log_index_interval_bytes: 4096,
             log_cleanup_policy: "delete".into(),
             log_cleaner_delete_retention_ms: 24 * 3_600_000,
+            log_cleaner_dedupe_buffer_size: crate::log::DEFAULT_CLEANER_DEDUPE_BUFFER_BYTES,
             log_flush_interval_messages: u64::MAX,
             log_flush_interval_ms: i64::MAX,
             log_retention_check_interval_ms: 300_000,
@@ -446,6 +450,9 @@ impl ServerConfig {
             "log.cleaner.delete.retention.ms" => {
                 self.log_cleaner_delete_retention_ms = parse_num(key, v)?
             }
+            "log.cleaner.dedupe.buffer.size" => {
+                self.log_cleaner_dedupe_buffer_size = parse_num(key, v)?
+            }
             "log.flush.interval.messages" => {
                 self.log_flush_interval_messages = parse_never_u64(key, v)?
             }
@@ -693,6 +700,14 @@ impl ServerConfig {
                 "log.flush.interval.ms",
                 &self.log_flush_interval_ms,
                 "must be at least 1",
+            );
+        }
+        // Kafka's floor: 1 MiB per cleaner thread.
+        if self.log_cleaner_dedupe_buffer_size < 1 << 20 {
+            return n(
+                "log.cleaner.dedupe.buffer.size",
+                &self.log_cleaner_dedupe_buffer_size,
+                "must be at least 1048576",
             );
         }
         if self.log_retention_check_interval_ms < 1 {

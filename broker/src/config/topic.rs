@@ -205,6 +205,8 @@ fn never_u64(v: u64) -> String {
 #[derive(Clone, Debug)]
 pub struct TopicConfigs {
     values: BTreeMap<&'static str, String>,
+    /// The broker's `log.cleaner.dedupe.buffer.size` (not a topic key).
+    cleaner_dedupe_buffer_bytes: u64,
 }
 
 impl TopicConfigs {
@@ -240,7 +242,10 @@ impl TopicConfigs {
                 (e.name, v)
             })
             .collect();
-        Self { values }
+        Self {
+            values,
+            cleaner_dedupe_buffer_bytes: server.log_cleaner_dedupe_buffer_size,
+        }
     }
 
     pub fn get(&self, name: &str) -> &str {
@@ -311,6 +316,7 @@ impl TopicConfigs {
             },
             flush_ms: self.long("flush.ms"),
             max_message_bytes: self.max_message_bytes(),
+            cleaner_dedupe_buffer_bytes: self.cleaner_dedupe_buffer_bytes,
         }
     }
 

@@ -12,8 +12,14 @@
 //! trusted.
 
 mod cleaner;
+mod dir_failure;
+#[cfg(feature = "fault-injection")]
+pub mod faults;
 mod records;
 mod region;
+
+pub use cleaner::{Cleaned, CompactionJob, DEDUPE_ENTRY_BYTES};
+pub use dir_failure::LogDirFailureChannel;
 mod segment;
 #[cfg(test)]
 mod tests;
@@ -34,7 +40,12 @@ use segment::{corrupt, Segment, LOG_SUFFIX};
 const LOG_START_OFFSET_FILE: &str = "log-start-offset";
 const CLEAN_SHUTDOWN_FILE: &str = "clean-shutdown";
 const TMP_SUFFIX: &str = ".tmp";
+/// What a partition directory being deleted is renamed to end with:
+/// `<topic>-<partition>.<uuid>-delete`, as Kafka names it.
+pub const DELETE_DIR_SUFFIX: &str = "-delete";
 const CLEANED_SUFFIX: &str = ".cleaned";
+/// Kafka's default `log.cleaner.dedupe.buffer.size`: 128 MiB.
+pub const DEFAULT_CLEANER_DEDUPE_BUFFER_BYTES: u64 = 128 << 20;
 
 /// Which of Kafka's `cleanup.policy` values apply; both may be set.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,6 +86,9 @@ pub struct LogConfig {
     pub flush_ms: i64,
     /// `max.message.bytes`: the largest batch `append` accepts.
     pub max_message_bytes: u32,
+    /// `log.cleaner.dedupe.buffer.size` (a broker key): the most a cleaning
+    /// pass's key map may take, at [`cleaner::DEDUPE_ENTRY_BYTES`] per key.
+    pub cleaner_dedupe_buffer_bytes: u64,
 }
 
 impl Default for LogConfig {
@@ -90,6 +104,7 @@ impl Default for LogConfig {
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
             max_message_bytes: 1_048_588,
+            cleaner_dedupe_buffer_bytes: DEFAULT_CLEANER_DEDUPE_BUFFER_BYTES,
         }
     }
 }
@@ -166,9 +181,13 @@ pub enum LogError {
         max_message_bytes: u32,
     },
     /// A stored batch whose records cannot be decoded (only the cleaner and
-    /// timestamp lookups look inside batches). Like `Io`, this is fatal.
+    /// timestamp lookups look inside batches).
     #[error("stored batch at offset {base_offset} is corrupt: {reason}")]
     CorruptBatch { base_offset: Offset, reason: String },
+    /// An earlier I/O error took the log directory offline
+    /// ([`LogDirFailureChannel`]): nothing in it is written or read again.
+    #[error("log directory of {dir} is offline after an I/O error")]
+    LogDirOffline { dir: PathBuf },
 }
 
 /// What one `maintain` call did.
@@ -195,6 +214,11 @@ pub struct Log {
     cleaned_up_to: i64,
     /// When the earliest tombstone the cleaner kept becomes removable.
     next_tombstone_expiry_ms: Option<i64>,
+    /// Bumped whenever segments are removed, replaced or truncated, so a
+    /// compaction planned before cannot install over them.
+    generation: u64,
+    /// The directory's health, shared with every log in it.
+    dir_failure: LogDirFailureChannel,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -212,6 +236,85 @@ fn write_atomically(dir: &Path, name: &str, contents: &[u8]) -> io::Result<()> {
     }
     fs::rename(&tmp, dir.join(name))?;
     sync_dir(dir)
+}
+
+/// Deletes a partition directory as Kafka's `LogManager.asyncDelete` does:
+/// first renamed to `<name>.<uuid>-delete` (the parent fsynced), so a crash
+/// at any later point cannot bring the partition back under its own name,
+/// then removed by a background thread. A `-delete` directory left by a
+/// crash is removed by the next start ([`remove_deleted_dirs`]).
+pub fn delete_dir(dir: &Path) -> io::Result<()> {
+    if !dir.exists() {
+        return Ok(());
+    }
+    let renamed = rename_for_deletion(dir)?;
+    static DELETER: std::sync::OnceLock<std::sync::Mutex<std::sync::mpsc::Sender<PathBuf>>> =
+        std::sync::OnceLock::new();
+    let deleter = DELETER.get_or_init(|| {
+        // One thread removes every renamed directory in turn, however many
+        // partitions a deletion takes.
+        let (tx, rx) = std::sync::mpsc::channel::<PathBuf>();
+        let spawned = std::thread::Builder::new()
+            .name("log-delete".into())
+            .spawn(move || {
+                for dir in rx {
+                    if let Err(e) = fs::remove_dir_all(&dir) {
+                        tracing::warn!(dir = %dir.display(), error = %e, "removing a deleted partition failed");
+                    }
+                }
+            });
+        if let Err(e) = spawned {
+            tracing::error!(error = %e, "cannot start the log-delete thread");
+        }
+        std::sync::Mutex::new(tx)
+    });
+    let sent = deleter
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .send(renamed);
+    if let Err(std::sync::mpsc::SendError(renamed)) = sent {
+        // No thread: remove it here rather than leave it to the next start.
+        fs::remove_dir_all(renamed)?;
+    }
+    Ok(())
+}
+
+/// The first half of [`delete_dir`]: the rename, durable once this returns.
+pub fn rename_for_deletion(dir: &Path) -> io::Result<PathBuf> {
+    let name = dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .ok_or_else(|| corrupt(format!("{}: not a partition directory", dir.display())))?;
+    let parent = dir.parent().unwrap_or(Path::new("."));
+    let renamed = parent.join(format!(
+        "{name}.{}{DELETE_DIR_SUFFIX}",
+        uuid::Uuid::new_v4().simple()
+    ));
+    fs::rename(dir, &renamed)?;
+    sync_dir(parent)?;
+    Ok(renamed)
+}
+
+/// Whether `name` is a partition directory renamed for deletion.
+pub fn is_deleted_dir_name(name: &str) -> bool {
+    name.strip_suffix(DELETE_DIR_SUFFIX)
+        .and_then(|stem| stem.rsplit_once('.'))
+        .is_some_and(|(_, id)| id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()))
+}
+
+/// Removes the `-delete` directories under `data_dir` that a crash left
+/// behind (Kafka loads them at start only to delete them).
+pub fn remove_deleted_dirs(data_dir: &Path) -> io::Result<usize> {
+    let mut removed = 0;
+    for entry in fs::read_dir(data_dir)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.to_str().is_some_and(is_deleted_dir_name) && entry.file_type()?.is_dir() {
+            fs::remove_dir_all(entry.path())?;
+            removed += 1;
+        }
+    }
+    Ok(removed)
 }
 
 fn parse_segment_base(name: &str) -> Option<i64> {
@@ -324,6 +427,8 @@ impl Log {
             last_flush_ms: now_ms,
             cleaned_up_to: log_start_offset,
             next_tombstone_expiry_ms: None,
+            generation: 0,
+            dir_failure: LogDirFailureChannel::new(),
         };
         if log.log_start_offset > log.log_end_offset().0 {
             // Data at and above the persisted log start was lost (a torn
@@ -356,6 +461,46 @@ impl Log {
     }
     pub fn set_config(&mut self, config: LogConfig) {
         self.config = config;
+    }
+
+    /// Makes this log one of a directory's: an I/O error here takes every
+    /// log sharing `channel` offline, and theirs this one.
+    pub fn set_dir_failure_channel(&mut self, channel: LogDirFailureChannel) {
+        self.dir_failure = channel;
+    }
+
+    /// Whether the log's directory went offline after an I/O error.
+    pub fn is_offline(&self) -> bool {
+        self.dir_failure.is_offline()
+    }
+
+    /// Takes the directory offline for an I/O error met outside the log
+    /// (the partition's own files in the same directory).
+    pub fn report_failure(&self, error: &dyn std::fmt::Display) {
+        self.dir_failure.fail(&self.dir, error);
+    }
+
+    fn check_online(&self) -> Result<(), LogError> {
+        if self.dir_failure.is_offline() {
+            return Err(LogError::LogDirOffline {
+                dir: self.dir.clone(),
+            });
+        }
+        Ok(())
+    }
+
+    /// Every I/O error takes the directory offline (Kafka's
+    /// `maybeHandleIOException`): after a failed write or fsync the files
+    /// can no longer be trusted to hold what the log believes they hold.
+    fn failed(&self, e: LogError) -> LogError {
+        if let LogError::Io(io) = &e {
+            self.dir_failure.fail(&self.dir, io);
+        }
+        e
+    }
+
+    fn guard<T>(&self, result: Result<T, LogError>) -> Result<T, LogError> {
+        result.map_err(|e| self.failed(e))
     }
     /// Base offsets of the segments, oldest first (for tests and metrics).
     pub fn segment_base_offsets(&self) -> Vec<Offset> {
@@ -406,21 +551,42 @@ impl Log {
 
     /// Appends one batch a leader already stored (replication): its base
     /// offset may lie above the log end offset, because a compacted
-    /// leader's log has gaps, but never below it.
+    /// leader's log has gaps, but never below it; `max.message.bytes` does
+    /// not apply.
     pub fn append_replicated(&mut self, batch: &[u8], now_ms: i64) -> Result<(), LogError> {
         self.append_inner(batch, now_ms, true)
     }
 
-    fn append_inner(&mut self, batch: &[u8], now_ms: i64, allow_gap: bool) -> Result<(), LogError> {
+    fn append_inner(
+        &mut self,
+        batch: &[u8],
+        now_ms: i64,
+        replicated: bool,
+    ) -> Result<(), LogError> {
+        self.check_online()?;
+        let result = self.append_unchecked(batch, now_ms, replicated);
+        self.guard(result)
+    }
+
+    fn append_unchecked(
+        &mut self,
+        batch: &[u8],
+        now_ms: i64,
+        replicated: bool,
+    ) -> Result<(), LogError> {
         let view = RecordBatchView::parse(batch)?;
-        if batch.len() > self.config.max_message_bytes as usize {
+        // `max.message.bytes` limits what clients may append. A replicated
+        // batch was accepted by the leader, possibly under an older, larger
+        // limit: refusing it would stop replication for good (Kafka's
+        // `appendAsFollower` passes `ignoreRecordSize`).
+        if !replicated && batch.len() > self.config.max_message_bytes as usize {
             return Err(LogError::RecordBatchTooLarge {
                 size_bytes: batch.len(),
                 max_message_bytes: self.config.max_message_bytes,
             });
         }
         let log_end = self.log_end_offset();
-        if view.base_offset() < log_end.0 || (!allow_gap && view.base_offset() != log_end.0) {
+        if view.base_offset() < log_end.0 || (!replicated && view.base_offset() != log_end.0) {
             return Err(LogError::NonMonotonicOffset {
                 base_offset: Offset(view.base_offset()),
                 log_end,
@@ -518,7 +684,7 @@ impl Log {
         let regions = self.read_regions(offset, max_bytes, max_offset, min_one_batch)?;
         let mut out = Vec::with_capacity(regions.iter().map(|r| r.len() as usize).sum());
         for region in &regions {
-            region.read_into(&mut out)?;
+            self.guard(region.read_into(&mut out).map_err(LogError::from))?;
         }
         Ok(Bytes::from(out))
     }
@@ -527,6 +693,17 @@ impl Log {
     /// whose bytes are read later, outside whatever lock guards the log.
     /// Only batch headers are read here.
     pub fn read_regions(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+        min_one_batch: bool,
+    ) -> Result<Vec<FileRegion>, LogError> {
+        self.check_online()?;
+        self.guard(self.read_regions_unchecked(offset, max_bytes, max_offset, min_one_batch))
+    }
+
+    fn read_regions_unchecked(
         &self,
         offset: Offset,
         max_bytes: usize,
@@ -574,20 +751,34 @@ impl Log {
         &self,
         offset: Offset,
     ) -> impl Iterator<Item = Result<Bytes, LogError>> + '_ {
-        let start = match self.locate(offset.0.max(self.log_start_offset)) {
-            Ok(found) => Ok(found.map(|(i, pos, _)| (i, pos))),
+        let start = match self.check_online() {
             Err(e) => Err(e),
+            Ok(()) => match self.locate(offset.0.max(self.log_start_offset)) {
+                Ok(found) => Ok(found.map(|(i, pos, _)| (i, pos))),
+                Err(e) => Err(e),
+            },
         };
         BatchesFrom {
             log: self,
             cursor: start,
         }
+        .map(|item| self.guard(item))
     }
 
     /// Kafka's ListOffsets by timestamp: the earliest record at or above the
     /// log start offset whose timestamp is >= `timestamp_ms`, with that
-    /// timestamp.
+    /// timestamp. Segment max timestamps, the time index and batch headers
+    /// find the batch; only the records of batches whose max timestamp
+    /// reaches the target are streamed.
     pub fn offset_for_timestamp(
+        &self,
+        timestamp_ms: i64,
+    ) -> Result<Option<(Offset, i64)>, LogError> {
+        self.check_online()?;
+        self.guard(self.offset_for_timestamp_unchecked(timestamp_ms))
+    }
+
+    fn offset_for_timestamp_unchecked(
         &self,
         timestamp_ms: i64,
     ) -> Result<Option<(Offset, i64)>, LogError> {
@@ -605,10 +796,12 @@ impl Log {
             while let Some(h) = seg.header_at(position)? {
                 if h.max_timestamp >= timestamp_ms && h.last_offset() >= self.log_start_offset {
                     let bytes = seg.read_at(position, h.size_bytes)?;
-                    for (offset, ts) in self.record_timestamps(&bytes)? {
-                        if ts >= timestamp_ms && offset >= self.log_start_offset {
-                            return Ok(Some((Offset(offset), ts)));
-                        }
+                    let log_start = self.log_start_offset;
+                    let found = Self::find_record(&bytes, |offset, ts| {
+                        ts >= timestamp_ms && offset >= log_start
+                    })?;
+                    if let Some((offset, ts)) = found {
+                        return Ok(Some((Offset(offset), ts)));
                     }
                 }
                 position += h.size_bytes;
@@ -619,9 +812,14 @@ impl Log {
         Ok(None)
     }
 
-    fn record_timestamps(&self, batch: &[u8]) -> Result<Vec<(i64, i64)>, LogError> {
+    /// The first record of `batch` for which `wanted(offset, timestamp)`
+    /// holds, read by streaming (see [`records::find_record`]).
+    fn find_record(
+        batch: &[u8],
+        wanted: impl FnMut(i64, i64) -> bool,
+    ) -> Result<Option<(i64, i64)>, LogError> {
         let view = RecordBatchView::parse(batch)?;
-        records::record_timestamps(&view).map_err(|reason| LogError::CorruptBatch {
+        records::find_record(&view, wanted).map_err(|reason| LogError::CorruptBatch {
             base_offset: Offset(view.base_offset()),
             reason,
         })
@@ -629,9 +827,14 @@ impl Log {
 
     /// For ListOffsets MAX_TIMESTAMP: the largest record timestamp in the
     /// log and the offset of the first record carrying it; `(-1, -1)` for a
-    /// log without records. Batch max timestamps locate the batch; its
-    /// records are then read to find the record.
+    /// log without records. Batch max timestamps locate the batch; only its
+    /// records are then streamed to find the record.
     pub fn max_timestamp(&self) -> Result<(i64, Offset), LogError> {
+        self.check_online()?;
+        self.guard(self.max_timestamp_unchecked())
+    }
+
+    fn max_timestamp_unchecked(&self) -> Result<(i64, Offset), LogError> {
         let mut best: Option<&Segment> = None;
         for seg in &self.segments {
             if seg.max_timestamp() >= 0
@@ -648,10 +851,7 @@ impl Log {
             return Ok((-1, Offset(-1)));
         };
         let bytes = seg.read_at(position, h.size_bytes)?;
-        let found = self
-            .record_timestamps(&bytes)?
-            .into_iter()
-            .find(|&(_, ts)| ts == h.max_timestamp);
+        let found = Self::find_record(&bytes, |_, ts| ts == h.max_timestamp)?;
         // An emptied batch kept by the cleaner has no records; its header
         // still names the timestamp, so report its last offset.
         let (offset, ts) = found.unwrap_or((h.last_offset(), h.max_timestamp));
@@ -663,6 +863,12 @@ impl Log {
     /// `offset`; below the log start the log is emptied and restarted at
     /// `offset`, as Kafka's `truncateFullyAndStartAt`.
     pub fn truncate_to(&mut self, offset: Offset) -> Result<(), LogError> {
+        self.check_online()?;
+        let result = self.truncate_to_unchecked(offset);
+        self.guard(result)
+    }
+
+    fn truncate_to_unchecked(&mut self, offset: Offset) -> Result<(), LogError> {
         let offset = offset.0;
         // Truncation takes no clock; a segment it recreates counts its age
         // from the active segment's.
@@ -670,6 +876,7 @@ impl Log {
         if offset >= self.log_end_offset().0 {
             return Ok(());
         }
+        self.generation += 1;
         if offset < self.log_start_offset {
             return self.truncate_fully_and_start_at(offset, now_ms);
         }
@@ -695,11 +902,21 @@ impl Log {
     /// an empty log at `offset` (a follower whose log the leader's log start
     /// has passed).
     pub fn truncate_fully_and_start_at_offset(&mut self, offset: Offset) -> Result<(), LogError> {
+        self.check_online()?;
+        let result = self.truncate_fully_and_start_at_offset_unchecked(offset);
+        self.guard(result)
+    }
+
+    fn truncate_fully_and_start_at_offset_unchecked(
+        &mut self,
+        offset: Offset,
+    ) -> Result<(), LogError> {
         let now_ms = self.active().created_ms;
         self.truncate_fully_and_start_at(offset.0, now_ms)
     }
 
     fn truncate_fully_and_start_at(&mut self, offset: i64, now_ms: i64) -> Result<(), LogError> {
+        self.generation += 1;
         for seg in self.segments.drain(..) {
             seg.delete()?;
         }
@@ -727,6 +944,12 @@ impl Log {
     /// before returning) and deletes the segments wholly below it. Returns
     /// the new log start offset.
     pub fn delete_records_before(&mut self, offset: Offset) -> Result<Offset, LogError> {
+        self.check_online()?;
+        let result = self.delete_records_before_unchecked(offset);
+        self.guard(result)
+    }
+
+    fn delete_records_before_unchecked(&mut self, offset: Offset) -> Result<Offset, LogError> {
         if offset.0 > self.log_end_offset().0 || offset.0 < 0 {
             return Err(self.out_of_range(offset.0));
         }
@@ -760,6 +983,7 @@ impl Log {
             n < self.segments.len(),
             "callers roll before deleting the active segment"
         );
+        self.generation += 1;
         let mut bytes = 0;
         let removed: Vec<Segment> = self.segments.drain(..n).collect();
         let first_base = self.segments[0].base_offset;
@@ -787,6 +1011,30 @@ impl Log {
         now_ms: i64,
         high_watermark: Offset,
     ) -> Result<MaintenanceReport, LogError> {
+        self.check_online()?;
+        let result = self.maintain_unchecked(now_ms, high_watermark, true);
+        self.guard(result)
+    }
+
+    /// [`Log::maintain`] without the compaction, for a caller that runs
+    /// compaction off the log's lock ([`Log::compaction_plan`], then
+    /// [`CompactionJob::run`] and [`Log::install`]).
+    pub fn maintain_without_compaction(
+        &mut self,
+        now_ms: i64,
+        high_watermark: Offset,
+    ) -> Result<MaintenanceReport, LogError> {
+        self.check_online()?;
+        let result = self.maintain_unchecked(now_ms, high_watermark, false);
+        self.guard(result)
+    }
+
+    fn maintain_unchecked(
+        &mut self,
+        now_ms: i64,
+        high_watermark: Offset,
+        compact: bool,
+    ) -> Result<MaintenanceReport, LogError> {
         let mut report = MaintenanceReport::default();
         let active = self.active();
         if !active.is_empty() && now_ms.saturating_sub(active.created_ms) > self.config.segment_ms {
@@ -801,7 +1049,10 @@ impl Log {
             report.segments_deleted += n;
             report.bytes_deleted += bytes;
         }
-        if self.config.cleanup_policy.compact && self.needs_compaction(now_ms, high_watermark.0) {
+        if compact
+            && self.config.cleanup_policy.compact
+            && self.needs_compaction(now_ms, high_watermark.0)
+        {
             self.compact(now_ms, high_watermark)?;
             report.compacted = true;
         }
@@ -862,6 +1113,12 @@ impl Log {
     }
 
     pub fn flush(&mut self) -> Result<(), LogError> {
+        self.check_online()?;
+        let result = self.flush_unchecked();
+        self.guard(result)
+    }
+
+    fn flush_unchecked(&mut self) -> Result<(), LogError> {
         self.active().sync()?;
         self.unflushed_messages = 0;
         Ok(())
@@ -870,16 +1127,19 @@ impl Log {
     /// Flushes and leaves the clean-shutdown marker, so the next open
     /// skips CRC checks.
     pub fn close(mut self) -> Result<(), LogError> {
+        // flush() refuses once the directory is offline: no marker then, so
+        // the next start runs recovery.
         self.flush()?;
-        write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"")?;
-        Ok(())
+        let result = write_atomically(&self.dir, CLEAN_SHUTDOWN_FILE, b"").map_err(LogError::from);
+        self.guard(result)
     }
 
-    /// Removes the partition directory and everything in it.
+    /// Deletes the partition directory and everything in it (see
+    /// [`delete_dir`]).
     pub fn delete(self) -> Result<(), LogError> {
         let dir = self.dir.clone();
         drop(self);
-        fs::remove_dir_all(&dir)?;
+        delete_dir(&dir)?;
         Ok(())
     }
 }

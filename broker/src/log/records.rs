@@ -4,15 +4,19 @@
 //!
 //! Stored batches were validated (CRC, framing) before they were appended,
 //! but the bytes still come from disk, so every length is checked before use
-//! and nothing here panics on bad input.
+//! and nothing here panics on bad input. Records are only ever streamed
+//! (`protocol::records`): no key, value or decompressed records section is
+//! held whole, so what a batch expands to costs codec windows.
 
-use bytes::{Buf, BufMut, Bytes, BytesMut};
-use kafka_protocol::compression::{Compressor, Decompressor, Gzip, Lz4, Snappy, Zstd};
+use std::io::{self, Write};
+
 use protocol::record_batch::{
-    i16_at, i32_at, i64_at, read_varlong, Codec, RecordBatchView, ATTR_COMPRESSION_MASK,
-    HEADER_LEN, MAGIC_V2, OFF_ATTRIBUTES, OFF_BASE_OFFSET, OFF_BASE_TIMESTAMP,
-    OFF_LAST_OFFSET_DELTA, OFF_LEADER_EPOCH, OFF_MAGIC, OFF_MAX_TIMESTAMP, OFF_PRODUCER_ID,
-    OFF_RECORD_COUNT,
+    i16_at, i32_at, i64_at, RecordBatchView, ATTR_COMPRESSION_MASK, HEADER_LEN, MAGIC_V2,
+    OFF_ATTRIBUTES, OFF_BASE_OFFSET, OFF_BASE_TIMESTAMP, OFF_LAST_OFFSET_DELTA, OFF_LEADER_EPOCH,
+    OFF_MAGIC, OFF_MAX_TIMESTAMP, OFF_PRODUCER_ID, OFF_RECORD_COUNT,
+};
+use protocol::records::{
+    Part, RecordError, RecordReader, RecordVisitor, RecordsCompressor, SkipAll,
 };
 
 /// The header fields of one stored batch, read from its first
@@ -77,163 +81,212 @@ impl BatchHeader {
     }
 }
 
-/// One record inside a (decompressed) batch payload, borrowed.
-#[derive(Debug)]
-pub(crate) struct RawRecord<'a> {
-    /// The record's full encoding, length prefix included, so the cleaner can
-    /// copy a retained record without re-encoding it.
-    pub bytes: &'a [u8],
-    pub timestamp_delta: i64,
-    pub offset_delta: i32,
-    pub key: Option<&'a [u8]>,
+/// A record's timestamp: its own for CreateTime batches; the batch's max
+/// timestamp for every record of a LogAppendTime batch, as in Kafka.
+pub(crate) fn record_timestamp(view: &RecordBatchView<'_>, timestamp_delta: i64) -> i64 {
+    if view.is_log_append_time() {
+        view.max_timestamp()
+    } else {
+        view.base_timestamp().wrapping_add(timestamp_delta)
+    }
+}
+
+/// `(offset, timestamp)` of the first record, in batch order, for which
+/// `wanted` holds. The records are streamed ([`RecordReader`]): keys and
+/// values are skipped, never held, so a batch that expands to gigabytes
+/// costs the codec's window.
+pub(crate) fn find_record(
+    view: &RecordBatchView<'_>,
+    mut wanted: impl FnMut(i64, i64) -> bool,
+) -> Result<Option<(i64, i64)>, String> {
+    let mut reader = RecordReader::new(view).map_err(|e| e.to_string())?;
+    while let Some(info) = reader
+        .next_record(&mut SkipAll)
+        .map_err(|e| e.to_string())?
+    {
+        let offset = view.base_offset() + info.offset_delta as i64;
+        let timestamp = record_timestamp(view, info.timestamp_delta);
+        if wanted(offset, timestamp) {
+            return Ok(Some((offset, timestamp)));
+        }
+    }
+    Ok(None)
+}
+
+/// A key's fingerprint in the cleaner's map: 128 bits of BLAKE3 keyed with
+/// a secret drawn for each cleaning pass.
+pub(crate) type KeyHash = [u8; 16];
+
+/// What the cleaner looks at in one record.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct RecordSummary {
+    pub offset: i64,
+    pub timestamp: i64,
+    /// `None` for a null key.
+    pub key: Option<KeyHash>,
+    /// `false` for a tombstone (null value).
     pub has_value: bool,
 }
 
-fn read_varint(buf: &[u8], pos: &mut usize) -> Option<i32> {
-    let v = read_varlong(buf, pos)?;
-    i32::try_from(v).ok()
+/// Hashes each record's key as its pieces stream past.
+struct KeyHasher {
+    hasher: blake3::Hasher,
 }
 
-/// Reads a length-prefixed byte string: `None` inside `Some` for length -1.
-fn read_nullable_bytes<'a>(buf: &'a [u8], pos: &mut usize) -> Option<Option<&'a [u8]>> {
-    let len = read_varint(buf, pos)?;
-    if len == -1 {
-        return Some(None);
+impl RecordVisitor for KeyHasher {
+    fn wants(&self, part: Part) -> bool {
+        part == Part::Key
     }
-    let len = usize::try_from(len).ok()?;
-    let end = pos.checked_add(len)?;
-    let bytes = buf.get(*pos..end)?;
-    *pos = end;
-    Some(Some(bytes))
-}
-
-/// Splits a decompressed records payload into `count` records.
-pub(crate) fn parse_records(payload: &[u8], count: i32) -> Result<Vec<RawRecord<'_>>, String> {
-    let count = usize::try_from(count).map_err(|_| format!("negative record count {count}"))?;
-    // Each record takes at least one byte per field, so a count larger than
-    // the payload cannot be honest; checking first bounds the allocation.
-    if count > payload.len() {
-        return Err(format!(
-            "record count {count} exceeds the {} payload bytes",
-            payload.len()
-        ));
+    fn bytes(&mut self, _: Part, piece: &[u8]) {
+        self.hasher.update(piece);
     }
-    let mut records = Vec::with_capacity(count);
-    let mut pos = 0usize;
-    for i in 0..count {
-        let start = pos;
-        let bad = || format!("record {i} at payload position {start} is malformed");
-        let len = read_varint(payload, &mut pos).ok_or_else(bad)?;
-        let len = usize::try_from(len).map_err(|_| bad())?;
-        let end = pos.checked_add(len).ok_or_else(bad)?;
-        let body = payload.get(pos..end).ok_or_else(bad)?;
-        let mut p = 1usize; // attributes: one unused byte
-        if body.is_empty() {
-            return Err(bad());
-        }
-        let timestamp_delta = read_varlong(body, &mut p).ok_or_else(bad)?;
-        let offset_delta = read_varint(body, &mut p).ok_or_else(bad)?;
-        let key = read_nullable_bytes(body, &mut p).ok_or_else(bad)?;
-        let value = read_nullable_bytes(body, &mut p).ok_or_else(bad)?;
-        records.push(RawRecord {
-            bytes: &payload[start..end],
-            timestamp_delta,
-            offset_delta,
-            key,
-            has_value: value.is_some(),
-        });
-        pos = end;
-    }
-    Ok(records)
 }
 
-fn take_all<B: Buf>(b: &mut B) -> anyhow::Result<Bytes> {
-    Ok(b.copy_to_bytes(b.remaining()))
-}
-
-/// The batch's records section, decompressed with the batch's codec.
-pub(crate) fn decompressed_payload(view: &RecordBatchView<'_>) -> Result<Bytes, String> {
-    let codec = view.codec().map_err(|e| e.to_string())?;
-    let mut payload = Bytes::copy_from_slice(view.records_payload());
-    let result = match codec {
-        Codec::None => Ok(payload),
-        Codec::Gzip => Gzip::decompress(&mut payload, take_all),
-        Codec::Snappy => Snappy::decompress(&mut payload, take_all),
-        Codec::Lz4 => Lz4::decompress(&mut payload, take_all),
-        Codec::Zstd => Zstd::decompress(&mut payload, take_all),
-    };
-    result.map_err(|e| format!("cannot decompress {codec:?} batch: {e}"))
-}
-
-fn compress(codec: Codec, raw: &[u8]) -> Result<BytesMut, String> {
-    let mut out = BytesMut::new();
-    let put = |b: &mut BytesMut| -> anyhow::Result<()> {
-        b.put_slice(raw);
-        Ok(())
-    };
-    let result = match codec {
-        Codec::None => {
-            out.put_slice(raw);
-            Ok(())
-        }
-        Codec::Gzip => Gzip::compress(&mut out, put),
-        Codec::Snappy => Snappy::compress(&mut out, put),
-        Codec::Lz4 => Lz4::compress(&mut out, put),
-        Codec::Zstd => Zstd::compress(&mut out, put),
-    };
-    result.map_err(|e| format!("cannot compress {codec:?} batch: {e}"))?;
-    Ok(out)
-}
-
-/// `(offset, timestamp)` of every record in the batch. For LogAppendTime
-/// batches every record carries the batch's max timestamp, as in Kafka.
-pub(crate) fn record_timestamps(view: &RecordBatchView<'_>) -> Result<Vec<(i64, i64)>, String> {
-    let payload = decompressed_payload(view)?;
-    let records = parse_records(&payload, view.record_count())?;
-    Ok(records
-        .iter()
-        .map(|r| {
-            let ts = if view.is_log_append_time() {
-                view.max_timestamp()
-            } else {
-                view.base_timestamp().wrapping_add(r.timestamp_delta)
-            };
-            (view.base_offset() + r.offset_delta as i64, ts)
-        })
-        .collect())
-}
-
-/// The batch with only `retained` of its records, as Kafka's cleaner builds
-/// it (`MemoryRecords.buildRetainedRecordsInto`): same base offset, last
-/// offset delta, producer id, epoch and base sequence, so the producer's last
-/// sequence survives cleaning; same codec; max timestamp recomputed for
-/// CreateTime batches. Records are copied as encoded, which is valid because
-/// their deltas are relative to the unchanged base offset and base timestamp.
-pub(crate) fn rebuild_with_records(
+/// Calls `f` with a summary of each record of the batch, in order, while
+/// streaming it: keys are hashed piece by piece, values skipped.
+pub(crate) fn for_each_record(
     view: &RecordBatchView<'_>,
-    retained: &[&RawRecord<'_>],
-) -> Result<Vec<u8>, String> {
+    secret: &[u8; 32],
+    mut f: impl FnMut(&RecordSummary),
+) -> Result<(), String> {
+    let mut reader = RecordReader::new(view).map_err(|e| e.to_string())?;
+    loop {
+        let mut keys = KeyHasher {
+            hasher: blake3::Hasher::new_keyed(secret),
+        };
+        let Some(info) = reader.next_record(&mut keys).map_err(|e| e.to_string())? else {
+            break;
+        };
+        let key = (info.key_len >= 0).then(|| {
+            let mut hash = [0u8; 16];
+            hash.copy_from_slice(&keys.hasher.finalize().as_bytes()[..16]);
+            hash
+        });
+        f(&RecordSummary {
+            offset: view.base_offset() + info.offset_delta as i64,
+            timestamp: record_timestamp(view, info.timestamp_delta),
+            key,
+            has_value: info.value_len >= 0,
+        });
+    }
+    Ok(())
+}
+
+/// The most runs of consecutive kept (or dropped) records a batch may
+/// alternate between for the cleaner to rebuild it (the runs are held in
+/// memory between its two reads of the batch).
+pub(crate) const MAX_RETAINED_RUNS: usize = 1 << 16;
+
+/// What the cleaner makes of one batch.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Retained {
+    /// Every record stays: the batch is kept byte for byte.
+    All,
+    /// No record stays.
+    Nothing,
+    /// The batch rebuilt with the records that stay.
+    Some(Vec<u8>),
+    /// Some records would go, but the rebuilt batch would exceed its bound
+    /// (or the records alternate too often): the batch is kept unchanged.
+    KeptWhole,
+}
+
+/// Copies the raw bytes of the records in the kept runs into a compressor.
+struct CopyKept<'c> {
+    out: &'c mut RecordsCompressor,
+    keeping: bool,
+}
+
+impl RecordVisitor for CopyKept<'_> {
+    fn wants_raw(&self) -> bool {
+        self.keeping
+    }
+    fn raw(&mut self, piece: &[u8]) -> io::Result<()> {
+        self.out.write_all(piece)
+    }
+}
+
+/// The batch with only the records `keep` keeps, as Kafka's cleaner builds
+/// it (`MemoryRecords.buildRetainedRecordsInto`): same base offset, last
+/// offset delta, producer id, epoch and base sequence, so the producer's
+/// last sequence survives cleaning; same codec; max timestamp recomputed for
+/// CreateTime batches. Records are copied as encoded (their deltas are
+/// relative to the unchanged base offset and base timestamp), streamed
+/// from the first read into the codec, so a bomb never sits in memory; the
+/// rebuilt batch may take at most `max_len` bytes.
+///
+/// The batch is read twice: once to decide (`keep` is called once per
+/// record, in order), once to copy.
+pub(crate) fn retain(
+    view: &RecordBatchView<'_>,
+    secret: &[u8; 32],
+    mut keep: impl FnMut(&RecordSummary) -> bool,
+    max_len: usize,
+) -> Result<Retained, String> {
+    // Runs of kept records: [start, end) record indexes.
+    let mut runs: Vec<(u32, u32)> = Vec::new();
+    let mut index = 0u32;
+    let mut kept = 0u32;
+    let mut max_timestamp = i64::MIN;
+    for_each_record(view, secret, |r| {
+        if keep(r) {
+            match runs.last_mut() {
+                Some((_, end)) if *end == index => *end += 1,
+                _ => runs.push((index, index + 1)),
+            }
+            kept += 1;
+            max_timestamp = max_timestamp.max(r.timestamp);
+        }
+        index += 1;
+    })?;
+    if kept == index {
+        return Ok(Retained::All);
+    }
+    if kept == 0 {
+        return Ok(Retained::Nothing);
+    }
+    if runs.len() > MAX_RETAINED_RUNS {
+        return Ok(Retained::KeptWhole);
+    }
     let codec = view.codec().map_err(|e| e.to_string())?;
-    let mut raw = Vec::new();
-    for r in retained {
-        raw.extend_from_slice(r.bytes);
+    let payload_max = max_len.saturating_sub(HEADER_LEN);
+    let mut out = RecordsCompressor::new(codec, payload_max).map_err(|e| e.to_string())?;
+    let mut reader = RecordReader::new(view).map_err(|e| e.to_string())?;
+    let mut runs = runs.into_iter().peekable();
+    for i in 0..index {
+        while runs.peek().is_some_and(|&(_, end)| end <= i) {
+            runs.next();
+        }
+        let keeping = runs.peek().is_some_and(|&(start, _)| start <= i);
+        let mut copy = CopyKept {
+            out: &mut out,
+            keeping,
+        };
+        match reader.next_record(&mut copy) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err("records changed between two reads".into()),
+            Err(RecordError::Sink {
+                kind: io::ErrorKind::WriteZero,
+                ..
+            }) => return Ok(Retained::KeptWhole),
+            Err(e) => return Err(e.to_string()),
+        }
     }
-    let payload = compress(codec, &raw)?;
-    let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
-    out.extend_from_slice(&view.as_bytes()[..HEADER_LEN]);
-    out.extend_from_slice(&payload);
+    let payload = match out.finish() {
+        Ok(p) => p,
+        Err(e) if e.kind() == io::ErrorKind::WriteZero => return Ok(Retained::KeptWhole),
+        Err(e) => return Err(e.to_string()),
+    };
+    let mut batch = Vec::with_capacity(HEADER_LEN + payload.len());
+    batch.extend_from_slice(&view.as_bytes()[..HEADER_LEN]);
+    batch.extend_from_slice(&payload);
     if !view.is_log_append_time() {
-        let max_timestamp = retained
-            .iter()
-            .map(|r| view.base_timestamp().wrapping_add(r.timestamp_delta))
-            .max()
-            .unwrap_or(view.max_timestamp());
-        out[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8].copy_from_slice(&max_timestamp.to_be_bytes());
+        batch[OFF_MAX_TIMESTAMP..OFF_MAX_TIMESTAMP + 8]
+            .copy_from_slice(&max_timestamp.to_be_bytes());
     }
-    out[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4]
-        .copy_from_slice(&(retained.len() as i32).to_be_bytes());
-    protocol::record_batch::rewrite::seal(&mut out);
-    Ok(out)
+    batch[OFF_RECORD_COUNT..OFF_RECORD_COUNT + 4].copy_from_slice(&(kept as i32).to_be_bytes());
+    protocol::record_batch::rewrite::seal(&mut batch);
+    Ok(Retained::Some(batch))
 }
 
 /// A batch header with no records, as Kafka's `DefaultRecordBatch.writeEmptyHeader`:

@@ -179,14 +179,36 @@ impl Segment {
         self.size_bytes = position + h.size_bytes;
     }
 
-    /// Appends one batch with a single write.
+    /// Appends one batch with a single write. A write that fails part way
+    /// (ENOSPC, EIO) is cut back off the file, so no partial batch stays
+    /// where the next one would be indexed; if even that fails, the caller
+    /// takes the log offline and recovery cuts the torn tail on the next
+    /// start. A successful append costs the one write.
     pub fn append(&mut self, batch: &[u8], index_interval_bytes: u32) -> io::Result<()> {
         let h =
             BatchHeader::parse(batch).ok_or_else(|| corrupt("append of a bad header".into()))?;
         let position = self.size_bytes;
-        (&*self.file).write_all(batch)?;
+        if let Err(e) = self.write(batch) {
+            if let Err(cut) = self.file.set_len(position) {
+                tracing::error!(
+                    path = %self.path.display(),
+                    error = %cut,
+                    "cannot cut a failed append off the segment"
+                );
+            }
+            return Err(e);
+        }
         self.note_batch(&h, position, index_interval_bytes);
         Ok(())
+    }
+
+    fn write(&self, batch: &[u8]) -> io::Result<()> {
+        #[cfg(feature = "fault-injection")]
+        if let Some((n, e)) = super::faults::on_write(&self.path, batch.len()) {
+            (&*self.file).write_all(&batch[..n])?;
+            return Err(e);
+        }
+        (&*self.file).write_all(batch)
     }
 
     pub fn size_bytes(&self) -> u64 {
@@ -212,6 +234,10 @@ impl Segment {
     }
 
     pub fn sync(&self) -> io::Result<()> {
+        #[cfg(feature = "fault-injection")]
+        if let Some(e) = super::faults::on_sync(&self.path) {
+            return Err(e);
+        }
         self.file.sync_data()
     }
 
@@ -219,24 +245,7 @@ impl Segment {
     /// segment. Positions come from the segment's own walk, so a header that
     /// does not parse means the file changed under us: a fatal I/O error.
     pub fn header_at(&self, position: u64) -> io::Result<Option<BatchHeader>> {
-        if position >= self.size_bytes {
-            return Ok(None);
-        }
-        if self.size_bytes - position < HEADER_LEN as u64 {
-            return Err(corrupt(format!(
-                "{}: partial header at {position}",
-                self.path.display()
-            )));
-        }
-        let mut header = [0u8; HEADER_LEN];
-        self.file.read_exact_at(&mut header, position)?;
-        match BatchHeader::parse(&header) {
-            Some(h) if h.size_bytes <= self.size_bytes - position => Ok(Some(h)),
-            _ => Err(corrupt(format!(
-                "{}: invalid batch header at {position}",
-                self.path.display()
-            ))),
-        }
+        header_at(&self.file, &self.path, self.size_bytes, position)
     }
 
     pub fn read_at(&self, position: u64, len: u64) -> io::Result<Vec<u8>> {
@@ -257,6 +266,19 @@ impl Segment {
             )));
         }
         Ok(FileRegion::new(self.file.clone(), position, len))
+    }
+
+    /// A read-only view of the segment as it is now, with its own file
+    /// handle, for work done without the log (compaction): appends after
+    /// this call are not in it.
+    pub fn reader(&self) -> io::Result<SegmentReader> {
+        Ok(SegmentReader {
+            base_offset: self.base_offset,
+            path: self.path.clone(),
+            file: self.file.try_clone()?,
+            size_bytes: self.size_bytes,
+            created_ms: self.created_ms,
+        })
     }
 
     /// A position from which scanning forward reaches the batch containing
@@ -325,9 +347,74 @@ impl Segment {
         Ok(seg)
     }
 
+    /// The segment's file moved to `path` (a cleaned copy renamed over
+    /// the segment it replaces); the open handle stays valid.
+    pub fn moved_to(mut self, path: PathBuf) -> Segment {
+        self.path = path;
+        self
+    }
+
     pub fn delete(self) -> io::Result<()> {
         let path = self.path;
         drop(self.file);
         std::fs::remove_file(path)
     }
+}
+
+/// A segment's first `size_bytes` bytes, read through its own handle.
+pub(crate) struct SegmentReader {
+    pub base_offset: i64,
+    pub path: PathBuf,
+    file: File,
+    pub size_bytes: u64,
+    pub created_ms: i64,
+}
+
+impl SegmentReader {
+    pub fn header_at(&self, position: u64) -> io::Result<Option<BatchHeader>> {
+        header_at(&self.file, &self.path, self.size_bytes, position)
+    }
+
+    pub fn read_at(&self, position: u64, len: u64) -> io::Result<Vec<u8>> {
+        read_at(&self.file, &self.path, self.size_bytes, position, len)
+    }
+}
+
+fn header_at(
+    file: &File,
+    path: &Path,
+    size: u64,
+    position: u64,
+) -> io::Result<Option<BatchHeader>> {
+    if position >= size {
+        return Ok(None);
+    }
+    if size - position < HEADER_LEN as u64 {
+        return Err(corrupt(format!(
+            "{}: partial header at {position}",
+            path.display()
+        )));
+    }
+    let mut header = [0u8; HEADER_LEN];
+    file.read_exact_at(&mut header, position)?;
+    match BatchHeader::parse(&header) {
+        Some(h) if h.size_bytes <= size - position => Ok(Some(h)),
+        _ => Err(corrupt(format!(
+            "{}: invalid batch header at {position}",
+            path.display()
+        ))),
+    }
+}
+
+fn read_at(file: &File, path: &Path, size: u64, position: u64, len: u64) -> io::Result<Vec<u8>> {
+    if position.checked_add(len).is_none_or(|end| end > size) {
+        return Err(corrupt(format!(
+            "{}: read of {len} bytes at {position} past the end",
+            path.display()
+        )));
+    }
+    let len = usize::try_from(len).map_err(|_| corrupt("read too large".into()))?;
+    let mut buf = vec![0u8; len];
+    file.read_exact_at(&mut buf, position)?;
+    Ok(buf)
 }

@@ -150,6 +150,10 @@ fn append_rejects_a_base_offset_other_than_the_log_end() {
         log.append(&plain(2, 1, 0), 0),
         Err(LogError::RecordBatchTooLarge { .. })
     ));
+    // The limit is for clients: a leader's batch is replicated whatever
+    // the limit is now.
+    log.append_replicated(&plain(2, 1, 0), 0).unwrap();
+    assert_eq!(log.log_end_offset(), Offset(3));
     assert!(matches!(
         log.append(&[0u8; 10], 0),
         Err(LogError::InvalidBatch(_))
@@ -566,6 +570,85 @@ fn log_append_time_batches_use_the_batch_timestamp_for_every_record() {
     assert_eq!(log.max_timestamp().unwrap(), (777, Offset(0)));
 }
 
+/// What a decompression bomb's record expands to.
+const BOMB_LEN: usize = 64 << 20;
+/// The most any one allocation may take while reading inside a stored
+/// batch: codec windows and one batch, never what the records expand to.
+const READ_BOUND: usize = 16 << 20;
+
+/// A zstd batch of two records at `ts` and `ts + 2`: `bomb_key` with
+/// `BOMB_LEN` zero bytes, then `small_key` with a one-byte value. A few KiB
+/// on disk.
+fn zstd_bomb(base: i64, bomb_key: &str, small_key: &str, ts: i64) -> Vec<u8> {
+    let record = |i: i64, key: &str, value: Vec<u8>| Record {
+        transactional: false,
+        control: false,
+        delete_horizon: false,
+        partition_leader_epoch: 0,
+        producer_id: -1,
+        producer_epoch: -1,
+        timestamp_type: TimestampType::Creation,
+        offset: i,
+        sequence: i as i32,
+        timestamp: ts + 2 * i,
+        key: Some(Bytes::copy_from_slice(key.as_bytes())),
+        value: Some(Bytes::from(value)),
+        headers: IndexMap::new(),
+    };
+    let records = [
+        record(0, bomb_key, vec![0u8; BOMB_LEN]),
+        record(1, small_key, b"v".to_vec()),
+    ];
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::Zstd,
+        },
+    )
+    .expect("encode");
+    let mut bytes = buf.to_vec();
+    assert!(bytes.len() < 64 << 10, "{}", bytes.len());
+    rewrite::set_base_offset(&mut bytes, base);
+    bytes
+}
+
+/// (offset, value length) of every record in a blob, streamed.
+fn value_lens(blob: &[u8]) -> Vec<(i64, i32)> {
+    let mut out = Vec::new();
+    for view in batches(blob) {
+        let mut reader = protocol::records::RecordReader::new(&view).unwrap();
+        while let Some(info) = reader.next_record(&mut protocol::records::SkipAll).unwrap() {
+            out.push((
+                view.base_offset() + info.offset_delta as i64,
+                info.value_len,
+            ));
+        }
+    }
+    out
+}
+
+#[test]
+fn timestamp_lookups_stream_a_decompression_bomb() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), config(), 0).unwrap();
+    log.append(&plain(0, 1, 10), 0).unwrap();
+    log.append(&zstd_bomb(1, "k", "k", 18), 0).unwrap();
+    log.append(&plain(3, 1, 15), 0).unwrap();
+    // Both answers lie behind the bomb's 64 MiB record.
+    let ((max, by_time), largest) = crate::test_alloc::largest_allocation(|| {
+        (
+            log.max_timestamp().unwrap(),
+            log.offset_for_timestamp(19).unwrap(),
+        )
+    });
+    assert_eq!(max, (20, Offset(2)));
+    assert_eq!(by_time, Some((Offset(2), 20)));
+    assert!(largest < READ_BOUND, "an allocation of {largest} bytes");
+}
+
 fn compacted_config() -> LogConfig {
     LogConfig {
         segment_bytes: 400,
@@ -658,6 +741,14 @@ fn compaction_keeps_the_latest_value_per_key_and_preserves_offsets() {
     }
     // Nothing new to clean: maintain does not compact again.
     assert!(!log.maintain(600, end).unwrap().compacted);
+    // Without compaction, maintain leaves an expired tombstone to the
+    // caller's compaction job.
+    assert!(
+        !log.maintain_without_compaction(1_000, end)
+            .unwrap()
+            .compacted
+    );
+    assert!(log.compaction_plan(1_000, end).unwrap().is_some());
     // After delete.retention.ms the tombstone goes.
     let r = log.maintain(1_000, end).unwrap();
     assert!(r.compacted);
@@ -840,4 +931,373 @@ fn config_defaults_are_kafkas_and_validate() {
         ..LogConfig::default()
     };
     assert_eq!(bad.validate(), Err(LogConfigError::FlushMessagesZero));
+}
+
+#[test]
+fn compaction_streams_a_decompression_bomb() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), compacted_config(), 0).unwrap();
+    // Key a holds 64 MiB of zeros; key k's value in the same batch is then
+    // superseded, so the batch is rebuilt with the bomb in it.
+    log.append(&zstd_bomb(0, "a", "k", 0), 0).unwrap();
+    put(&mut log, &[("k", Some("k2"))], 0, Compression::None);
+    for i in 0..8 {
+        put(
+            &mut log,
+            &[("z", Some(&format!("{i}")))],
+            0,
+            Compression::None,
+        );
+    }
+    let end = log.log_end_offset();
+    let ((), largest) = crate::test_alloc::largest_allocation(|| log.compact(0, end).unwrap());
+    assert!(largest < READ_BOUND, "an allocation of {largest} bytes");
+    let blob = all(&log, 0);
+    let first = batches(&blob)[0];
+    assert_eq!((first.base_offset(), first.last_offset_delta()), (0, 1));
+    assert_eq!(first.record_count(), 1);
+    first.verify_crc().unwrap();
+    let lens = value_lens(&blob);
+    assert_eq!(lens[0], (0, BOMB_LEN as i32));
+    assert_eq!(lens[1], (2, 2));
+
+    // Then a supersedes the bomb: the batch goes, again without inflating it.
+    put(&mut log, &[("a", Some("a2"))], 0, Compression::None);
+    for i in 0..8 {
+        put(
+            &mut log,
+            &[("z", Some(&format!("{i}")))],
+            0,
+            Compression::None,
+        );
+    }
+    let end = log.log_end_offset();
+    let ((), largest) = crate::test_alloc::largest_allocation(|| log.compact(0, end).unwrap());
+    assert!(largest < READ_BOUND, "an allocation of {largest} bytes");
+    let lens = value_lens(&all(&log, 0));
+    assert_eq!(lens[0], (2, 2));
+    assert!(lens.iter().all(|&(_, len)| len < 10), "{lens:?}");
+}
+
+#[test]
+fn a_batch_whose_rebuild_is_out_of_bounds_is_kept_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        max_message_bytes: 8 << 20,
+        ..compacted_config()
+    };
+    let mut log = Log::open(dir.path().to_path_buf(), config, 0).unwrap();
+    // Unique keys alternate with a key written again later: the kept and
+    // dropped records alternate more often than the cleaner keeps track of.
+    let n = records::MAX_RETAINED_RUNS + 1;
+    let keys: Vec<String> = (0..n).map(|i| format!("u{i}")).collect();
+    let mut recs: Vec<Rec<'_>> = Vec::new();
+    for k in &keys {
+        recs.push((Some(k), Some("v"), 0));
+        recs.push((Some("dup"), Some("old"), 0));
+    }
+    let original = encode(0, &recs, Compression::Lz4, -1);
+    log.append(&original, 0).unwrap();
+    put(&mut log, &[("dup", Some("new"))], 0, Compression::None);
+    for i in 0..8 {
+        put(
+            &mut log,
+            &[("z", Some(&format!("{i}")))],
+            0,
+            Compression::None,
+        );
+    }
+    let end = log.log_end_offset();
+    let cleaned = log.compaction_plan(0, end).unwrap().unwrap().run().unwrap();
+    assert_eq!(cleaned.batches_kept_whole, 1);
+    assert!(log.install(cleaned).unwrap());
+    assert_eq!(batches(&all(&log, 0))[0].as_bytes(), &original[..]);
+}
+
+#[test]
+fn a_full_key_map_cleans_in_several_passes_and_never_resurrects_a_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        cleaner_dedupe_buffer_bytes: 3 * DEDUPE_ENTRY_BYTES,
+        ..compacted_config()
+    };
+    let mut log = Log::open(dir.path().to_path_buf(), config, 0).unwrap();
+    // t's value, three keys, then t's (expired) tombstone: the first pass's
+    // map fills before the tombstone, so the tombstone must stay while t's
+    // value does.
+    put(
+        &mut log,
+        &[
+            ("t", Some("v")),
+            ("k0", Some("a")),
+            ("k1", Some("a")),
+            ("k2", Some("a")),
+            ("t", None),
+        ],
+        0,
+        Compression::None,
+    );
+    for round in ["b", "c"] {
+        for k in ["k0", "k1", "k2", "k3"] {
+            put(&mut log, &[(k, Some(round))], 0, Compression::None);
+        }
+    }
+    for i in 0..8 {
+        put(
+            &mut log,
+            &[("z", Some(&format!("{i}")))],
+            0,
+            Compression::None,
+        );
+    }
+    let end = log.log_end_offset();
+    let active_base = log.segment_base_offsets().last().unwrap().0;
+    let mut passes = 0;
+    loop {
+        let Some(job) = log.compaction_plan(10_000, end).unwrap() else {
+            break;
+        };
+        let cleaned = job.run().unwrap();
+        if passes == 0 {
+            assert!(cleaned.dedupe_map_full);
+        }
+        assert!(log.install(cleaned).unwrap());
+        passes += 1;
+        let got = decoded(&all(&log, 0));
+        // A value of t is always followed by its tombstone.
+        let t: Vec<_> = got.iter().filter(|r| r.1.as_deref() == Some("t")).collect();
+        if let Some(first) = t.first() {
+            assert!(first.2.is_none() || t.len() == 2, "pass {passes}: {got:?}");
+        }
+        // The latest value of every key is always there.
+        for k in ["k0", "k1", "k2", "k3"] {
+            assert!(
+                got.iter()
+                    .any(|r| r.1.as_deref() == Some(k) && r.2.as_deref() == Some("c")),
+                "pass {passes}: {k} lost: {got:?}"
+            );
+        }
+        assert!(passes < 20, "no progress");
+    }
+    assert!(passes > 1, "{passes}");
+    let got = decoded(&all(&log, 0));
+    let cleaned: Vec<_> = got
+        .iter()
+        .filter(|r| r.0 < active_base && r.1.as_deref() != Some("z"))
+        .map(|r| (r.1.clone().unwrap(), r.2.clone()))
+        .collect();
+    let s = |k: &str| (k.to_string(), Some("c".to_string()));
+    assert_eq!(cleaned, vec![s("k0"), s("k1"), s("k2"), s("k3")]);
+}
+
+#[test]
+fn a_compaction_is_discarded_if_the_segments_changed_meanwhile() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(dir.path().to_path_buf(), compacted_config(), 0).unwrap();
+    for i in 0..20 {
+        put(
+            &mut log,
+            &[("k", Some(&format!("v{i}")))],
+            0,
+            Compression::None,
+        );
+    }
+    let end = log.log_end_offset();
+    let before = all(&log, 0);
+    let cleaned = log.compaction_plan(0, end).unwrap().unwrap().run().unwrap();
+    let cleaned_files = || {
+        fs::read_dir(dir.path())
+            .unwrap()
+            .filter(|e| {
+                e.as_ref()
+                    .unwrap()
+                    .file_name()
+                    .to_string_lossy()
+                    .ends_with(".cleaned")
+            })
+            .count()
+    };
+    assert!(cleaned_files() > 0);
+    // A follower truncation while the job ran: its result must not land.
+    log.truncate_to(Offset(19)).unwrap();
+    assert!(!log.install(cleaned).unwrap());
+    assert_eq!(cleaned_files(), 0);
+    let mut expected = decoded(&before);
+    expected.pop();
+    assert_eq!(decoded(&all(&log, 0)), expected);
+
+    // Appends (and rolls) while a job runs do not stand in its way.
+    let end = log.log_end_offset();
+    let job = log.compaction_plan(0, end).unwrap().unwrap();
+    for i in 0..10 {
+        put(
+            &mut log,
+            &[("n", Some(&format!("{i}")))],
+            0,
+            Compression::None,
+        );
+    }
+    assert!(log.install(job.run().unwrap()).unwrap());
+    let got = decoded(&all(&log, 0));
+    assert_eq!(
+        got.iter().filter(|r| r.1.as_deref() == Some("n")).count(),
+        10
+    );
+    assert!(got.len() < 29, "{got:?}");
+}
+
+#[test]
+fn a_rebuild_past_its_bound_keeps_the_batch_whole() {
+    let values: Vec<String> = (0..50).map(|i| format!("value {i} ").repeat(10)).collect();
+    let keys: Vec<String> = (0..50).map(|i| format!("k{i}")).collect();
+    let recs: Vec<Rec<'_>> = keys
+        .iter()
+        .zip(&values)
+        .map(|(k, v)| (Some(k.as_str()), Some(v.as_str()), 0))
+        .collect();
+    let b = encode(0, &recs, Compression::Gzip, -1);
+    let view = RecordBatchView::parse(&b).unwrap();
+    let secret = [7u8; 32];
+    let mut i = 0;
+    let every_other = |_: &records::RecordSummary| {
+        i += 1;
+        i % 2 == 0
+    };
+    assert_eq!(
+        records::retain(&view, &secret, every_other, 100).unwrap(),
+        records::Retained::KeptWhole
+    );
+    let mut i = 0;
+    let every_other = |_: &records::RecordSummary| {
+        i += 1;
+        i % 2 == 0
+    };
+    let records::Retained::Some(rebuilt) =
+        records::retain(&view, &secret, every_other, b.len()).unwrap()
+    else {
+        panic!("not rebuilt");
+    };
+    let v = RecordBatchView::parse(&rebuilt).unwrap();
+    v.verify_crc().unwrap();
+    assert_eq!(v.record_count(), 25);
+    assert_eq!(v.codec().unwrap(), view.codec().unwrap());
+    let got = decoded(&Bytes::from(rebuilt.clone()));
+    assert_eq!(got[0].1.as_deref(), Some("k1"));
+}
+
+fn segment_file_len(dir: &Path) -> u64 {
+    fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "log"))
+        .map(|p| fs::metadata(p).unwrap().len())
+        .sum()
+}
+
+#[test]
+fn a_partial_append_is_cut_off_and_takes_the_log_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p");
+    let mut log = Log::open(path.clone(), config(), 0).unwrap();
+    let mut acked = Vec::new();
+    for _ in 0..2 {
+        let b = plain(log.log_end_offset().0, 2, 0);
+        log.append(&b, 0).unwrap();
+        acked.push(b);
+    }
+    let size = segment_file_len(&path);
+    // The disk fills in the middle of the next batch, then frees up again.
+    faults::inject(faults::Fault {
+        dir: path.clone(),
+        op: faults::FaultOp::Write { write_bytes: 30 },
+        after: 0,
+        errno: faults::ENOSPC,
+    });
+    let failed = plain(log.log_end_offset().0, 2, 0);
+    assert!(matches!(log.append(&failed, 0), Err(LogError::Io(_))));
+    faults::clear(&path);
+    // None of it stays in the file.
+    assert_eq!(segment_file_len(&path), size);
+    assert!(log.is_offline());
+    // Nothing more is appended or served.
+    for _ in 0..2 {
+        let b = plain(log.log_end_offset().0, 2, 0);
+        match log.append(&b, 0) {
+            Ok(()) => acked.push(b),
+            Err(e) => assert!(matches!(e, LogError::LogDirOffline { .. }), "{e}"),
+        }
+    }
+    assert!(matches!(
+        log.read(Offset(0), 1 << 20, Offset(100), true),
+        Err(LogError::LogDirOffline { .. })
+    ));
+    assert!(log.close().is_err());
+    // Every acked batch survives recovery.
+    let log = Log::open(path, config(), 0).unwrap();
+    assert_eq!(all(&log, 0).to_vec(), acked.concat());
+}
+
+#[test]
+fn a_failed_fsync_takes_the_log_offline() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("p");
+    let config = LogConfig {
+        flush_messages: 1,
+        ..config()
+    };
+    let mut log = Log::open(path.clone(), config.clone(), 0).unwrap();
+    fill(&mut log, 2, 1, 0);
+    faults::inject(faults::Fault {
+        dir: path.clone(),
+        op: faults::FaultOp::Sync,
+        after: 0,
+        errno: faults::EIO,
+    });
+    let b = plain(log.log_end_offset().0, 1, 0);
+    assert!(matches!(log.append(&b, 0), Err(LogError::Io(_))));
+    faults::clear(&path);
+    // The batch was written before the fsync failed: it is in the log's
+    // view (its offsets are taken), but the log serves nothing more.
+    assert_eq!(log.log_end_offset(), Offset(3));
+    let next = plain(3, 1, 0);
+    assert!(matches!(
+        log.append(&next, 0),
+        Err(LogError::LogDirOffline { .. })
+    ));
+    assert!(matches!(
+        log.offset_for_timestamp(0),
+        Err(LogError::LogDirOffline { .. })
+    ));
+    // Another log of the same directory goes offline with it.
+    let channel = LogDirFailureChannel::new();
+    let mut other = Log::open(dir.path().join("q"), config, 0).unwrap();
+    other.set_dir_failure_channel(channel.clone());
+    log.set_dir_failure_channel(channel.clone());
+    assert!(!other.is_offline());
+    channel.fail(dir.path(), &"test");
+    assert!(matches!(
+        other.append(&plain(0, 1, 0), 0),
+        Err(LogError::LogDirOffline { .. })
+    ));
+}
+
+#[test]
+fn a_deleted_log_is_renamed_before_it_is_removed() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("t-0");
+    let mut log = Log::open(path.clone(), config(), 0).unwrap();
+    fill(&mut log, 3, 1, 0);
+    let renamed = rename_for_deletion(&path).unwrap();
+    let name = renamed.file_name().unwrap().to_str().unwrap();
+    assert!(
+        name.starts_with("t-0.") && is_deleted_dir_name(name),
+        "{name}"
+    );
+    assert!(!path.exists());
+    assert!(!is_deleted_dir_name("t-0"));
+    assert!(!is_deleted_dir_name("topic-delete"));
+    // What a crash between the rename and the removal leaves goes at start.
+    assert_eq!(remove_deleted_dirs(dir.path()).unwrap(), 1);
+    assert!(!renamed.exists());
+    drop(log);
 }

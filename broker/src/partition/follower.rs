@@ -93,12 +93,18 @@ impl Partition {
             views.push(view);
         }
         for view in views {
-            self.log.append_replicated(view.as_bytes(), now_ms)?;
-            self.producers.update(&view);
-            self.epochs.assign(
-                LeaderEpoch(view.partition_leader_epoch()),
-                Offset(view.base_offset()),
-            );
+            let before = self.log.log_end_offset();
+            let appended = self.log.append_replicated(view.as_bytes(), now_ms);
+            // Stored even if a flush after it failed: the producer state
+            // follows the log (see `append_as_leader`).
+            if self.log.log_end_offset() > before {
+                self.producers.update(&view);
+                self.epochs.assign(
+                    LeaderEpoch(view.partition_leader_epoch()),
+                    Offset(view.base_offset()),
+                );
+            }
+            appended?;
         }
         Ok(self.log.log_end_offset())
     }
@@ -138,7 +144,7 @@ impl Partition {
         match std::fs::remove_file(&dir) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(PartitionError::Storage(e.to_string())),
+            Err(e) => return Err(self.storage_failed(e)),
         }
         self.producers = rebuild_producer_state(&self.log)?;
         self.snapshot_producers()?;
@@ -507,5 +513,25 @@ mod tests {
             f.end_offset_for_epoch(LeaderEpoch(1)),
             (LeaderEpoch(1), Offset(7))
         );
+    }
+
+    #[test]
+    fn a_lowered_max_message_bytes_does_not_stop_replication() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let l = leader(ld.path());
+        let mut f = open(fd.path(), 0);
+        // The topic's limit is lowered below the batches the leader already
+        // accepted; the follower must still copy them, as Kafka's does.
+        let overrides = [("max.message.bytes".to_string(), "64".to_string())].into();
+        f.set_configs(TopicConfigs::resolve(&ServerConfig::default(), &overrides));
+        let all = all_bytes(&l);
+        for item in BatchIter::new(&all) {
+            let BatchIterItem::Batch { batch, .. } = item else {
+                panic!("whole batches only");
+            };
+            assert!(batch.as_bytes().len() > 64);
+        }
+        assert_eq!(f.append_as_follower(all.clone(), NOW).unwrap(), Offset(12));
+        assert_eq!(all_bytes(&f), all);
     }
 }

@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::config::TopicConfigs;
 use crate::error::PartitionError;
-use crate::log::Log;
+use crate::log::{Cleaned, CompactionJob, Log, LogDirFailureChannel};
 use crate::types::{LeaderEpoch, NodeId, Offset, TopicPartition};
 use leader_state::{AssignedState, IsrProposal, LeaderState};
 use producer_state::{ProducerCheck, ProducerSnapshot, ProducerStateManager};
@@ -106,12 +106,22 @@ pub enum AckState {
 
 /// Writes Kafka's `partition.metadata` file so a directory left by a deleted
 /// topic is never mistaken for a new topic of the same name.
+/// The file and the directory entries naming it are fsynced before any
+/// data is appended, so a directory without it never holds data of a live
+/// topic (`ReplicaManager` removes such directories).
 pub fn write_partition_metadata(dir: &std::path::Path, topic_id: Uuid) -> std::io::Result<()> {
-    std::fs::create_dir_all(dir)?;
+    let sync_dir = |d: &std::path::Path| std::fs::File::open(d)?.sync_all();
+    if !dir.exists() {
+        std::fs::create_dir_all(dir)?;
+        if let Some(parent) = dir.parent() {
+            sync_dir(parent)?;
+        }
+    }
     let tmp = dir.join("partition.metadata.tmp");
     std::fs::write(&tmp, format!("version: 0\ntopic_id: {topic_id}\n"))?;
     std::fs::File::open(&tmp)?.sync_all()?;
-    std::fs::rename(tmp, dir.join("partition.metadata"))
+    std::fs::rename(tmp, dir.join("partition.metadata"))?;
+    sync_dir(dir)
 }
 
 /// The file holding a partition's last checkpointed high watermark.
@@ -226,6 +236,23 @@ impl Partition {
         &self.configs
     }
 
+    /// Makes this partition's log one of the directory's whose health
+    /// `channel` tracks (see [`LogDirFailureChannel`]).
+    pub fn set_log_dir_failure_channel(&mut self, channel: LogDirFailureChannel) {
+        self.log.set_dir_failure_channel(channel);
+    }
+
+    fn offline(&self) -> PartitionError {
+        PartitionError::Storage(format!("the log directory of {} is offline", self.tp))
+    }
+
+    /// A failed write of one of the partition's own files (checkpoints,
+    /// snapshots): the directory goes offline, as for the log's.
+    fn storage_failed(&self, e: std::io::Error) -> PartitionError {
+        self.log.report_failure(&e);
+        PartitionError::Storage(e.to_string())
+    }
+
     pub fn set_configs(&mut self, configs: TopicConfigs) {
         self.log.set_config(configs.log_config());
         self.append_config = AppendConfig::from(&configs);
@@ -244,6 +271,11 @@ impl Partition {
         let Role::Leader(leader) = &self.role else {
             return Err(PartitionError::NotLeaderOrFollower);
         };
+        // An offline directory answers nothing, not even a duplicate: the
+        // batch it holds may not have reached the disk.
+        if self.log.is_offline() {
+            return Err(self.offline());
+        }
         let isr_size = leader.isr.len();
         let min_isr = leader.effective_min_isr(self.append_config.min_insync_replicas);
         let cfg = self.append_config;
@@ -312,11 +344,17 @@ impl Partition {
             rewrite::set_create_time(&mut batch, validated.max_timestamp_ms);
             -1
         };
-        self.log.append(&batch, now_ms)?;
+        let appended = self.log.append(&batch, now_ms);
         let stored =
             RecordBatchView::parse(&batch).map_err(|e| PartitionError::Storage(e.to_string()))?;
-        self.producers.update(&stored);
-        self.epochs.assign(self.leader_epoch, base_offset);
+        if self.log.log_end_offset() > base_offset {
+            // The batch is in the log, even if a flush after it failed (the
+            // error still goes back, and the directory is offline): the
+            // producer state must know it, or a retry would be stored twice.
+            self.producers.update(&stored);
+            self.epochs.assign(self.leader_epoch, base_offset);
+        }
+        appended?;
         // With the leader alone in the ISR the high watermark follows the
         // log end at once; otherwise it waits for the followers' fetches.
         self.maybe_increment_high_watermark(now_ms);
@@ -665,6 +703,20 @@ impl Partition {
         })
     }
 
+    /// A compaction pass of this partition's log below its high watermark,
+    /// to run without the partition's lock ([`CompactionJob::run`]), or
+    /// `None` when none is due. Its result goes back through
+    /// [`Partition::install_compaction`].
+    pub fn compaction_plan(&self, now_ms: i64) -> Result<Option<CompactionJob>, PartitionError> {
+        Ok(self.log.compaction_plan(now_ms, self.high_watermark)?)
+    }
+
+    /// Swaps a finished compaction in; `false` when the log changed under
+    /// it (retention, truncation) and the work was discarded.
+    pub fn install_compaction(&mut self, cleaned: Cleaned) -> Result<bool, PartitionError> {
+        Ok(self.log.install(cleaned)?)
+    }
+
     /// Periodic work: retention, rolling, compaction, flush, producer expiry,
     /// and a producer-state snapshot so a restart replays little of the log.
     pub fn maintain(&mut self, now_ms: i64) -> Result<(), PartitionError> {
@@ -685,7 +737,7 @@ impl Partition {
             std::fs::File::open(&tmp)?.sync_all()?;
             std::fs::rename(&tmp, dir.join(HW_CHECKPOINT_FILE))
         };
-        write().map_err(|e| PartitionError::Storage(e.to_string()))
+        write().map_err(|e| self.storage_failed(e))
     }
 
     fn snapshot_producers(&self) -> Result<(), PartitionError> {
@@ -696,11 +748,15 @@ impl Partition {
                 state: self.producers.clone(),
             },
         )
-        .map_err(|e| PartitionError::Storage(e.to_string()))
+        .map_err(|e| self.storage_failed(e))
     }
 
-    /// Flushes and closes cleanly (writes the producer snapshot).
+    /// Flushes and closes cleanly (writes the producer snapshot). A
+    /// partition whose directory is offline writes nothing more.
     pub fn close(self) -> Result<(), PartitionError> {
+        if self.log.is_offline() {
+            return Err(self.offline());
+        }
         self.checkpoint_high_watermark()?;
         self.snapshot_producers()?;
         self.log.close()?;
@@ -1069,5 +1125,75 @@ mod tests {
             .unwrap_err();
         assert_eq!(err.code(), 32, "INVALID_TIMESTAMP: {err}");
         assert_eq!(p.log_end_offset(), Offset(3));
+    }
+
+    #[test]
+    fn an_idempotent_retry_after_a_failed_fsync_is_not_stored_twice() {
+        use crate::log::faults;
+        let dir = tempfile::tempdir().unwrap();
+        let server = crate::config::ServerConfig::default();
+        let overrides = [("flush.messages".to_string(), "1".to_string())].into();
+        let mut p = Partition::open(
+            dir.path().join("t-0"),
+            TopicPartition::new("t", 0),
+            Uuid::new_v4(),
+            LeaderEpoch(0),
+            TopicConfigs::resolve(&server, &overrides),
+            0,
+        )
+        .unwrap();
+        p.become_leader(
+            NodeId(1),
+            assigned(0, 0, &[1]),
+            Default::default(),
+            10_000,
+            0,
+        );
+        let record = Record {
+            transactional: false,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: 7,
+            producer_epoch: 0,
+            timestamp_type: TimestampType::Creation,
+            offset: 0,
+            sequence: 0,
+            timestamp: 1_000,
+            key: None,
+            value: Some(Bytes::from_static(b"v")),
+            headers: Default::default(),
+        };
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            &[record],
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        let batch = buf.freeze();
+        // The write lands, the fsync after it fails.
+        faults::inject(faults::Fault {
+            dir: dir.path().to_path_buf(),
+            op: faults::FaultOp::Sync,
+            after: 0,
+            errno: faults::EIO,
+        });
+        let err = p.append_as_leader(&batch, -1, 1).unwrap_err();
+        faults::clear(dir.path());
+        assert_eq!(err.code(), 56, "{err}");
+        // The producer state knows the batch the log holds ...
+        let view = RecordBatchView::parse(&batch).unwrap();
+        assert!(matches!(
+            p.producers.check(&view),
+            Ok(ProducerCheck::Duplicate(_))
+        ));
+        // ... and the retry is not stored again.
+        let retry = p.append_as_leader(&batch, -1, 2);
+        assert!(retry.as_ref().is_err_and(|e| e.code() == 56), "{retry:?}");
+        assert_eq!(p.log_end_offset(), Offset(1));
     }
 }
