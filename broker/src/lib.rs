@@ -12,6 +12,7 @@ pub mod partition;
 pub mod replica_manager;
 pub mod replication;
 pub mod server;
+pub mod slow_io;
 pub mod types;
 
 use std::sync::Arc;
@@ -120,7 +121,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     }
     let retention_check_ms = config.log_retention_check_interval_ms;
     let broker = Arc::new(Broker::new(config, metadata));
-    broker.sync_replicas()?;
+    broker.sync_replicas().await?;
     let loaded = broker.groups.sync_ownership(&broker)?;
     if loaded > 0 {
         tracing::info!(records = loaded, "loaded consumer groups and offsets");
@@ -161,7 +162,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
                     _ = rx.changed() => return,
                     changed = images.changed() => {
                         if changed.is_err() { return; }
-                        if let Err(e) = broker.sync_replicas() {
+                        if let Err(e) = broker.sync_replicas().await {
                             tracing::error!(error = %e, "applying metadata to partitions failed");
                         }
                         if let Err(e) = broker.groups.sync_ownership(&broker) {

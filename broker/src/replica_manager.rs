@@ -75,11 +75,6 @@ pub async fn wait_for_ack(
     }
 }
 
-/// Hands the complete followed set to the replica fetchers (they start and
-/// stop per-leader sessions to match it).
-pub fn update_fetchers(broker: &crate::broker::Broker, followed: Vec<Followed>) {
-    broker.fetchers.update(followed);
-}
 fn partition_dir(data_dir: &std::path::Path, tp: &TopicPartition) -> PathBuf {
     data_dir.join(format!("{}-{}", tp.topic, tp.partition))
 }
@@ -122,14 +117,18 @@ impl ReplicaManager {
     /// The image is read under the reconcile lock, so two callers can never
     /// apply an older image after a newer one; `on_followed` runs under it
     /// too, so the fetchers see the followed sets in image order.
+    ///
+    /// This opens logs (a recovery scan after a crash reads the whole active
+    /// segment) and deletes directories: call it off the async workers
+    /// (`Broker::sync_replicas` does).
     pub fn reconcile(
         &self,
-        metadata: &crate::metadata::MetadataController,
+        latest_image: impl FnOnce() -> std::sync::Arc<MetadataImage>,
         now_ms: i64,
         on_followed: impl FnOnce(Vec<Followed>),
     ) -> Result<(), PartitionError> {
         let _guard = self.reconcile_lock.lock().expect("poisoned");
-        let image = metadata.image();
+        let image = latest_image();
         let followed = self.apply_image(&image, now_ms)?;
         *self.followed.lock().expect("poisoned") = followed.clone();
         on_followed(followed);
@@ -258,6 +257,7 @@ impl ReplicaManager {
                         .map_err(|e| PartitionError::Storage(e.to_string()))?;
                 }
             }
+            crate::slow_io::pause(&tp.topic, tp.partition, crate::slow_io::Step::PartitionOpen);
             let part = Arc::new(Mutex::new(Partition::open(
                 dir,
                 tp.clone(),

@@ -54,7 +54,7 @@ pub async fn handle(
             .await
         {
             Ok(_) => {
-                if let Err(e) = broker.sync_replicas() {
+                if let Err(e) = broker.sync_replicas().await {
                     tracing::error!(topic = %topic.name, error = %e, "deleting partitions failed");
                 }
                 tracing::info!(topic = %topic.name, "deleted topic");
