@@ -137,7 +137,7 @@ impl Broker {
                 images: metadata.subscribe(),
             }),
         ));
-        let groups = crate::coordinator::GroupService::new(&config);
+        let groups = crate::coordinator::GroupService::new(&config, replicas.clone());
         Self {
             groups,
             config,
@@ -255,6 +255,7 @@ impl Broker {
         if t.name == crate::coordinator::OFFSETS_TOPIC {
             self.groups
                 .sync_ownership(self)
+                .await
                 .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
         }
         Ok((topic_id, partitions))

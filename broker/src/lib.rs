@@ -122,7 +122,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let retention_check_ms = config.log_retention_check_interval_ms;
     let broker = Arc::new(Broker::new(config, metadata));
     broker.sync_replicas().await?;
-    let loaded = broker.groups.sync_ownership(&broker)?;
+    let loaded = broker.groups.sync_ownership(&broker).await?;
     if loaded > 0 {
         tracing::info!(records = loaded, "loaded consumer groups and offsets");
     }
@@ -136,13 +136,6 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
             if let Err(e) = server::serve(broker, listener, rx).await {
                 tracing::error!(error = %e, "listener failed");
             }
-        }));
-    }
-    {
-        let broker = broker.clone();
-        let rx = shutdown_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            broker.groups.run_timers(&broker, rx).await;
         }));
     }
     {
@@ -165,7 +158,26 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
                         if let Err(e) = broker.sync_replicas().await {
                             tracing::error!(error = %e, "applying metadata to partitions failed");
                         }
-                        if let Err(e) = broker.groups.sync_ownership(&broker) {
+                    }
+                }
+            }
+        }));
+    }
+    {
+        // The group coordinator follows leadership of its partitions once
+        // they are open, on its own: loading one waits for that partition
+        // (its lock, its reads), which must not hold up the next image for
+        // the other partitions.
+        let broker = broker.clone();
+        let mut images = broker.replicas.subscribe_applied();
+        let mut rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = rx.changed() => return,
+                    changed = images.changed() => {
+                        if changed.is_err() { return; }
+                        if let Err(e) = broker.groups.sync_ownership(&broker).await {
                             tracing::error!(error = %e, "following {} leadership failed", coordinator::OFFSETS_TOPIC);
                         }
                     }
@@ -285,7 +297,7 @@ impl RunningBroker {
         let _ = self.shutdown.send(true);
         // Parked JoinGroup/SyncGroup requests would hold their connections
         // open; answer them so connections can close.
-        self.broker.groups.abandon_parked();
+        self.broker.groups.stop().await;
         for t in self.tasks {
             let _ = t.await;
         }

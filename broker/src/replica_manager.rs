@@ -36,6 +36,9 @@ pub struct ReplicaManager {
     /// (`replication::leader`) proposes it without waiting for its tick.
     pub isr_check: Notify,
     followed: Mutex<Vec<Followed>>,
+    /// Counts the images applied, so what depends on the partitions being
+    /// open (the group coordinator) follows them rather than the quorum.
+    applied: tokio::sync::watch::Sender<u64>,
 }
 
 /// Waits until an acks=all append that ends before `required` is committed
@@ -90,6 +93,7 @@ impl ReplicaManager {
             appended: Notify::new(),
             isr_check: Notify::new(),
             followed: Mutex::new(Vec::new()),
+            applied: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -132,7 +136,13 @@ impl ReplicaManager {
         let followed = self.apply_image(&image, now_ms)?;
         *self.followed.lock().expect("poisoned") = followed.clone();
         on_followed(followed);
+        self.applied.send_modify(|n| *n += 1);
         Ok(())
+    }
+
+    /// A receiver that sees every image `reconcile` applied.
+    pub fn subscribe_applied(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     /// The partitions this node follows, as last handed to the fetchers.

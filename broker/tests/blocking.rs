@@ -23,6 +23,8 @@ const NONE: i16 = 0;
 /// How long a test may hold a step before the watchdog releases it.
 const CAP: Duration = Duration::from_secs(10);
 
+const OFFSETS_TOPIC: &str = "__consumer_offsets";
+
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
 }
@@ -71,6 +73,34 @@ async fn committed(c: &mut Client, group: &str, topic: &str) -> i64 {
         .await;
     assert_eq!(r.groups[0].error_code, NONE);
     r.groups[0].topics[0].partitions[0].committed_offset
+}
+
+async fn find_coordinator(c: &mut Client, group: &str) -> i16 {
+    let r: FindCoordinatorResponse = c
+        .call(
+            ApiKey::FindCoordinator,
+            6,
+            &FindCoordinatorRequest::default().with_coordinator_keys(vec![s(group)]),
+        )
+        .await;
+    r.coordinators[0].error_code
+}
+
+/// A group id on `__consumer_offsets` partition `stuck` (of `partitions`),
+/// and four on other partitions.
+fn groups_around(partitions: i32) -> ((String, i32), Vec<String>) {
+    let on = |g: String| {
+        let p = broker::group::offsets::partition_for(&g, partitions);
+        (g, p)
+    };
+    let stuck = on("stuck-group".to_string());
+    let live = (0..)
+        .map(|i| on(format!("live-group-{i}")))
+        .filter(|(_, p)| *p != stuck.1)
+        .map(|(g, _)| g)
+        .take(4)
+        .collect();
+    (stuck, live)
 }
 
 /// What other clients do while a step is held, each on its own connection,
@@ -142,5 +172,33 @@ async fn a_partition_opening_slowly_stalls_no_other_request() {
         )
         .await;
     assert_eq!(r.error_code, NONE);
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stuck_offsets_append_stalls_only_the_groups_of_its_partition() {
+    let b = start(&[("offsets.topic.num.partitions", "4")]).await;
+    let addr = b.running.local_addr;
+    let mut c = Client::connect(addr).await;
+    assert_eq!(c.create_topic("live", 1, &[]).await, NONE);
+    let ((stuck, stuck_partition), live) = groups_around(4);
+    assert_eq!(find_coordinator(&mut c, &stuck).await, NONE);
+
+    let held = slow_io::hold(OFFSETS_TOPIC, stuck_partition, Step::OffsetsAppend, CAP);
+    let stuck_commit = {
+        let stuck = stuck.clone();
+        tokio::spawn(async move {
+            let mut c = Client::connect(addr).await;
+            commit(&mut c, &stuck, "live", 7).await
+        })
+    };
+    held.entered().await;
+    other_clients_are_served(addr, "live", &live).await;
+    assert!(
+        !held.release(),
+        "other groups and partitions waited for one group's offsets append"
+    );
+    assert_eq!(stuck_commit.await.unwrap(), vec![NONE]);
+    assert_eq!(committed(&mut c, &stuck, "live").await, 7);
     b.running.shutdown().await;
 }

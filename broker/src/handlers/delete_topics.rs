@@ -61,7 +61,7 @@ pub async fn handle(
                 // Kafka's onPartitionsDeleted: committed offsets of a deleted
                 // topic go with it, so a topic re-created under the same name
                 // does not inherit positions.
-                broker.groups.on_topic_deleted(broker, &topic.name);
+                broker.groups.on_topic_deleted(&topic.name).await;
             }
             Err(e) => {
                 r.error_code = metadata_error(&e).code();
