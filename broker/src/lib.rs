@@ -222,6 +222,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         tasks.push(tokio::spawn(async move {
             let mut tick =
                 tokio::time::interval(Duration::from_millis(retention_check_ms.max(1) as u64));
+            // A pass that outlasts the interval is followed by one more, not
+            // by a burst of the ticks it missed.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
                 tokio::select! {

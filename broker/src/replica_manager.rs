@@ -180,8 +180,14 @@ impl ReplicaManager {
         };
         for (tp, part) in stale {
             self.partitions.write().expect("poisoned").remove(&tp);
-            // Producers waiting for acks on it answer NOT_LEADER_OR_FOLLOWER.
-            part.lock().expect("poisoned").resign();
+            {
+                let mut p = part.lock().expect("poisoned");
+                // Producers waiting for acks on it answer NOT_LEADER_OR_FOLLOWER.
+                p.resign();
+                // A maintenance pass still holding it writes nothing into
+                // the directory from now on.
+                p.retire_checkpoints();
+            }
             // Any in-flight request still holding the Arc finishes first.
             let part = match Arc::try_unwrap(part) {
                 Ok(m) => m.into_inner().expect("poisoned"),
@@ -315,10 +321,12 @@ impl ReplicaManager {
         }
     }
 
-    /// Runs retention, compaction, flushing and snapshots on every partition.
+    /// Runs retention, compaction, flushing and the checkpoint files on
+    /// every partition, one partition at a time. Disk work: run it off the
+    /// async workers.
     pub fn maintain_all(&self, now_ms: i64) {
         for (tp, part) in self.all() {
-            if let Err(e) = part.lock().expect("poisoned").maintain(now_ms) {
+            if let Err(e) = maintain_partition(&tp, &part, now_ms) {
                 tracing::error!(%tp, error = %e, "partition maintenance failed");
             }
         }
@@ -345,4 +353,23 @@ impl ReplicaManager {
     pub fn node_id(&self) -> NodeId {
         self.node_id
     }
+}
+
+/// One partition's maintenance. Its lock is held for the in-memory steps
+/// and the log's housekeeping (`Partition::maintain`); the checkpoint files
+/// are written and fsynced after it is released, so the partition's
+/// requests do not wait for them.
+fn maintain_partition(
+    tp: &TopicPartition,
+    part: &PartitionRef,
+    now_ms: i64,
+) -> Result<(), PartitionError> {
+    let checkpoints = part.lock().expect("poisoned").maintain(now_ms)?;
+    crate::slow_io::pause(
+        &tp.topic,
+        tp.partition,
+        crate::slow_io::Step::MaintenanceWrite,
+    );
+    checkpoints.write()?;
+    Ok(())
 }

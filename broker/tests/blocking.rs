@@ -202,3 +202,26 @@ async fn a_stuck_offsets_append_stalls_only_the_groups_of_its_partition() {
     assert_eq!(committed(&mut c, &stuck, "live").await, 7);
     b.running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn slow_maintenance_writes_do_not_hold_the_partition() {
+    // Maintenance every 100 ms, so the test does not wait for it.
+    let b = start(&[("log.retention.check.interval.ms", "100")]).await;
+    let addr = b.running.local_addr;
+    let mut c = Client::connect(addr).await;
+    assert_eq!(c.create_topic("maintained", 1, &[]).await, NONE);
+    assert_eq!(c.create_topic("live", 1, &[]).await, NONE);
+
+    // The high-watermark checkpoint and the producer snapshot are fsynced
+    // files: slow on a busy disk.
+    let held = slow_io::hold("maintained", 0, Step::MaintenanceWrite, CAP);
+    held.entered().await;
+    // The maintained partition itself and the others are served meanwhile.
+    other_clients_are_served(addr, "maintained", &[]).await;
+    other_clients_are_served(addr, "live", &[]).await;
+    assert!(
+        !held.release(),
+        "requests waited for a partition's maintenance writes"
+    );
+    b.running.shutdown().await;
+}

@@ -134,14 +134,8 @@ impl Partition {
 
     fn after_truncation(&mut self) -> Result<(), PartitionError> {
         // The snapshot on disk may describe batches that are gone.
-        let dir = self.log.dir().join(producer_state::SNAPSHOT_FILE);
-        match std::fs::remove_file(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(PartitionError::Storage(e.to_string())),
-        }
+        self.remove_producer_snapshot()?;
         self.producers = rebuild_producer_state(&self.log)?;
-        self.snapshot_producers()?;
         let leo = self.log.log_end_offset();
         if self.high_watermark > leo {
             self.high_watermark = leo;
@@ -149,6 +143,7 @@ impl Partition {
         if self.high_watermark < self.log.log_start_offset() {
             self.high_watermark = self.log.log_start_offset();
         }
+        self.capture_checkpoints().write()?;
         Ok(())
     }
 
