@@ -10,6 +10,7 @@
 mod common;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use broker::slow_io::{self, Step};
@@ -75,7 +76,8 @@ async fn committed(c: &mut Client, group: &str, topic: &str) -> i64 {
     r.groups[0].topics[0].partitions[0].committed_offset
 }
 
-async fn find_coordinator(c: &mut Client, group: &str) -> i16 {
+/// FindCoordinator for `group`: the error code and the coordinator's id.
+async fn find_coordinator(c: &mut Client, group: &str) -> (i16, i32) {
     let r: FindCoordinatorResponse = c
         .call(
             ApiKey::FindCoordinator,
@@ -83,7 +85,7 @@ async fn find_coordinator(c: &mut Client, group: &str) -> i16 {
             &FindCoordinatorRequest::default().with_coordinator_keys(vec![s(group)]),
         )
         .await;
-    r.coordinators[0].error_code
+    (r.coordinators[0].error_code, r.coordinators[0].node_id.0)
 }
 
 /// A group id on `__consumer_offsets` partition `stuck` (of `partitions`),
@@ -182,7 +184,7 @@ async fn a_stuck_offsets_append_stalls_only_the_groups_of_its_partition() {
     let mut c = Client::connect(addr).await;
     assert_eq!(c.create_topic("live", 1, &[]).await, NONE);
     let ((stuck, stuck_partition), live) = groups_around(4);
-    assert_eq!(find_coordinator(&mut c, &stuck).await, NONE);
+    assert_eq!(find_coordinator(&mut c, &stuck).await.0, NONE);
 
     let held = slow_io::hold(OFFSETS_TOPIC, stuck_partition, Step::OffsetsAppend, CAP);
     let stuck_commit = {
@@ -224,4 +226,255 @@ async fn slow_maintenance_writes_do_not_hold_the_partition() {
         "requests waited for a partition's maintenance writes"
     );
     b.running.shutdown().await;
+}
+
+/// A node running on its own runtime with two worker threads, as a
+/// separate process would: a stall of its workers leaves the other nodes'
+/// timers running, so its Raft peers and the active controller notice.
+struct Node {
+    id: i32,
+    broker: Arc<broker::broker::Broker>,
+    addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    thread: std::thread::JoinHandle<()>,
+}
+
+/// Starts `n` nodes in combined mode (ids 1..=n, node i on 127.0.0.{i+1}),
+/// each on its own runtime, with the cluster harness's fast timeouts.
+async fn start_nodes(n: i32, base_port: u16, extra: &[(&str, &str)]) -> Vec<Node> {
+    let host = common::cluster::host;
+    let client_port = |id: i32| base_port + 2 * (id as u16 - 1);
+    let voters = (1..=n)
+        .map(|id| format!("{id}@{}:{}", host(id), client_port(id) + 1))
+        .collect::<Vec<_>>()
+        .join(",");
+    let dir = tempfile::tempdir().unwrap();
+    let mut starting = Vec::new();
+    for id in 1..=n {
+        let mut pairs: Vec<(String, String)> = vec![
+            ("node.id".into(), id.to_string()),
+            ("process.roles".into(), "broker,controller".into()),
+            (
+                "listeners".into(),
+                format!(
+                    "PLAINTEXT://{h}:{},CONTROLLER://{h}:{}",
+                    client_port(id),
+                    client_port(id) + 1,
+                    h = host(id)
+                ),
+            ),
+            ("controller.listener.names".into(), "CONTROLLER".into()),
+            ("controller.quorum.voters".into(), voters.clone()),
+            (
+                "log.dirs".into(),
+                dir.path().join(id.to_string()).display().to_string(),
+            ),
+            ("metrics.listen.address".into(), "none".into()),
+        ];
+        for (k, v) in common::cluster::FAST_TIMEOUTS.iter().chain(extra) {
+            pairs.push((k.to_string(), v.to_string()));
+        }
+        let config = broker::config::ServerConfig::from_pairs(pairs).unwrap();
+        let (ready_tx, ready_rx) = tokio::sync::oneshot::channel();
+        let (stop, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let thread = std::thread::spawn(move || {
+            let rt = tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .enable_all()
+                .build()
+                .unwrap();
+            rt.block_on(async move {
+                let running = broker::start(config).await.expect("node starts");
+                let _ = ready_tx.send((running.broker.clone(), running.local_addr));
+                let _ = stop_rx.await;
+                running.shutdown().await;
+            });
+        });
+        starting.push((id, ready_rx, stop, thread));
+    }
+    let mut nodes = Vec::new();
+    for (id, ready, stop, thread) in starting {
+        let (broker, addr) = ready.await.expect("node started");
+        nodes.push(Node {
+            id,
+            broker,
+            addr,
+            stop,
+            thread,
+        });
+    }
+    // The temporary directory outlives the nodes: they are stopped before
+    // the test returns.
+    std::mem::forget(dir);
+    nodes
+}
+
+fn node(nodes: &[Node], id: i32) -> &Node {
+    nodes
+        .iter()
+        .find(|n| n.id == id)
+        .expect("a node with that id")
+}
+
+/// The Raft leader every node names, if they agree.
+fn raft_leader(nodes: &[Node]) -> Option<i32> {
+    let first = nodes[0].broker.metadata.leader()?.0;
+    nodes
+        .iter()
+        .all(|n| n.broker.metadata.leader().map(|l| l.0) == Some(first))
+        .then_some(first)
+}
+
+/// Polls `check` every 50 ms until it gives a value, at most `timeout`.
+async fn wait_for<T>(what: &str, timeout: Duration, mut check: impl FnMut() -> Option<T>) -> T {
+    let deadline = tokio::time::Instant::now() + timeout;
+    loop {
+        if let Some(v) = check() {
+            return v;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The node leading partition 0 of `topic`, once one does.
+async fn leader_of(nodes: &[Node], topic: &str) -> i32 {
+    wait_for("a leader for the topic", Duration::from_secs(10), || {
+        let image = nodes[0].broker.metadata.image();
+        image
+            .topics
+            .get(topic)
+            .map(|t| t.partitions[0].leader.0)
+            .filter(|l| *l >= 0)
+    })
+    .await
+}
+
+/// The node coordinating `group`, once it stores a commit of the group.
+async fn coordinator_of(nodes: &[Node], group: &str, topic: &str) -> i32 {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let mut c = Client::connect(nodes[0].addr).await;
+        let (code, id) = find_coordinator(&mut c, group).await;
+        if code == NONE {
+            let mut c = Client::connect(node(nodes, id).addr).await;
+            if commit(&mut c, group, topic, 0).await == vec![NONE] {
+                return id;
+            }
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{group} has no coordinator"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// Three nodes, each on its own runtime: one node's maintenance writes and
+/// one group's offsets append are stuck for longer than the broker session
+/// timeout and several election timeouts, and the cluster does not notice:
+/// the Raft leader and its term stay, no broker is fenced, and the other
+/// partitions and groups are served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stuck_disk_work_on_one_node_moves_no_raft_leadership() {
+    let nodes = start_nodes(
+        3,
+        45300,
+        &[
+            ("log.retention.check.interval.ms", "100"),
+            ("offsets.topic.num.partitions", "4"),
+        ],
+    )
+    .await;
+    let leader = wait_for("an agreed Raft leader", Duration::from_secs(20), || {
+        raft_leader(&nodes)
+    })
+    .await;
+    wait_for("every broker registered", Duration::from_secs(20), || {
+        nodes
+            .iter()
+            .all(|n| {
+                let image = n.broker.metadata.image();
+                image.brokers.len() == nodes.len() && image.brokers.values().all(|b| !b.fenced)
+            })
+            .then_some(())
+    })
+    .await;
+    let term = node(&nodes, leader).broker.metadata.leader_term();
+    assert!(term.is_some());
+    let mut c = Client::connect(node(&nodes, leader).addr).await;
+    assert_eq!(c.create_topic("maintained", 1, &[]).await, NONE);
+    assert_eq!(c.create_topic("live", 1, &[]).await, NONE);
+    let maintained = leader_of(&nodes, "maintained").await;
+    let live = leader_of(&nodes, "live").await;
+    let ((stuck, stuck_partition), live_groups) = groups_around(4);
+    let stuck_node = coordinator_of(&nodes, &stuck, "live").await;
+    let live_group = live_groups[0].clone();
+    let live_node = coordinator_of(&nodes, &live_group, "live").await;
+
+    let held_maintenance = slow_io::hold("maintained", 0, Step::MaintenanceWrite, CAP);
+    let held_append = slow_io::hold(OFFSETS_TOPIC, stuck_partition, Step::OffsetsAppend, CAP);
+    held_maintenance.entered().await;
+    let stuck_addr = node(&nodes, stuck_node).addr;
+    let stuck_commit = {
+        let stuck = stuck.clone();
+        tokio::spawn(async move {
+            let mut c = Client::connect(stuck_addr).await;
+            commit(&mut c, &stuck, "live", 7).await
+        })
+    };
+    held_append.entered().await;
+
+    // Serve clients for longer than broker.session.timeout.ms (1.5 s) and
+    // several controller election timeouts (0.5 s).
+    let until = tokio::time::Instant::now() + Duration::from_secs(3);
+    let mut rounds = 0;
+    while tokio::time::Instant::now() < until {
+        other_clients_are_served(node(&nodes, maintained).addr, "maintained", &[]).await;
+        other_clients_are_served(node(&nodes, live).addr, "live", &[]).await;
+        let mut c = Client::connect(node(&nodes, live_node).addr).await;
+        assert_eq!(
+            commit(&mut c, &live_group, "live", rounds).await,
+            vec![NONE]
+        );
+        rounds += 1;
+    }
+    for n in &nodes {
+        assert!(
+            n.broker
+                .metadata
+                .image()
+                .brokers
+                .values()
+                .all(|b| !b.fenced),
+            "node {} sees a fenced broker",
+            n.id
+        );
+    }
+    assert_eq!(raft_leader(&nodes), Some(leader), "the Raft leader moved");
+    assert_eq!(
+        node(&nodes, leader).broker.metadata.leader_term(),
+        term,
+        "an election ran"
+    );
+    assert!(
+        !held_maintenance.release(),
+        "clients waited for a maintenance write"
+    );
+    assert!(
+        !held_append.release(),
+        "clients waited for an offsets append"
+    );
+    assert_eq!(stuck_commit.await.unwrap(), vec![NONE]);
+    for n in nodes {
+        drop(n.broker);
+        let _ = n.stop.send(());
+        tokio::task::spawn_blocking(move || n.thread.join())
+            .await
+            .unwrap()
+            .expect("node thread");
+    }
 }
