@@ -86,6 +86,14 @@ impl Checkpoints {
     }
 }
 
+/// Captures taken before `seq` are dropped rather than written from now
+/// on (a truncation may have removed what they describe). Waits for a write
+/// in progress to finish, so what is on disk afterwards stays.
+pub fn fence(writer: &Mutex<CheckpointWriter>, seq: u64) {
+    let mut w = writer.lock().expect("poisoned");
+    w.last_written = w.last_written.max(seq);
+}
+
 /// Removes the producer snapshot as of capture `seq`: captures taken before
 /// it are dropped rather than written after the removal.
 pub fn remove_snapshot(writer: &Mutex<CheckpointWriter>, seq: u64) -> Result<(), PartitionError> {
@@ -153,6 +161,18 @@ mod tests {
         assert!(read_snapshot(dir.path()).is_none());
         assert!(capture(&writer, 4, 5).write().unwrap());
         assert_eq!(read_snapshot(dir.path()).unwrap().offset, Offset(5));
+    }
+
+    #[test]
+    fn a_fence_drops_the_captures_taken_before_it_and_keeps_the_files() {
+        let dir = tempfile::tempdir().unwrap();
+        let writer = CheckpointWriter::new(dir.path().to_path_buf());
+        assert!(capture(&writer, 1, 10).write().unwrap());
+        let before = capture(&writer, 2, 30);
+        fence(&writer, 3);
+        assert!(!before.write().unwrap());
+        assert_eq!(read_snapshot(dir.path()).unwrap().offset, Offset(10));
+        assert!(capture(&writer, 4, 20).write().unwrap());
     }
 
     #[test]

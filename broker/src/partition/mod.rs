@@ -654,6 +654,13 @@ impl Partition {
         }
     }
 
+    /// No capture taken before now is written from here on (they may
+    /// describe batches a truncation removed).
+    fn fence_checkpoints(&mut self) {
+        self.checkpoint_seq += 1;
+        checkpoints::fence(&self.checkpoint_writer, self.checkpoint_seq);
+    }
+
     /// Removes the producer snapshot (its batches are gone); a capture taken
     /// before is not written after this.
     fn remove_producer_snapshot(&mut self) -> Result<(), PartitionError> {
