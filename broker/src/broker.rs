@@ -156,6 +156,7 @@ impl Broker {
     /// blocking thread: opening a partition recovers its log, and deleting
     /// one removes its files, neither of which may stall an async worker.
     pub async fn sync_replicas(&self) -> Result<(), crate::error::PartitionError> {
+        let _turn = self.replicas.reconcile_turn.lock().await;
         let replicas = self.replicas.clone();
         let images = self.metadata.subscribe();
         let fetchers = self.fetchers.clone();

@@ -29,6 +29,11 @@ pub struct ReplicaManager {
     /// Serializes reconciliation so two image updates never race to open
     /// or delete the same directory.
     reconcile_lock: Mutex<()>,
+    /// Taken (asynchronously) before a reconcile goes to a blocking thread,
+    /// so callers queue here rather than each holding a blocking thread on
+    /// `reconcile_lock`: however many requests apply images at once, one
+    /// blocking thread does.
+    pub reconcile_turn: tokio::sync::Mutex<()>,
     /// Woken after every append and every high watermark advance, so
     /// long-polling fetches re-check.
     pub appended: Notify,
@@ -90,6 +95,7 @@ impl ReplicaManager {
             server,
             partitions: RwLock::new(HashMap::new()),
             reconcile_lock: Mutex::new(()),
+            reconcile_turn: tokio::sync::Mutex::new(()),
             appended: Notify::new(),
             isr_check: Notify::new(),
             followed: Mutex::new(Vec::new()),
