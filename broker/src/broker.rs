@@ -32,7 +32,7 @@ pub struct Broker {
     pub metadata: MetadataController,
     pub replicas: Arc<ReplicaManager>,
     /// The follower side of replication: fetch sessions to the leaders.
-    pub fetchers: ReplicaFetcherManager,
+    pub fetchers: Arc<ReplicaFetcherManager>,
     /// The group coordinator (every group, on a single node).
     pub groups: crate::coordinator::GroupService,
     producer_ids: Mutex<(i64, i64)>,
@@ -249,15 +249,15 @@ pub fn validate_manual_assignment(
 impl Broker {
     pub fn new(config: ServerConfig, metadata: MetadataController) -> Self {
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
-        let fetchers = ReplicaFetcherManager::new(
+        let fetchers = Arc::new(ReplicaFetcherManager::new(
             config.node_id,
             FetcherConfig::from_server(&config),
             Arc::new(BrokerFetcherEnv {
                 replicas: replicas.clone(),
                 images: metadata.subscribe(),
             }),
-        );
-        let groups = crate::coordinator::GroupService::new(&config);
+        ));
+        let groups = crate::coordinator::GroupService::new(&config, replicas.clone());
         Self {
             groups,
             config,
@@ -272,12 +272,25 @@ impl Broker {
         self.config.node_id
     }
 
-    /// Applies the latest metadata image to the local partitions.
-    pub fn sync_replicas(&self) -> Result<(), crate::error::PartitionError> {
-        self.replicas
-            .reconcile(&self.metadata, now_ms(), |followed| {
-                crate::replica_manager::update_fetchers(self, followed)
-            })
+    /// Applies the latest metadata image to the local partitions, on a
+    /// blocking thread: opening a partition recovers its log, and deleting
+    /// one removes its files, neither of which may stall an async worker.
+    pub async fn sync_replicas(&self) -> Result<(), crate::error::PartitionError> {
+        let _turn = self.replicas.reconcile_turn.lock().await;
+        let replicas = self.replicas.clone();
+        let images = self.metadata.subscribe();
+        let fetchers = self.fetchers.clone();
+        tokio::task::spawn_blocking(move || {
+            replicas.reconcile(
+                || images.borrow().clone(),
+                now_ms(),
+                |followed| fetchers.update(followed),
+            )
+        })
+        .await
+        .map_err(|e| {
+            crate::error::PartitionError::Storage(format!("applying the metadata image: {e}"))
+        })?
     }
 
     /// Validates a new topic and, unless `validate_only`, creates it through
@@ -418,10 +431,12 @@ impl Broker {
                 other => CreateTopicError::Metadata(other),
             })?;
         self.sync_replicas()
+            .await
             .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
         if name == crate::coordinator::OFFSETS_TOPIC {
             self.groups
                 .sync_ownership(self)
+                .await
                 .map_err(|e| CreateTopicError::Metadata(MetadataError::Fatal(e.to_string())))?;
         }
         Ok(())

@@ -15,6 +15,7 @@ pub mod partition;
 pub mod replica_manager;
 pub mod replication;
 pub mod server;
+pub mod slow_io;
 #[cfg(test)]
 mod test_alloc;
 pub mod types;
@@ -130,8 +131,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     }
     let retention_check_ms = config.log_retention_check_interval_ms;
     let broker = Arc::new(Broker::new(config, metadata));
-    broker.sync_replicas()?;
-    let loaded = broker.groups.sync_ownership(&broker)?;
+    broker.sync_replicas().await?;
+    let loaded = broker.groups.sync_ownership(&broker).await?;
     if loaded > 0 {
         tracing::info!(records = loaded, "loaded consumer groups and offsets");
     }
@@ -145,13 +146,6 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
             if let Err(e) = server::serve(broker, listener, rx).await {
                 tracing::error!(error = %e, "listener failed");
             }
-        }));
-    }
-    {
-        let broker = broker.clone();
-        let rx = shutdown_rx.clone();
-        tasks.push(tokio::spawn(async move {
-            broker.groups.run_timers(&broker, rx).await;
         }));
     }
     {
@@ -171,10 +165,29 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
                     _ = rx.changed() => return,
                     changed = images.changed() => {
                         if changed.is_err() { return; }
-                        if let Err(e) = broker.sync_replicas() {
+                        if let Err(e) = broker.sync_replicas().await {
                             tracing::error!(error = %e, "applying metadata to partitions failed");
                         }
-                        if let Err(e) = broker.groups.sync_ownership(&broker) {
+                    }
+                }
+            }
+        }));
+    }
+    {
+        // The group coordinator follows leadership of its partitions once
+        // they are open, on its own: loading one waits for that partition
+        // (its lock, its reads), which must not hold up the next image for
+        // the other partitions.
+        let broker = broker.clone();
+        let mut images = broker.replicas.subscribe_applied();
+        let mut rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    _ = rx.changed() => return,
+                    changed = images.changed() => {
+                        if changed.is_err() { return; }
+                        if let Err(e) = broker.groups.sync_ownership(&broker).await {
                             tracing::error!(error = %e, "following {} leadership failed", coordinator::OFFSETS_TOPIC);
                         }
                     }
@@ -250,6 +263,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         tasks.push(tokio::spawn(async move {
             let mut tick =
                 tokio::time::interval(Duration::from_millis(retention_check_ms.max(1) as u64));
+            // A pass that outlasts the interval is followed by one more, not
+            // by a burst of the ticks it missed.
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             tick.tick().await;
             loop {
                 tokio::select! {
@@ -333,7 +349,7 @@ impl RunningBroker {
         let _ = self.shutdown.send(true);
         // Parked JoinGroup/SyncGroup requests would hold their connections
         // open; answer them so connections can close.
-        self.broker.groups.abandon_parked();
+        self.broker.groups.stop().await;
         for t in self.tasks {
             let _ = t.await;
         }

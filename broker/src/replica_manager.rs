@@ -30,6 +30,11 @@ pub struct ReplicaManager {
     /// Serializes reconciliation so two image updates never race to open
     /// or delete the same directory.
     reconcile_lock: Mutex<()>,
+    /// Taken (asynchronously) before a reconcile goes to a blocking thread,
+    /// so callers queue here rather than each holding a blocking thread on
+    /// `reconcile_lock`: however many requests apply images at once, one
+    /// blocking thread does.
+    pub reconcile_turn: tokio::sync::Mutex<()>,
     /// Woken after every append and every high watermark advance, so
     /// long-polling fetches re-check.
     pub appended: Notify,
@@ -40,6 +45,9 @@ pub struct ReplicaManager {
     /// The health of `log.dirs`' first entry, which holds every partition:
     /// an I/O error in any of them takes them all offline.
     log_dir_failure: LogDirFailureChannel,
+    /// Counts the images applied, so what depends on the partitions being
+    /// open (the group coordinator) follows them rather than the quorum.
+    applied: tokio::sync::watch::Sender<u64>,
 }
 
 /// Waits until an acks=all append that ends before `required` is committed
@@ -79,11 +87,6 @@ pub async fn wait_for_ack(
     }
 }
 
-/// Hands the complete followed set to the replica fetchers (they start and
-/// stop per-leader sessions to match it).
-pub fn update_fetchers(broker: &crate::broker::Broker, followed: Vec<Followed>) {
-    broker.fetchers.update(followed);
-}
 fn partition_dir(data_dir: &std::path::Path, tp: &TopicPartition) -> PathBuf {
     data_dir.join(format!("{}-{}", tp.topic, tp.partition))
 }
@@ -96,6 +99,7 @@ impl ReplicaManager {
             server,
             partitions: RwLock::new(HashMap::new()),
             reconcile_lock: Mutex::new(()),
+            reconcile_turn: tokio::sync::Mutex::new(()),
             appended: Notify::new(),
             isr_check: Notify::new(),
             followed: Mutex::new(Vec::new()),
@@ -103,6 +107,7 @@ impl ReplicaManager {
                 metrics::gauge!("kafka_log_offline_log_directory_count").set(0.0);
                 LogDirFailureChannel::new()
             },
+            applied: tokio::sync::watch::channel(0).0,
         }
     }
 
@@ -136,18 +141,28 @@ impl ReplicaManager {
     /// The image is read under the reconcile lock, so two callers can never
     /// apply an older image after a newer one; `on_followed` runs under it
     /// too, so the fetchers see the followed sets in image order.
+    ///
+    /// This opens logs (a recovery scan after a crash reads the whole active
+    /// segment) and deletes directories: call it off the async workers
+    /// (`Broker::sync_replicas` does).
     pub fn reconcile(
         &self,
-        metadata: &crate::metadata::MetadataController,
+        latest_image: impl FnOnce() -> std::sync::Arc<MetadataImage>,
         now_ms: i64,
         on_followed: impl FnOnce(Vec<Followed>),
     ) -> Result<(), PartitionError> {
         let _guard = self.reconcile_lock.lock().expect("poisoned");
-        let image = metadata.image();
+        let image = latest_image();
         let followed = self.apply_image(&image, now_ms)?;
         *self.followed.lock().expect("poisoned") = followed.clone();
         on_followed(followed);
+        self.applied.send_modify(|n| *n += 1);
         Ok(())
+    }
+
+    /// A receiver that sees every image `reconcile` applied.
+    pub fn subscribe_applied(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.applied.subscribe()
     }
 
     /// The partitions this node follows, as last handed to the fetchers.
@@ -185,8 +200,14 @@ impl ReplicaManager {
         };
         for (tp, part) in stale {
             self.partitions.write().expect("poisoned").remove(&tp);
-            // Producers waiting for acks on it answer NOT_LEADER_OR_FOLLOWER.
-            part.lock().expect("poisoned").resign();
+            {
+                let mut p = part.lock().expect("poisoned");
+                // Producers waiting for acks on it answer NOT_LEADER_OR_FOLLOWER.
+                p.resign();
+                // A maintenance pass still holding it writes nothing into
+                // the directory from now on.
+                p.retire_checkpoints();
+            }
             // Any in-flight request still holding the Arc finishes first.
             let part = match Arc::try_unwrap(part) {
                 Ok(m) => m.into_inner().expect("poisoned"),
@@ -283,6 +304,7 @@ impl ReplicaManager {
                 tracing::info!(%tp, "removing a stray directory with this partition's name");
                 crate::log::delete_dir(&dir).map_err(|e| PartitionError::Storage(e.to_string()))?;
             }
+            crate::slow_io::pause(&tp.topic, tp.partition, crate::slow_io::Step::PartitionOpen);
             let mut part = Partition::open(
                 dir.clone(),
                 tp.clone(),
@@ -344,10 +366,12 @@ impl ReplicaManager {
         }
     }
 
-    /// Runs retention, compaction, flushing and snapshots on every partition.
+    /// Runs retention, compaction, flushing and the checkpoint files on
+    /// every partition, one partition at a time. Disk work: run it off the
+    /// async workers.
     pub fn maintain_all(&self, now_ms: i64) {
         for (tp, part) in self.all() {
-            if let Err(e) = part.lock().expect("poisoned").maintain(now_ms) {
+            if let Err(e) = maintain_partition(&tp, &part, now_ms) {
                 tracing::error!(%tp, error = %e, "partition maintenance failed");
             }
         }
@@ -380,4 +404,34 @@ impl ReplicaManager {
     pub fn node_id(&self) -> NodeId {
         self.node_id
     }
+}
+
+/// One partition's maintenance. Its lock is held for the in-memory steps,
+/// the log's housekeeping (`Partition::maintain`) and planning a compaction;
+/// the checkpoint files are written and fsynced, and the compaction runs,
+/// after it is released, so the partition's requests do not wait for them.
+/// The lock is taken again only to swap the cleaned segments in.
+fn maintain_partition(
+    tp: &TopicPartition,
+    part: &PartitionRef,
+    now_ms: i64,
+) -> Result<(), PartitionError> {
+    let (checkpoints, compaction) = {
+        let mut p = part.lock().expect("poisoned");
+        let checkpoints = p.maintain(now_ms)?;
+        (checkpoints, p.compaction_plan(now_ms)?)
+    };
+    crate::slow_io::pause(
+        &tp.topic,
+        tp.partition,
+        crate::slow_io::Step::MaintenanceWrite,
+    );
+    checkpoints.write()?;
+    if let Some(job) = compaction {
+        let cleaned = job.run()?;
+        if !part.lock().expect("poisoned").install_compaction(cleaned)? {
+            tracing::debug!(%tp, "log changed during compaction; the pass is discarded");
+        }
+    }
+    Ok(())
 }

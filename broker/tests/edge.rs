@@ -371,7 +371,7 @@ async fn a_replica_fetch_from_another_address_than_the_brokers_is_refused() {
         })
         .await
         .unwrap();
-    broker.sync_replicas().unwrap();
+    broker.sync_replicas().await.unwrap();
     let mut c = Client::connect(addr).await;
     let r = c
         .produce(

@@ -53,7 +53,7 @@ async fn create(
         })
         .await
         .expect("topic created");
-    broker.sync_replicas().expect("partitions opened");
+    broker.sync_replicas().await.expect("partitions opened");
     topic_id
 }
 
@@ -77,7 +77,7 @@ async fn register_node(b: &TestBroker, node_id: i32) {
         }))
         .await
         .expect("registered");
-    b.running.broker.sync_replicas().unwrap();
+    b.running.broker.sync_replicas().await.unwrap();
 }
 
 fn isr(b: &TestBroker, topic: &str) -> Vec<i32> {
@@ -468,7 +468,7 @@ async fn a_produce_waiting_for_acks_learns_that_leadership_moved() {
         .propose(MetadataCommand::FenceBroker { node_id: NodeId(1) })
         .await
         .unwrap();
-    b.running.broker.sync_replicas().unwrap();
+    b.running.broker.sync_replicas().await.unwrap();
     let r = tokio::time::timeout(Duration::from_secs(5), produce)
         .await
         .expect("answered when leadership moved")

@@ -1,23 +1,28 @@
 //! The group coordinator's runtime: the async side of `group/`.
 //!
-//! `group/` decides; this module keeps the decisions' promises. It holds the
-//! state machines behind one lock, parks JoinGroup/SyncGroup requests until
-//! a completion answers them, runs the timer task that calls `tick`, and
-//! stores what must be stored (committed offsets, group metadata) in the
-//! `__consumer_offsets` topic before anyone is answered, as Kafka does.
+//! `group/` decides; this module keeps the decisions' promises. It parks
+//! JoinGroup/SyncGroup requests until a completion answers them, runs the
+//! timers that call `tick`, and stores what must be stored (committed
+//! offsets, group metadata) in the `__consumer_offsets` topic before anyone
+//! is answered, as Kafka does.
 //!
 //! Writes go through the same `Partition::append_as_leader` as a producer's
 //! acks=all batch, so a committed offset carries the same promise as an
-//! acked record (see docs/contract.md). The lock is a plain mutex: appends
-//! are synchronous and short, and holding it across the append keeps the
-//! order of writes in the log the order of the in-memory changes.
+//! acked record (see docs/contract.md). The groups live in shards, one per
+//! `__consumer_offsets` partition this node leads (Kafka's coordinator
+//! shards). A change takes its shard's lock, an async one, and holds it
+//! across its append, which keeps the order of writes in the log the order
+//! of the in-memory changes; the append itself runs on a blocking thread.
+//! So a slow append (a busy disk, the partition's lock held by its
+//! maintenance) makes the groups of that one partition wait, never an async
+//! worker, nor the groups of other partitions.
 
 mod storage;
 
-use std::collections::HashMap;
-use std::sync::Mutex;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
 
-use tokio::sync::{oneshot, Notify};
+use tokio::sync::{oneshot, watch, Notify};
 
 use crate::broker::{now_ms, Broker};
 use crate::config::ServerConfig;
@@ -35,6 +40,7 @@ use crate::group::{
     MemberId, Reply, SyncRequest, SyncResponse,
 };
 use crate::group::{CoordinatorRecord, GroupExpiryState, OffsetAndMetadata, OffsetStore};
+use crate::replica_manager::ReplicaManager;
 
 pub use storage::{partition_of, StorageError, OFFSETS_TOPIC};
 
@@ -90,6 +96,8 @@ impl TopicsView for ImageTopics {
     }
 }
 
+/// A coordinator shard's groups: what one `__consumer_offsets` partition
+/// holds (Kafka's `GroupCoordinatorShard`).
 struct State {
     classic: crate::group::GroupCoordinator,
     consumer: ConsumerGroupCoordinator,
@@ -103,11 +111,9 @@ struct State {
     last_expiry_ms: i64,
     /// When group metrics were last published.
     last_metrics_ms: i64,
-    /// The `__consumer_offsets` partitions whose groups are loaded here: the
-    /// ones this node leads. Groups of other partitions belong to their leaders.
-    owned: std::collections::BTreeSet<i32>,
-    /// The partition count of `__consumer_offsets` (0 before it exists).
-    offsets_partitions: i32,
+    /// Set when this node stops leading the partition: a request that found
+    /// the shard before then is answered NOT_COORDINATOR.
+    unloaded: bool,
 }
 
 /// How often member counts, committed offsets and lag are published.
@@ -147,13 +153,46 @@ pub struct CommitPartition {
     pub offset: OffsetAndMetadata,
 }
 
-pub struct GroupService {
-    state: Mutex<State>,
-    /// Wakes the timer task when a call may have moved a deadline earlier.
-    wake: Notify,
+/// The coordinator settings every shard shares.
+struct Settings {
+    classic: ClassicGroupConfig,
+    consumer: ConsumerGroupConfig,
     offset_metadata_max_bytes: usize,
     offsets_retention_ms: i64,
     offsets_retention_check_interval_ms: i64,
+}
+
+/// The shards this node holds: one per `__consumer_offsets` partition it
+/// leads.
+#[derive(Default)]
+struct Shards {
+    /// The partition count of `__consumer_offsets` (0 before it exists).
+    partitions: i32,
+    by_partition: HashMap<i32, Arc<Shard>>,
+}
+
+pub struct GroupService {
+    shards: std::sync::RwLock<Shards>,
+    /// Serializes loading and unloading, so the shards follow the images in
+    /// order.
+    ownership: tokio::sync::Mutex<()>,
+    replicas: Arc<ReplicaManager>,
+    settings: Arc<Settings>,
+    /// Stops the shards' timer tasks.
+    stop: watch::Sender<bool>,
+}
+
+/// The groups of one `__consumer_offsets` partition. Every change to them
+/// takes `state`, an async lock that is held across the change's append:
+/// the records reach the log in the order of the changes, and a slow append
+/// makes only this partition's groups wait.
+struct Shard {
+    partition: i32,
+    state: tokio::sync::Mutex<State>,
+    /// Wakes the timer task when a call may have moved a deadline earlier.
+    wake: Notify,
+    replicas: Arc<ReplicaManager>,
+    settings: Arc<Settings>,
 }
 
 /// How a parked request ends if its slot is taken by a newer request of the
@@ -162,39 +201,49 @@ pub struct GroupService {
 const ABANDONED: GroupError = GroupError::RebalanceInProgress;
 
 impl GroupService {
-    pub fn new(config: &ServerConfig) -> Self {
+    pub fn new(config: &ServerConfig, replicas: Arc<ReplicaManager>) -> Self {
         GroupService {
-            state: Mutex::new(State {
-                classic: crate::group::GroupCoordinator::new(classic_config(config)),
-                consumer: ConsumerGroupCoordinator::new(
-                    consumer_config(config).unwrap_or_default(),
-                ),
-                stored_consumer: HashMap::new(),
-                offsets: OffsetStore::new(),
-                parked_joins: HashMap::new(),
-                parked_syncs: HashMap::new(),
-                last_expiry_ms: now_ms(),
-                last_metrics_ms: 0,
-                owned: std::collections::BTreeSet::new(),
-                offsets_partitions: 0,
+            shards: Default::default(),
+            ownership: tokio::sync::Mutex::new(()),
+            replicas,
+            settings: Arc::new(Settings {
+                classic: classic_config(config),
+                consumer: consumer_config(config).unwrap_or_default(),
+                offset_metadata_max_bytes: config.offset_metadata_max_bytes,
+                offsets_retention_ms: config.offsets_retention_ms,
+                offsets_retention_check_interval_ms: config.offsets_retention_check_interval_ms,
             }),
-            wake: Notify::new(),
-            offset_metadata_max_bytes: config.offset_metadata_max_bytes,
-            offsets_retention_ms: config.offsets_retention_ms,
-            offsets_retention_check_interval_ms: config.offsets_retention_check_interval_ms,
+            stop: watch::channel(false).0,
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().expect("group state poisoned")
+    /// The shard that holds `group_id`: NOT_COORDINATOR when another broker
+    /// leads the group's `__consumer_offsets` partition (the client looks
+    /// the coordinator up again), COORDINATOR_NOT_AVAILABLE before the topic
+    /// exists.
+    fn shard(&self, group_id: &str) -> Result<Arc<Shard>, GroupError> {
+        let shards = self.shards.read().expect("poisoned");
+        if shards.partitions == 0 {
+            return Err(GroupError::CoordinatorNotAvailable);
+        }
+        let partition = crate::group::offsets::partition_for(group_id, shards.partitions);
+        shards
+            .by_partition
+            .get(&partition)
+            .cloned()
+            .ok_or(GroupError::NotCoordinator)
     }
 
-    /// Answers whether this node coordinates `group_id` now: NOT_COORDINATOR
-    /// when another broker leads the group's `__consumer_offsets` partition
-    /// (the client looks the coordinator up again), COORDINATOR_NOT_AVAILABLE
-    /// before the topic exists.
+    fn all_shards(&self) -> Vec<Arc<Shard>> {
+        let shards = self.shards.read().expect("poisoned");
+        let mut all: Vec<Arc<Shard>> = shards.by_partition.values().cloned().collect();
+        all.sort_by_key(|s| s.partition);
+        all
+    }
+
+    /// Answers whether this node coordinates `group_id` now (see `shard`).
     pub fn check_coordinator(&self, group_id: &str) -> Result<(), GroupError> {
-        gate(&self.lock(), group_id)
+        self.shard(group_id).map(drop)
     }
 
     /// Follows leadership of `__consumer_offsets`: loads the groups of each
@@ -202,162 +251,108 @@ impl GroupService {
     /// requests with NOT_COORDINATOR) the groups of each partition it no
     /// longer leads, as Kafka's coordinator loads and unloads on leader
     /// change. Called at start and after every metadata change; returns the
-    /// number of records loaded.
-    pub fn sync_ownership(&self, broker: &Broker) -> Result<usize, StorageError> {
+    /// number of records loaded. A partition is read on a blocking thread,
+    /// and its groups answer NOT_COORDINATOR until it is loaded.
+    pub async fn sync_ownership(&self, broker: &Broker) -> Result<usize, StorageError> {
+        let _serial = self.ownership.lock().await;
         let image = broker.metadata.image();
         let me = broker.node_id();
-        let (count, led): (i32, std::collections::BTreeSet<i32>) =
-            match image.topics.get(OFFSETS_TOPIC) {
-                Some(t) => (
-                    t.partitions.len() as i32,
-                    t.partitions
-                        .iter()
-                        .filter(|p| {
-                            p.leader == me
-                                && broker
-                                    .replicas
-                                    .get(&crate::types::TopicPartition::new(
-                                        OFFSETS_TOPIC,
-                                        p.partition,
-                                    ))
-                                    .is_some()
-                        })
-                        .map(|p| p.partition)
-                        .collect(),
-                ),
-                None => (0, Default::default()),
-            };
-        let (gained, lost): (Vec<i32>, Vec<i32>) = {
-            let st = self.lock();
-            if st.offsets_partitions == count && st.owned == led {
+        let (count, led): (i32, BTreeSet<i32>) = match image.topics.get(OFFSETS_TOPIC) {
+            Some(t) => (
+                t.partitions.len() as i32,
+                t.partitions
+                    .iter()
+                    .filter(|p| {
+                        p.leader == me
+                            && self
+                                .replicas
+                                .get(&crate::types::TopicPartition::new(
+                                    OFFSETS_TOPIC,
+                                    p.partition,
+                                ))
+                                .is_some()
+                    })
+                    .map(|p| p.partition)
+                    .collect(),
+            ),
+            None => (0, Default::default()),
+        };
+        let (gained, lost): (Vec<i32>, Vec<Arc<Shard>>) = {
+            let mut shards = self.shards.write().expect("poisoned");
+            let held: BTreeSet<i32> = shards.by_partition.keys().copied().collect();
+            if shards.partitions == count && held == led {
                 return Ok(0);
             }
-            (
-                led.difference(&st.owned).copied().collect(),
-                st.owned.difference(&led).copied().collect(),
-            )
-        };
-        if !lost.is_empty() {
-            let mut st = self.lock();
-            let now = now_ms();
-            let in_lost = |g: &str| lost.contains(&crate::group::offsets::partition_for(g, count));
-            let mut groups: Vec<String> = st
-                .offsets
-                .groups()
-                .chain(st.classic.groups().map(|g| g.group_id()))
-                .chain(st.consumer.groups().map(|g| g.group_id()))
-                .filter(|g| in_lost(g))
-                .map(str::to_string)
+            // A new partition count maps groups to new partitions: every
+            // shard is loaded again.
+            let keep = |p: &i32| shards.partitions == count && led.contains(p);
+            let lost: Vec<i32> = held.iter().copied().filter(|p| !keep(p)).collect();
+            let gained = led.iter().copied().filter(|p| !keep(p)).collect();
+            let lost = lost
+                .iter()
+                .filter_map(|p| shards.by_partition.remove(p))
                 .collect();
-            groups.sort();
-            groups.dedup();
-            let ids: Vec<&str> = groups.iter().map(String::as_str).collect();
-            for (group_id, completed) in st.classic.unload(&ids, now) {
-                self.complete(broker, &mut st, &group_id, completed);
-            }
-            st.consumer.unload(&ids);
-            for g in &ids {
-                st.offsets.unload(g);
-                st.stored_consumer.remove(*g);
-            }
-            st.parked_joins.retain(|(g, _), _| !in_lost(g));
-            st.parked_syncs.retain(|(g, _), _| !in_lost(g));
-            for p in &lost {
-                st.owned.remove(p);
-            }
-            tracing::info!(partitions = ?lost, groups = ids.len(), "no longer coordinating; groups unloaded");
+            shards.partitions = count;
+            (gained, lost)
+        };
+        for shard in lost {
+            let groups = shard.unload().await;
+            tracing::info!(
+                partition = shard.partition,
+                groups,
+                "no longer coordinating the groups of {OFFSETS_TOPIC} partition"
+            );
         }
         let mut loaded = 0;
         for p in gained {
-            let records = storage::read_partition(broker, p)?;
-            loaded += records.len();
-            self.load_records(&records);
-            self.lock().owned.insert(p);
+            let replicas = self.replicas.clone();
+            let settings = self.settings.clone();
+            let (state, records) = tokio::task::spawn_blocking(move || {
+                let records = storage::read_partition(&replicas, p)?;
+                Ok::<_, StorageError>((State::load(&settings, &records), records.len()))
+            })
+            .await
+            .map_err(|e| StorageError::Interrupted(e.to_string()))??;
+            loaded += records;
+            let shard = Arc::new(Shard {
+                partition: p,
+                state: tokio::sync::Mutex::new(state),
+                wake: Notify::new(),
+                replicas: self.replicas.clone(),
+                settings: self.settings.clone(),
+            });
+            self.shards
+                .write()
+                .expect("poisoned")
+                .by_partition
+                .insert(p, shard.clone());
+            tokio::spawn(shard.run_timer(self.stop.subscribe()));
             tracing::info!(
                 partition = p,
-                records = records.len(),
+                records,
                 "coordinating the groups of {OFFSETS_TOPIC} partition"
             );
         }
-        self.lock().offsets_partitions = count;
-        self.wake.notify_one();
         Ok(loaded)
-    }
-
-    /// Adds the groups and offsets `records` describe (one partition's worth,
-    /// in log order).
-    fn load_records(&self, records: &[CoordinatorRecord]) {
-        let now = now_ms();
-        let mut st = self.lock();
-        let mut replay = ConsumerGroupReplay::new();
-        for r in records {
-            st.offsets.apply(r);
-            replay.apply(r);
-        }
-        let consumer_config = st.consumer.config().clone();
-        for snapshot in replay.snapshots(&consumer_config) {
-            let group_id = snapshot.group_id.clone();
-            match st.consumer.restore(snapshot.clone(), now) {
-                Ok(()) => {
-                    st.stored_consumer.insert(group_id, snapshot);
-                }
-                Err(e) => {
-                    tracing::error!(group = %group_id, error = %e, "cannot restore a consumer group; its members will rejoin")
-                }
-            }
-        }
-        // Only the groups these records name: groups of other partitions
-        // loaded earlier are live and must not be replaced.
-        let named: std::collections::BTreeSet<&str> =
-            records.iter().filter_map(|r| r.group_id()).collect();
-        let config = st.classic.config().clone();
-        let restored: Vec<ClassicGroup> = st
-            .offsets
-            .group_metadata_all()
-            .filter(|(group_id, _)| named.contains(group_id))
-            .map(|(group_id, m)| {
-                ClassicGroup::from_group_metadata(group_id, config.clone(), m.clone(), now)
-            })
-            .collect();
-        for group in restored {
-            st.classic.insert_loaded(group);
-        }
-        // A group that only ever committed offsets (an admin client, or a
-        // consumer that assigns partitions itself) has no metadata record;
-        // it comes back as an empty group, as in Kafka's replay.
-        let offset_groups: Vec<String> = st
-            .offsets
-            .groups()
-            .filter(|g| named.contains(g))
-            .map(str::to_string)
-            .collect();
-        for group_id in offset_groups {
-            if st.classic.group(&group_id).is_none() && st.consumer.group(&group_id).is_none() {
-                st.classic
-                    .insert_loaded(ClassicGroup::new(&group_id, config.clone(), now));
-            }
-        }
     }
 
     // ---------------------------------------------------------------- classic
 
-    pub async fn join(
-        &self,
-        broker: &Broker,
-        group_id: &str,
-        request: JoinRequest,
-    ) -> JoinResponse {
+    pub async fn join(&self, group_id: &str, request: JoinRequest) -> JoinResponse {
         let member_id = request.member_id.clone();
+        let shard = match self.shard(group_id) {
+            Ok(s) => s,
+            Err(e) => return JoinResponse::error(member_id, e),
+        };
         let waiting = {
-            let now = now_ms();
-            let mut st = self.lock();
-            if let Err(e) = gate(&st, group_id) {
-                return JoinResponse::error(request.member_id, e);
-            }
+            let mut st = match shard.lock().await {
+                Ok(st) => st,
+                Err(e) => return JoinResponse::error(member_id, e),
+            };
             if let Err(e) = st.consumer.make_way_for_classic_group(group_id) {
                 return JoinResponse::error(request.member_id, e);
             }
-            let out = st.classic.join(group_id, request, now);
+            let out = st.classic.join(group_id, request, now_ms());
             let waiting = match out.reply {
                 Reply::Now(r) => Err(r),
                 Reply::Parked(m) => {
@@ -367,10 +362,10 @@ impl GroupService {
                     Ok((m, rx))
                 }
             };
-            self.complete(broker, &mut st, group_id, out.completed);
+            shard.complete(&mut st, group_id, out.completed).await;
             waiting
         };
-        self.wake.notify_one();
+        shard.wake.notify_one();
         match waiting {
             Err(r) => r,
             Ok((m, rx)) => rx.await.unwrap_or_else(|_| {
@@ -379,19 +374,17 @@ impl GroupService {
         }
     }
 
-    pub async fn sync(
-        &self,
-        broker: &Broker,
-        group_id: &str,
-        request: SyncRequest,
-    ) -> SyncResponse {
+    pub async fn sync(&self, group_id: &str, request: SyncRequest) -> SyncResponse {
+        let shard = match self.shard(group_id) {
+            Ok(s) => s,
+            Err(e) => return SyncResponse::error(e),
+        };
         let waiting = {
-            let now = now_ms();
-            let mut st = self.lock();
-            if let Err(e) = gate(&st, group_id) {
-                return SyncResponse::error(e);
-            }
-            let out = st.classic.sync(group_id, request, now);
+            let mut st = match shard.lock().await {
+                Ok(st) => st,
+                Err(e) => return SyncResponse::error(e),
+            };
+            let out = st.classic.sync(group_id, request, now_ms());
             let waiting = match out.reply {
                 Reply::Now(r) => Err(r),
                 Reply::Parked(m) => {
@@ -400,199 +393,56 @@ impl GroupService {
                     Ok(rx)
                 }
             };
-            self.complete(broker, &mut st, group_id, out.completed);
+            shard.complete(&mut st, group_id, out.completed).await;
             waiting
         };
-        self.wake.notify_one();
+        shard.wake.notify_one();
         match waiting {
             Err(r) => r,
             Ok(rx) => rx.await.unwrap_or_else(|_| SyncResponse::error(ABANDONED)),
         }
     }
 
-    pub fn heartbeat(&self, group_id: &str, request: &HeartbeatRequest) -> Result<(), GroupError> {
-        let mut st = self.lock();
-        gate(&st, group_id)?;
+    pub async fn heartbeat(
+        &self,
+        group_id: &str,
+        request: &HeartbeatRequest,
+    ) -> Result<(), GroupError> {
+        let shard = self.shard(group_id)?;
+        let mut st = shard.lock().await?;
         let r = st.classic.heartbeat(group_id, request, now_ms());
         drop(st);
-        self.wake.notify_one();
+        shard.wake.notify_one();
         r
     }
 
-    pub fn leave(
+    pub async fn leave(
         &self,
-        broker: &Broker,
         group_id: &str,
         members: &[LeaveMember],
     ) -> Result<Vec<LeaveMemberResponse>, GroupError> {
-        let mut st = self.lock();
-        gate(&st, group_id)?;
+        let shard = self.shard(group_id)?;
+        let mut st = shard.lock().await?;
         let out = st.classic.leave(group_id, members, now_ms());
-        self.complete(broker, &mut st, group_id, out.completed);
+        shard.complete(&mut st, group_id, out.completed).await;
         drop(st);
-        self.wake.notify_one();
+        shard.wake.notify_one();
         out.result
-    }
-
-    /// Stores what a call's completions require, then answers the parked
-    /// requests they name. Called with the lock held.
-    fn complete(&self, broker: &Broker, st: &mut State, group_id: &str, completed: Completions) {
-        let mut failure = None;
-        if !completed.joins.is_empty() {
-            // The join phase completed: a new generation, one rebalance.
-            metrics::counter!("kafka_group_rebalances_total", "group" => group_id.to_string())
-                .increment(1);
-        }
-        if completed.group_metadata_changed {
-            if let Some(group) = st.classic.group(group_id) {
-                let value = if group.state() == GroupState::Dead {
-                    None
-                } else {
-                    Some(group.group_metadata())
-                };
-                let record = CoordinatorRecord::GroupMetadata {
-                    group_id: group_id.to_string(),
-                    value,
-                };
-                match storage::append(broker, group_id, std::slice::from_ref(&record)) {
-                    Ok(()) => st.offsets.apply(&record),
-                    Err(e) => {
-                        tracing::error!(group = group_id, error = %e, "storing group metadata failed");
-                        failure = Some(e.group_error());
-                    }
-                }
-            }
-        }
-        for (member, response) in completed.joins {
-            if let Some(tx) = st
-                .parked_joins
-                .remove(&(group_id.to_string(), member.clone()))
-            {
-                let response = match failure {
-                    Some(e) => JoinResponse::error(member, e),
-                    None => response,
-                };
-                let _ = tx.send(response);
-            }
-        }
-        for (member, response) in completed.syncs {
-            if let Some(tx) = st.parked_syncs.remove(&(group_id.to_string(), member)) {
-                let response = match failure {
-                    Some(e) => SyncResponse::error(e),
-                    None => response,
-                };
-                let _ = tx.send(response);
-            }
-        }
-    }
-
-    /// The timer task: fires group deadlines and runs offset expiry, until
-    /// `shutdown` flips.
-    pub async fn run_timers(
-        &self,
-        broker: &Broker,
-        mut shutdown: tokio::sync::watch::Receiver<bool>,
-    ) {
-        loop {
-            let now = now_ms();
-            let next = {
-                let st = self.lock();
-                let expiry = (st.last_expiry_ms + self.offsets_retention_check_interval_ms)
-                    .min(st.last_metrics_ms + METRICS_INTERVAL_MS);
-                st.classic
-                    .next_deadline_ms()
-                    .map_or(expiry, |d| d.min(expiry))
-            };
-            let wait_ms = (next - now).clamp(0, 60_000) as u64;
-            tokio::select! {
-                _ = tokio::time::sleep(std::time::Duration::from_millis(wait_ms)) => {}
-                _ = self.wake.notified() => {}
-                _ = shutdown.changed() => return,
-            }
-            let now = now_ms();
-            let mut st = self.lock();
-            for (group_id, completed) in st.classic.tick(now) {
-                self.complete(broker, &mut st, &group_id, completed);
-            }
-            for group_id in st.consumer.tick(now) {
-                if let Err(e) = self.persist_consumer_group(broker, &mut st, &group_id) {
-                    tracing::error!(group = %group_id, error = %e, "storing a consumer group failed");
-                }
-            }
-            if now >= st.last_expiry_ms + self.offsets_retention_check_interval_ms {
-                st.last_expiry_ms = now;
-                self.expire_offsets(broker, &mut st, now);
-            }
-            if now >= st.last_metrics_ms + METRICS_INTERVAL_MS {
-                st.last_metrics_ms = now;
-                publish_metrics(broker, &st, now);
-            }
-        }
-    }
-
-    /// Kafka's periodic cleanup: tombstones for expired offsets, and for
-    /// empty groups left with no offsets.
-    fn expire_offsets(&self, broker: &Broker, st: &mut State, now: i64) {
-        let expiration = {
-            let State {
-                classic, offsets, ..
-            } = &*st;
-            offsets.expired_records(now, self.offsets_retention_ms, |g| {
-                expiry_state(classic.group(g))
-            })
-        };
-        let mut by_group: std::collections::BTreeMap<String, Vec<CoordinatorRecord>> =
-            Default::default();
-        for r in expiration.records {
-            let group_id = match &r {
-                CoordinatorRecord::OffsetCommit { group_id, .. }
-                | CoordinatorRecord::GroupMetadata { group_id, .. } => group_id.clone(),
-                CoordinatorRecord::ConsumerGroup(_) | CoordinatorRecord::Other { .. } => continue,
-            };
-            by_group.entry(group_id).or_default().push(r);
-        }
-        for (group_id, records) in &by_group {
-            match storage::append(broker, group_id, records) {
-                Ok(()) => records.iter().for_each(|r| st.offsets.apply(r)),
-                Err(e) => {
-                    tracing::error!(group = %group_id, error = %e, "expiring offsets failed");
-                    return;
-                }
-            }
-            let expired = records
-                .iter()
-                .filter(|r| matches!(r, CoordinatorRecord::OffsetCommit { .. }))
-                .count();
-            if expired > 0 {
-                tracing::info!(group = %group_id, offsets = expired, "expired committed offsets");
-                metrics::counter!("kafka_group_offsets_expired_total").increment(expired as u64);
-            }
-        }
-        for group_id in expiration.deleted_groups {
-            if st
-                .classic
-                .group(&group_id)
-                .is_some_and(|g| g.state() == GroupState::Empty)
-            {
-                let _ = st.classic.delete_group(&group_id, now);
-                tracing::info!(group = %group_id, "removed an empty group with no offsets left");
-            }
-        }
     }
 
     // ---------------------------------------------------------------- KIP-848
 
     /// ConsumerGroupHeartbeat.
-    pub fn consumer_heartbeat(
+    pub async fn consumer_heartbeat(
         &self,
         broker: &Broker,
         group_id: &str,
         request: ConsumerHeartbeat,
     ) -> Result<ConsumerHeartbeatReply, GroupError> {
-        let now = now_ms();
         let topics = ImageTopics(broker.metadata.image());
-        let mut st = self.lock();
-        gate(&st, group_id)?;
+        let shard = self.shard(group_id)?;
+        let mut st = shard.lock().await?;
+        let now = now_ms();
         let State {
             classic, consumer, ..
         } = &mut *st;
@@ -602,69 +452,26 @@ impl GroupService {
         // The reply waits for the change it reports to be stored, as in
         // Kafka. A failed write fails the heartbeat (the member retries);
         // the next write stores the difference from what is on disk.
-        let stored = self.persist_consumer_group(broker, &mut st, group_id);
+        let stored = shard.persist_consumer_group(&mut st, group_id).await;
         drop(st);
         if let Err(e) = stored {
             tracing::error!(group = group_id, error = %e, "storing a consumer group failed");
             return Err(e.group_error());
         }
         if joined {
-            self.wake.notify_one();
+            shard.wake.notify_one();
         }
         r
     }
 
-    /// Writes the records that bring `__consumer_offsets` from the stored
-    /// snapshot of a KIP-848 group to its current state: tombstones for
-    /// members that left, the group's records, or the whole group's
-    /// tombstones once it is gone. Nothing when nothing changed.
-    fn persist_consumer_group(
-        &self,
-        broker: &Broker,
-        st: &mut State,
-        group_id: &str,
-    ) -> Result<(), StorageError> {
-        let current = st.consumer.group(group_id).map(|g| g.snapshot());
-        let previous = st.stored_consumer.get(group_id);
-        if current.as_ref() == previous {
-            return Ok(());
-        }
-        let records = match (previous, &current) {
-            (_, Some(cur)) => {
-                let mut records = Vec::new();
-                if let Some(prev) = previous {
-                    for m in &prev.members {
-                        if !cur.members.iter().any(|c| c.member_id == m.member_id) {
-                            records.extend(member_tombstones(group_id, &m.member_id));
-                        }
-                    }
-                }
-                records.extend(snapshot_records(cur));
-                records
-            }
-            (Some(prev), None) => {
-                let members: Vec<MemberId> =
-                    prev.members.iter().map(|m| m.member_id.clone()).collect();
-                tombstones_for(group_id, &members)
-            }
-            (None, None) => return Ok(()),
-        };
-        storage::append(broker, group_id, &records)?;
-        match current {
-            Some(cur) => st.stored_consumer.insert(group_id.to_string(), cur),
-            None => st.stored_consumer.remove(group_id),
-        };
-        Ok(())
-    }
-
-    pub fn consumer_describe(
+    pub async fn consumer_describe(
         &self,
         broker: &Broker,
         group_id: &str,
     ) -> Result<ConsumerGroupDescription, GroupError> {
         let topics = ImageTopics(broker.metadata.image());
-        let st = self.lock();
-        gate(&st, group_id)?;
+        let shard = self.shard(group_id)?;
+        let st = shard.lock().await?;
         if st.consumer.group(group_id).is_none() && st.classic.group(group_id).is_some() {
             // Kafka: "Group {} is not a consumer group."
             return Err(GroupError::GroupIdNotFound);
@@ -672,11 +479,15 @@ impl GroupService {
         st.consumer.describe(group_id, &topics)
     }
 
-    /// Answers every parked request (the broker is stopping).
-    pub fn abandon_parked(&self) {
-        let mut st = self.lock();
-        st.parked_joins.clear();
-        st.parked_syncs.clear();
+    /// Stops the shards' timers and answers every parked request (the
+    /// broker is stopping).
+    pub async fn stop(&self) {
+        let _ = self.stop.send(true);
+        for shard in self.all_shards() {
+            let mut st = shard.state.lock().await;
+            st.parked_joins.clear();
+            st.parked_syncs.clear();
+        }
     }
 
     // ---------------------------------------------------------------- offsets
@@ -690,9 +501,8 @@ impl GroupService {
     /// once; a record that never reaches the followers is one the new
     /// coordinator does not load, exactly as in Kafka.
     #[allow(clippy::too_many_arguments)]
-    pub fn commit_offsets(
+    pub async fn commit_offsets(
         &self,
-        broker: &Broker,
         group_id: &str,
         member_id: &MemberId,
         group_instance_id: Option<&GroupInstanceId>,
@@ -700,9 +510,9 @@ impl GroupService {
         api_version: i16,
         partitions: Vec<CommitPartition>,
     ) -> Result<CommitOutcome, GroupError> {
+        let shard = self.shard(group_id)?;
+        let mut st = shard.lock().await?;
         let now = now_ms();
-        let mut st = self.lock();
-        gate(&st, group_id)?;
         if st.consumer.group(group_id).is_some() {
             // KIP-848 groups check the member epoch (STALE_MEMBER_EPOCH).
             st.consumer.validate_offset_commit(
@@ -725,7 +535,7 @@ impl GroupService {
         let mut results = Vec::with_capacity(partitions.len());
         let mut records = Vec::new();
         for p in partitions {
-            if p.offset.metadata.len() > self.offset_metadata_max_bytes {
+            if p.offset.metadata.len() > self.settings.offset_metadata_max_bytes {
                 results.push(Err(CommitError::OffsetMetadataTooLarge));
                 continue;
             }
@@ -739,7 +549,7 @@ impl GroupService {
         }
         let mut pending = None;
         if !records.is_empty() {
-            match storage::append_acked(broker, group_id, &records) {
+            match shard.append(records.clone()).await {
                 Ok(p) => pending = p,
                 Err(e) => {
                     tracing::error!(group = group_id, error = %e, "storing offsets failed");
@@ -762,14 +572,14 @@ impl GroupService {
     /// current (STALE_MEMBER_EPOCH otherwise), so a fenced member cannot
     /// resume from offsets its replacement is moving. Anyone else (admin
     /// clients, classic groups) fetches freely.
-    pub fn validate_offset_fetch(
+    pub async fn validate_offset_fetch(
         &self,
         group_id: &str,
         member_id: Option<&str>,
         member_epoch: i32,
     ) -> Result<(), GroupError> {
-        let st = self.lock();
-        gate(&st, group_id)?;
+        let shard = self.shard(group_id)?;
+        let st = shard.lock().await?;
         if st.consumer.group(group_id).is_none() {
             return Ok(());
         }
@@ -778,38 +588,45 @@ impl GroupService {
             .validate_offset_fetch(group_id, member.as_ref(), Epoch(member_epoch))
     }
 
-    /// The committed offset of one partition, if any.
-    pub fn committed(
+    /// The committed offsets of a group's partitions (None for a partition
+    /// without one), or the group error when this node does not coordinate
+    /// it.
+    pub async fn committed(
         &self,
         group_id: &str,
-        topic: &str,
-        partition: i32,
-    ) -> Option<OffsetAndMetadata> {
-        self.lock()
-            .offsets
-            .fetch(group_id, topic, partition)
-            .cloned()
+        partitions: &[(String, i32)],
+    ) -> Result<Vec<Option<OffsetAndMetadata>>, GroupError> {
+        let shard = self.shard(group_id)?;
+        let st = shard.lock().await?;
+        Ok(partitions
+            .iter()
+            .map(|(topic, partition)| st.offsets.fetch(group_id, topic, *partition).cloned())
+            .collect())
     }
 
     /// Every committed offset of a group, sorted by topic and partition.
-    pub fn committed_all(&self, group_id: &str) -> Vec<(String, i32, OffsetAndMetadata)> {
-        self.lock()
+    pub async fn committed_all(
+        &self,
+        group_id: &str,
+    ) -> Result<Vec<(String, i32, OffsetAndMetadata)>, GroupError> {
+        let shard = self.shard(group_id)?;
+        let st = shard.lock().await?;
+        Ok(st
             .offsets
             .fetch_group(group_id)
             .map(|(t, p, o)| (t.to_string(), p, o.clone()))
-            .collect()
+            .collect())
     }
 
     /// OffsetDelete: removes a group's offsets for partitions the group is
     /// not consuming. Returns per-partition errors (None = deleted).
-    pub fn delete_offsets(
+    pub async fn delete_offsets(
         &self,
-        broker: &Broker,
         group_id: &str,
         topics: &[(String, Vec<i32>)],
     ) -> Result<Vec<TopicOffsetDeletion>, DeleteOffsetsError> {
-        let mut st = self.lock();
-        gate(&st, group_id).map_err(DeleteOffsetsError::Group)?;
+        let shard = self.shard(group_id).map_err(DeleteOffsetsError::Group)?;
+        let mut st = shard.lock().await.map_err(DeleteOffsetsError::Group)?;
         let group = st
             .classic
             .group(group_id)
@@ -847,7 +664,7 @@ impl GroupService {
             ));
         }
         if !records.is_empty() {
-            if let Err(e) = storage::append(broker, group_id, &records) {
+            if let Err(e) = shard.append(records.clone()).await {
                 tracing::error!(group = group_id, error = %e, "storing offset deletion failed");
                 return Err(DeleteOffsetsError::Storage(e.group_error()));
             }
@@ -859,26 +676,30 @@ impl GroupService {
     }
 
     /// Writes tombstones for every group's offsets of a deleted topic.
-    pub fn on_topic_deleted(&self, broker: &Broker, topic: &str) {
-        let mut st = self.lock();
-        let groups: Vec<String> = st.offsets.groups().map(str::to_string).collect();
-        for group_id in groups {
-            let partitions: Vec<i32> = st
-                .offsets
-                .fetch_group(&group_id)
-                .filter(|(t, _, _)| *t == topic)
-                .map(|(_, p, _)| p)
-                .collect();
-            if partitions.is_empty() {
+    pub async fn on_topic_deleted(&self, topic: &str) {
+        for shard in self.all_shards() {
+            let Ok(mut st) = shard.lock().await else {
                 continue;
-            }
-            let records = st
-                .offsets
-                .delete_partition_records(&group_id, topic, &partitions);
-            match storage::append(broker, &group_id, &records) {
-                Ok(()) => records.iter().for_each(|r| st.offsets.apply(r)),
-                Err(e) => {
-                    tracing::error!(group = %group_id, topic, error = %e, "removing offsets of a deleted topic failed")
+            };
+            let groups: Vec<String> = st.offsets.groups().map(str::to_string).collect();
+            for group_id in groups {
+                let partitions: Vec<i32> = st
+                    .offsets
+                    .fetch_group(&group_id)
+                    .filter(|(t, _, _)| *t == topic)
+                    .map(|(_, p, _)| p)
+                    .collect();
+                if partitions.is_empty() {
+                    continue;
+                }
+                let records = st
+                    .offsets
+                    .delete_partition_records(&group_id, topic, &partitions);
+                match shard.append(records.clone()).await {
+                    Ok(_) => records.iter().for_each(|r| st.offsets.apply(r)),
+                    Err(e) => {
+                        tracing::error!(group = %group_id, topic, error = %e, "removing offsets of a deleted topic failed")
+                    }
                 }
             }
         }
@@ -886,41 +707,52 @@ impl GroupService {
 
     // ------------------------------------------------------------------ admin
 
-    pub fn list(&self) -> Vec<GroupSummary> {
-        let st = self.lock();
-        let mut out: Vec<GroupSummary> = st
-            .classic
-            .groups()
-            .filter(|g| g.state() != GroupState::Dead)
-            .map(|g| GroupSummary {
-                group_id: g.group_id().to_string(),
-                protocol_type: g.protocol_type().unwrap_or_default().to_string(),
-                state: g.state().as_str(),
-                group_type: "classic",
-            })
-            .collect();
-        out.extend(
-            st.consumer
-                .groups()
-                .filter(|g| g.state() != ConsumerGroupState::Dead)
-                .map(|g| GroupSummary {
-                    group_id: g.group_id().to_string(),
-                    protocol_type: "consumer".to_string(),
-                    state: g.state().as_str(),
-                    group_type: "consumer",
-                }),
-        );
+    /// Every group of every shard, by id.
+    pub async fn list(&self) -> Vec<GroupSummary> {
+        let mut out = Vec::new();
+        for shard in self.all_shards() {
+            let Ok(st) = shard.lock().await else {
+                continue;
+            };
+            out.extend(
+                st.classic
+                    .groups()
+                    .filter(|g| g.state() != GroupState::Dead)
+                    .map(|g| GroupSummary {
+                        group_id: g.group_id().to_string(),
+                        protocol_type: g.protocol_type().unwrap_or_default().to_string(),
+                        state: g.state().as_str(),
+                        group_type: "classic",
+                    }),
+            );
+            out.extend(
+                st.consumer
+                    .groups()
+                    .filter(|g| g.state() != ConsumerGroupState::Dead)
+                    .map(|g| GroupSummary {
+                        group_id: g.group_id().to_string(),
+                        protocol_type: "consumer".to_string(),
+                        state: g.state().as_str(),
+                        group_type: "consumer",
+                    }),
+            );
+        }
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
     }
 
-    pub fn describe(&self, group_id: &str) -> Option<GroupDescription> {
-        let st = self.lock();
-        let g = st.classic.group(group_id)?;
+    /// A classic group's description (None when there is no such group),
+    /// or the group error when this node does not coordinate it.
+    pub async fn describe(&self, group_id: &str) -> Result<Option<GroupDescription>, GroupError> {
+        let shard = self.shard(group_id)?;
+        let st = shard.lock().await?;
+        let Some(g) = st.classic.group(group_id) else {
+            return Ok(None);
+        };
         // Kafka hands out member metadata and assignments only once the
         // group is Stable: before that they belong to a generation in flux.
         let stable = g.state() == GroupState::Stable;
-        Some(GroupDescription {
+        Ok(Some(GroupDescription {
             state: g.state(),
             protocol_type: g.protocol_type().unwrap_or_default().to_string(),
             protocol_name: if stable {
@@ -947,14 +779,14 @@ impl GroupService {
                     },
                 })
                 .collect(),
-        })
+        }))
     }
 
     /// DeleteGroups for one group: only an empty group goes, with its offsets.
-    pub fn delete_group(&self, broker: &Broker, group_id: &str) -> Result<(), GroupError> {
+    pub async fn delete_group(&self, group_id: &str) -> Result<(), GroupError> {
+        let shard = self.shard(group_id)?;
+        let mut st = shard.lock().await?;
         let now = now_ms();
-        let mut st = self.lock();
-        gate(&st, group_id)?;
         let consumer_group = st.consumer.group(group_id).is_some();
         match (st.classic.group(group_id), st.consumer.group(group_id)) {
             (Some(g), _) => g.validate_delete()?,
@@ -965,15 +797,8 @@ impl GroupService {
             (None, None) => return Err(GroupError::GroupIdNotFound),
         }
         let records = st.offsets.delete_group_records(group_id);
-        let forget = |st: &mut State| {
-            if consumer_group {
-                st.consumer.delete_group(group_id)
-            } else {
-                st.classic.delete_group(group_id, now)
-            }
-        };
         if !records.is_empty() {
-            if let Err(e) = storage::append(broker, group_id, &records) {
+            if let Err(e) = shard.append(records.clone()).await {
                 tracing::error!(group = group_id, error = %e, "storing group deletion failed");
                 return Err(e.group_error());
             }
@@ -981,34 +806,354 @@ impl GroupService {
         for r in &records {
             st.offsets.apply(r);
         }
-        forget(&mut st)?;
         if consumer_group {
-            self.persist_consumer_group(broker, &mut st, group_id)
+            st.consumer.delete_group(group_id)?;
+            shard
+                .persist_consumer_group(&mut st, group_id)
+                .await
                 .map_err(|e| e.group_error())?;
+        } else {
+            st.classic.delete_group(group_id, now)?;
         }
         Ok(())
     }
 }
 
-/// Members per group, and per committed partition: the committed offset,
-/// the lag in records (high watermark - committed) and, when records are
-/// waiting, the lag in time: now - the timestamp of the first batch at the
-/// committed offset (a batch's first timestamp, so it can overstate the lag
-/// by the time one batch spans).
-/// Whether this node coordinates `group_id` (see `check_coordinator`).
-fn gate(st: &State, group_id: &str) -> Result<(), GroupError> {
-    if st.offsets_partitions == 0 {
-        return Err(GroupError::CoordinatorNotAvailable);
+impl State {
+    fn new(settings: &Settings) -> State {
+        State {
+            classic: crate::group::GroupCoordinator::new(settings.classic.clone()),
+            consumer: ConsumerGroupCoordinator::new(settings.consumer.clone()),
+            stored_consumer: HashMap::new(),
+            offsets: OffsetStore::new(),
+            parked_joins: HashMap::new(),
+            parked_syncs: HashMap::new(),
+            last_expiry_ms: now_ms(),
+            last_metrics_ms: 0,
+            unloaded: false,
+        }
     }
-    let partition = crate::group::offsets::partition_for(group_id, st.offsets_partitions);
-    if st.owned.contains(&partition) {
-        Ok(())
-    } else {
-        Err(GroupError::NotCoordinator)
+
+    /// The groups and offsets `records` describe (one partition's worth, in
+    /// log order).
+    fn load(settings: &Settings, records: &[CoordinatorRecord]) -> State {
+        let now = now_ms();
+        let mut st = State::new(settings);
+        let mut replay = ConsumerGroupReplay::new();
+        for r in records {
+            st.offsets.apply(r);
+            replay.apply(r);
+        }
+        for snapshot in replay.snapshots(&settings.consumer) {
+            let group_id = snapshot.group_id.clone();
+            match st.consumer.restore(snapshot.clone(), now) {
+                Ok(()) => {
+                    st.stored_consumer.insert(group_id, snapshot);
+                }
+                Err(e) => {
+                    tracing::error!(group = %group_id, error = %e, "cannot restore a consumer group; its members will rejoin")
+                }
+            }
+        }
+        let restored: Vec<ClassicGroup> = st
+            .offsets
+            .group_metadata_all()
+            .map(|(group_id, m)| {
+                ClassicGroup::from_group_metadata(
+                    group_id,
+                    settings.classic.clone(),
+                    m.clone(),
+                    now,
+                )
+            })
+            .collect();
+        for group in restored {
+            st.classic.insert_loaded(group);
+        }
+        // A group that only ever committed offsets (an admin client, or a
+        // consumer that assigns partitions itself) has no metadata record;
+        // it comes back as an empty group, as in Kafka's replay.
+        let offset_groups: Vec<String> = st.offsets.groups().map(str::to_string).collect();
+        for group_id in offset_groups {
+            if st.classic.group(&group_id).is_none() && st.consumer.group(&group_id).is_none() {
+                st.classic.insert_loaded(ClassicGroup::new(
+                    &group_id,
+                    settings.classic.clone(),
+                    now,
+                ));
+            }
+        }
+        st
     }
 }
 
-fn publish_metrics(broker: &Broker, st: &State, now: i64) {
+impl Shard {
+    /// The shard's state, once no other change is in progress, or
+    /// NOT_COORDINATOR when the shard was unloaded meanwhile.
+    async fn lock(&self) -> Result<tokio::sync::MutexGuard<'_, State>, GroupError> {
+        let st = self.state.lock().await;
+        if st.unloaded {
+            return Err(GroupError::NotCoordinator);
+        }
+        Ok(st)
+    }
+
+    /// Appends `records` to this shard's partition on a blocking thread;
+    /// the caller holds the state lock, so appends keep the order of the
+    /// changes.
+    async fn append(
+        &self,
+        records: Vec<CoordinatorRecord>,
+    ) -> Result<Option<storage::PendingAck>, StorageError> {
+        let replicas = self.replicas.clone();
+        let partition = self.partition;
+        tokio::task::spawn_blocking(move || storage::append_acked(&replicas, partition, &records))
+            .await
+            .map_err(|e| StorageError::Interrupted(e.to_string()))?
+    }
+
+    /// This node no longer leads the partition: answers parked requests
+    /// NOT_COORDINATOR, drops the groups and stops the timer. Returns how
+    /// many groups were dropped.
+    async fn unload(&self) -> usize {
+        let mut st = self.state.lock().await;
+        st.unloaded = true;
+        let mut groups: Vec<String> = st
+            .offsets
+            .groups()
+            .chain(st.classic.groups().map(|g| g.group_id()))
+            .chain(st.consumer.groups().map(|g| g.group_id()))
+            .map(str::to_string)
+            .collect();
+        groups.sort();
+        groups.dedup();
+        let ids: Vec<&str> = groups.iter().map(String::as_str).collect();
+        for (group_id, completed) in st.classic.unload(&ids, now_ms()) {
+            // Nothing is stored: the partition is another node's now.
+            answer(&mut st, &group_id, completed, None);
+        }
+        *st = State {
+            unloaded: true,
+            ..State::new(&self.settings)
+        };
+        drop(st);
+        self.wake.notify_one();
+        groups.len()
+    }
+
+    /// Stores what a call's completions require, then answers the parked
+    /// requests they name. Called with the state lock held.
+    async fn complete(&self, st: &mut State, group_id: &str, completed: Completions) {
+        let mut failure = None;
+        if !completed.joins.is_empty() {
+            // The join phase completed: a new generation, one rebalance.
+            metrics::counter!("kafka_group_rebalances_total", "group" => group_id.to_string())
+                .increment(1);
+        }
+        if completed.group_metadata_changed {
+            if let Some(group) = st.classic.group(group_id) {
+                let value = if group.state() == GroupState::Dead {
+                    None
+                } else {
+                    Some(group.group_metadata())
+                };
+                let record = CoordinatorRecord::GroupMetadata {
+                    group_id: group_id.to_string(),
+                    value,
+                };
+                match self.append(vec![record.clone()]).await {
+                    Ok(_) => st.offsets.apply(&record),
+                    Err(e) => {
+                        tracing::error!(group = group_id, error = %e, "storing group metadata failed");
+                        failure = Some(e.group_error());
+                    }
+                }
+            }
+        }
+        answer(st, group_id, completed, failure);
+    }
+
+    /// Writes the records that bring `__consumer_offsets` from the stored
+    /// snapshot of a KIP-848 group to its current state: tombstones for
+    /// members that left, the group's records, or the whole group's
+    /// tombstones once it is gone. Nothing when nothing changed.
+    async fn persist_consumer_group(
+        &self,
+        st: &mut State,
+        group_id: &str,
+    ) -> Result<(), StorageError> {
+        let current = st.consumer.group(group_id).map(|g| g.snapshot());
+        let previous = st.stored_consumer.get(group_id);
+        if current.as_ref() == previous {
+            return Ok(());
+        }
+        let records = match (previous, &current) {
+            (_, Some(cur)) => {
+                let mut records = Vec::new();
+                if let Some(prev) = previous {
+                    for m in &prev.members {
+                        if !cur.members.iter().any(|c| c.member_id == m.member_id) {
+                            records.extend(member_tombstones(group_id, &m.member_id));
+                        }
+                    }
+                }
+                records.extend(snapshot_records(cur));
+                records
+            }
+            (Some(prev), None) => {
+                let members: Vec<MemberId> =
+                    prev.members.iter().map(|m| m.member_id.clone()).collect();
+                tombstones_for(group_id, &members)
+            }
+            (None, None) => return Ok(()),
+        };
+        self.append(records).await?;
+        match current {
+            Some(cur) => st.stored_consumer.insert(group_id.to_string(), cur),
+            None => st.stored_consumer.remove(group_id),
+        };
+        Ok(())
+    }
+
+    /// The shard's timer task: fires group deadlines, runs offset expiry and
+    /// publishes the group metrics, until the shard is unloaded or the
+    /// service stops.
+    async fn run_timer(self: Arc<Self>, mut stop: watch::Receiver<bool>) {
+        loop {
+            let next = {
+                let st = self.state.lock().await;
+                if st.unloaded {
+                    return;
+                }
+                let expiry = (st.last_expiry_ms
+                    + self.settings.offsets_retention_check_interval_ms)
+                    .min(st.last_metrics_ms + METRICS_INTERVAL_MS);
+                st.classic
+                    .next_deadline_ms()
+                    .map_or(expiry, |d| d.min(expiry))
+            };
+            let wait_ms = (next - now_ms()).clamp(0, 60_000) as u64;
+            tokio::select! {
+                _ = tokio::time::sleep(std::time::Duration::from_millis(wait_ms)) => {}
+                _ = self.wake.notified() => {}
+                _ = stop.wait_for(|stopped| *stopped) => return,
+            }
+            let mut st = self.state.lock().await;
+            if st.unloaded {
+                return;
+            }
+            let now = now_ms();
+            for (group_id, completed) in st.classic.tick(now) {
+                self.complete(&mut st, &group_id, completed).await;
+            }
+            for group_id in st.consumer.tick(now) {
+                if let Err(e) = self.persist_consumer_group(&mut st, &group_id).await {
+                    tracing::error!(group = %group_id, error = %e, "storing a consumer group failed");
+                }
+            }
+            if now >= st.last_expiry_ms + self.settings.offsets_retention_check_interval_ms {
+                st.last_expiry_ms = now;
+                self.expire_offsets(&mut st, now).await;
+            }
+            if now >= st.last_metrics_ms + METRICS_INTERVAL_MS {
+                st.last_metrics_ms = now;
+                let committed = publish_member_metrics(&st);
+                drop(st);
+                // The lag reads the consumed partitions: disk work, and
+                // their locks may be busy.
+                let replicas = self.replicas.clone();
+                let _ = tokio::task::spawn_blocking(move || {
+                    publish_lag_metrics(&replicas, committed, now)
+                })
+                .await;
+            }
+        }
+    }
+
+    /// Kafka's periodic cleanup: tombstones for expired offsets, and for
+    /// empty groups left with no offsets.
+    async fn expire_offsets(&self, st: &mut State, now: i64) {
+        let expiration = {
+            let State {
+                classic, offsets, ..
+            } = &*st;
+            offsets.expired_records(now, self.settings.offsets_retention_ms, |g| {
+                expiry_state(classic.group(g))
+            })
+        };
+        let mut by_group: std::collections::BTreeMap<String, Vec<CoordinatorRecord>> =
+            Default::default();
+        for r in expiration.records {
+            let group_id = match &r {
+                CoordinatorRecord::OffsetCommit { group_id, .. }
+                | CoordinatorRecord::GroupMetadata { group_id, .. } => group_id.clone(),
+                CoordinatorRecord::ConsumerGroup(_) | CoordinatorRecord::Other { .. } => continue,
+            };
+            by_group.entry(group_id).or_default().push(r);
+        }
+        for (group_id, records) in by_group {
+            match self.append(records.clone()).await {
+                Ok(_) => records.iter().for_each(|r| st.offsets.apply(r)),
+                Err(e) => {
+                    tracing::error!(group = %group_id, error = %e, "expiring offsets failed");
+                    return;
+                }
+            }
+            let expired = records
+                .iter()
+                .filter(|r| matches!(r, CoordinatorRecord::OffsetCommit { .. }))
+                .count();
+            if expired > 0 {
+                tracing::info!(group = %group_id, offsets = expired, "expired committed offsets");
+                metrics::counter!("kafka_group_offsets_expired_total").increment(expired as u64);
+            }
+        }
+        for group_id in expiration.deleted_groups {
+            if st
+                .classic
+                .group(&group_id)
+                .is_some_and(|g| g.state() == GroupState::Empty)
+            {
+                let _ = st.classic.delete_group(&group_id, now);
+                tracing::info!(group = %group_id, "removed an empty group with no offsets left");
+            }
+        }
+    }
+}
+
+/// Answers the parked requests `completed` names, with `failure` instead of
+/// their responses when storing the change failed.
+fn answer(st: &mut State, group_id: &str, completed: Completions, failure: Option<GroupError>) {
+    for (member, response) in completed.joins {
+        if let Some(tx) = st
+            .parked_joins
+            .remove(&(group_id.to_string(), member.clone()))
+        {
+            let response = match failure {
+                Some(e) => JoinResponse::error(member, e),
+                None => response,
+            };
+            let _ = tx.send(response);
+        }
+    }
+    for (member, response) in completed.syncs {
+        if let Some(tx) = st.parked_syncs.remove(&(group_id.to_string(), member)) {
+            let response = match failure {
+                Some(e) => SyncResponse::error(e),
+                None => response,
+            };
+            let _ = tx.send(response);
+        }
+    }
+}
+
+/// A committed offset whose lag is published: group, topic, partition,
+/// committed offset.
+type CommittedOffset = (String, String, i32, i64);
+
+/// Members per group and the committed offsets; returns the committed
+/// offsets, for `publish_lag_metrics`.
+fn publish_member_metrics(st: &State) -> Vec<CommittedOffset> {
     for g in st.classic.groups() {
         metrics::gauge!("kafka_group_members", "group" => g.group_id().to_string())
             .set(g.num_members() as f64);
@@ -1019,46 +1164,59 @@ fn publish_metrics(broker: &Broker, st: &State, now: i64) {
         metrics::gauge!("kafka_group_epoch", "group" => g.group_id().to_string())
             .set(f64::from(g.group_epoch().0));
     }
-    let groups: Vec<&str> = st.offsets.groups().collect();
-    for group_id in groups {
+    let mut out = Vec::new();
+    for group_id in st.offsets.groups() {
         for (topic, partition, o) in st.offsets.fetch_group(group_id) {
-            let labels = [
-                ("group", group_id.to_string()),
-                ("topic", topic.to_string()),
-                ("partition", partition.to_string()),
-            ];
-            metrics::gauge!("kafka_group_committed_offset", &labels).set(o.committed_offset as f64);
-            let Some(part) = broker
-                .replicas
-                .get(&crate::types::TopicPartition::new(topic, partition))
-            else {
-                continue;
-            };
-            let part = part.lock().expect("partition poisoned");
-            let hw = part.high_watermark().0;
-            let lag = (hw - o.committed_offset).max(0);
-            metrics::gauge!("kafka_group_lag", &labels).set(lag as f64);
-            let lag_seconds = if lag == 0 {
-                0.0
-            } else {
-                part.read(
-                    crate::types::Offset(o.committed_offset.max(part.log_start_offset().0)),
-                    1,
-                    true,
-                )
-                .ok()
-                .and_then(|f| {
-                    protocol::record_batch::RecordBatchView::parse(&f.records)
-                        .ok()
-                        .map(|b| b.base_timestamp())
-                })
-                .map_or(0.0, |ts| ((now - ts).max(0) as f64) / 1000.0)
-            };
-            metrics::gauge!("kafka_group_lag_seconds", &labels).set(lag_seconds);
+            out.push((
+                group_id.to_string(),
+                topic.to_string(),
+                partition,
+                o.committed_offset,
+            ));
         }
     }
+    out
 }
 
+/// Per committed partition: the committed offset, the lag in records (high
+/// watermark - committed) and, when records are waiting, the lag in time:
+/// now - the timestamp of the first batch at the committed offset (a
+/// batch's first timestamp, so it can overstate the lag by the time one
+/// batch spans).
+fn publish_lag_metrics(replicas: &ReplicaManager, committed: Vec<CommittedOffset>, now: i64) {
+    for (group_id, topic, partition, committed_offset) in committed {
+        let labels = [
+            ("group", group_id),
+            ("topic", topic.clone()),
+            ("partition", partition.to_string()),
+        ];
+        metrics::gauge!("kafka_group_committed_offset", &labels).set(committed_offset as f64);
+        let Some(part) = replicas.get(&crate::types::TopicPartition::new(topic, partition)) else {
+            continue;
+        };
+        let part = part.lock().expect("partition poisoned");
+        let hw = part.high_watermark().0;
+        let lag = (hw - committed_offset).max(0);
+        metrics::gauge!("kafka_group_lag", &labels).set(lag as f64);
+        let lag_seconds = if lag == 0 {
+            0.0
+        } else {
+            part.read(
+                crate::types::Offset(committed_offset.max(part.log_start_offset().0)),
+                1,
+                true,
+            )
+            .ok()
+            .and_then(|f| {
+                protocol::record_batch::RecordBatchView::parse(&f.records)
+                    .ok()
+                    .map(|b| b.base_timestamp())
+            })
+            .map_or(0.0, |ts| ((now - ts).max(0) as f64) / 1000.0)
+        };
+        metrics::gauge!("kafka_group_lag_seconds", &labels).set(lag_seconds);
+    }
+}
 /// What offset expiry needs to know of a group (Kafka's
 /// `offsetExpirationCondition`).
 fn expiry_state(group: Option<&ClassicGroup>) -> GroupExpiryState {
@@ -1161,6 +1319,15 @@ mod tests {
         }
     }
 
+    async fn committed(broker: &Broker, group: &str) -> Option<OffsetAndMetadata> {
+        broker
+            .groups
+            .committed(group, &[("t".to_string(), 0)])
+            .await
+            .unwrap()
+            .remove(0)
+    }
+
     /// The timer task's expiry pass, run with a clock moved past
     /// `offsets.retention.minutes`: an empty simple group loses its offsets
     /// and the group itself, in memory and in the log (a restart agrees).
@@ -1185,40 +1352,35 @@ mod tests {
         let unknown = MemberId::unknown();
         let results = broker
             .groups
-            .commit_offsets(
-                &broker,
-                "old",
-                &unknown,
-                None,
-                GenerationId(-1),
-                8,
-                vec![commit(5)],
-            )
+            .commit_offsets("old", &unknown, None, GenerationId(-1), 8, vec![commit(5)])
+            .await
             .unwrap()
             .0;
         assert_eq!(results, vec![Ok(())]);
-        assert!(broker.groups.committed("old", "t", 0).is_some());
+        assert!(committed(&broker, "old").await.is_some());
         let now = now_ms();
+        let shard = broker.groups.shard("old").unwrap();
         {
-            let mut st = broker.groups.lock();
+            let mut st = shard.lock().await.unwrap();
             // Not yet: one minute has not passed.
-            broker.groups.expire_offsets(&broker, &mut st, now + 1_000);
+            shard.expire_offsets(&mut st, now + 1_000).await;
         }
-        assert!(broker.groups.committed("old", "t", 0).is_some());
+        assert!(committed(&broker, "old").await.is_some());
         {
-            let mut st = broker.groups.lock();
-            broker.groups.expire_offsets(&broker, &mut st, now + 61_000);
+            let mut st = shard.lock().await.unwrap();
+            shard.expire_offsets(&mut st, now + 61_000).await;
         }
-        assert!(broker.groups.committed("old", "t", 0).is_none());
+        assert!(committed(&broker, "old").await.is_none());
         assert!(
-            broker.groups.describe("old").is_none(),
+            broker.groups.describe("old").await.unwrap().is_none(),
             "the empty group went too"
         );
+        drop(shard);
         drop(broker);
         running.shutdown().await;
 
         let running = crate::start(config(dir.path())).await.unwrap();
-        assert!(running.broker.groups.committed("old", "t", 0).is_none());
+        assert!(committed(&running.broker, "old").await.is_none());
         running.shutdown().await;
     }
 }

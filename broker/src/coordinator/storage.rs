@@ -18,7 +18,7 @@ use crate::group::offsets::partition_for;
 use crate::group::records::{self, CoordinatorRecord};
 use crate::group::GroupError;
 use crate::partition::FetchLimit;
-use crate::replica_manager::PartitionRef;
+use crate::replica_manager::{PartitionRef, ReplicaManager};
 use crate::types::{Offset, TopicPartition};
 
 pub const OFFSETS_TOPIC: &str = "__consumer_offsets";
@@ -28,14 +28,16 @@ const LOAD_READ_BYTES: usize = 4 << 20;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StorageError {
-    #[error("the {OFFSETS_TOPIC} topic does not exist yet")]
-    OffsetsTopicMissing,
     #[error("partition {0} of {OFFSETS_TOPIC} is not hosted here")]
     PartitionNotLocal(i32),
     #[error("append to {OFFSETS_TOPIC}: {0}")]
     Append(#[from] PartitionError),
     #[error("encoding records: {0}")]
     Encode(String),
+    /// The blocking thread that ran the disk work panicked or was
+    /// cancelled (the runtime is shutting down).
+    #[error("{OFFSETS_TOPIC} disk work did not finish: {0}")]
+    Interrupted(String),
 }
 
 impl StorageError {
@@ -47,10 +49,10 @@ impl StorageError {
             // Leadership of the partition moved: the client looks for the
             // new coordinator (Kafka maps NOT_LEADER_OR_FOLLOWER so too).
             StorageError::Append(PartitionError::NotLeaderOrFollower) => GroupError::NotCoordinator,
-            StorageError::OffsetsTopicMissing
-            | StorageError::PartitionNotLocal(_)
+            StorageError::PartitionNotLocal(_)
             | StorageError::Append(_)
-            | StorageError::Encode(_) => GroupError::CoordinatorNotAvailable,
+            | StorageError::Encode(_)
+            | StorageError::Interrupted(_) => GroupError::CoordinatorNotAvailable,
         }
     }
 }
@@ -68,18 +70,6 @@ pub fn partition_of(broker: &Broker, group_id: &str) -> i32 {
         .filter(|&n| n > 0)
         .unwrap_or(broker.config.offsets_topic_num_partitions);
     partition_for(group_id, count)
-}
-
-/// Appends `records` for `group_id` as one batch (acks=all: refused below
-/// `min.insync.replicas`) without waiting for the followers. Group
-/// membership records use this: losing one in a failover costs a rebalance,
-/// never a committed offset.
-pub fn append(
-    broker: &Broker,
-    group_id: &str,
-    records: &[CoordinatorRecord],
-) -> Result<(), StorageError> {
-    append_acked(broker, group_id, records).map(drop)
 }
 
 /// An appended batch whose acknowledgement is the high watermark passing
@@ -100,24 +90,20 @@ impl PendingAck {
     }
 }
 
-/// Appends `records` for `group_id` as one batch and returns what to wait
-/// on for the batch to be acknowledged (None when there was nothing to
-/// append).
+/// Appends `records` to `__consumer_offsets` partition `partition` as one
+/// batch (acks=all: refused below `min.insync.replicas`) and returns what to
+/// wait on for the batch to be acknowledged (None when there was nothing to
+/// append). This is disk work: it runs on a blocking thread.
 pub fn append_acked(
-    broker: &Broker,
-    group_id: &str,
+    replicas: &ReplicaManager,
+    partition: i32,
     records: &[CoordinatorRecord],
 ) -> Result<Option<PendingAck>, StorageError> {
     if records.is_empty() {
         return Ok(None);
     }
-    if !broker.metadata.image().topics.contains_key(OFFSETS_TOPIC) {
-        return Err(StorageError::OffsetsTopicMissing);
-    }
-    let partition = partition_of(broker, group_id);
     let tp = TopicPartition::new(OFFSETS_TOPIC, partition);
-    let part = broker
-        .replicas
+    let part = replicas
         .get(&tp)
         .ok_or(StorageError::PartitionNotLocal(partition))?;
     let now = now_ms();
@@ -158,13 +144,18 @@ pub fn append_acked(
     )
     .map_err(|e| StorageError::Encode(e.to_string()))?;
     let bytes: Bytes = buf.freeze();
+    crate::slow_io::pause(
+        OFFSETS_TOPIC,
+        partition,
+        crate::slow_io::Step::OffsetsAppend,
+    );
     let (outcome, events) = {
         let mut guard = part.lock().expect("partition poisoned");
         let outcome = guard.append_as_leader(&bytes, -1, now)?;
         // Subscribed under the append's lock: no HW change after it is missed.
         (outcome, guard.subscribe())
     };
-    broker.replicas.appended.notify_waiters();
+    replicas.appended.notify_waiters();
     Ok(Some(PendingAck {
         part,
         required: Offset(outcome.last_offset.0 + 1),
@@ -179,10 +170,13 @@ pub fn append_acked(
 /// followers confirm (its high watermark lags the old leader's by a fetch),
 /// often one whose commit was already acked. A record whose bytes do not decode is logged
 /// and skipped: one bad record must not keep every group on the partition
-/// from loading.
-pub fn read_partition(broker: &Broker, p: i32) -> Result<Vec<CoordinatorRecord>, StorageError> {
+/// from loading. This is disk work: it runs on a blocking thread.
+pub fn read_partition(
+    replicas: &ReplicaManager,
+    p: i32,
+) -> Result<Vec<CoordinatorRecord>, StorageError> {
     let mut out = Vec::new();
-    let Some(part) = broker.replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
+    let Some(part) = replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
         return Err(StorageError::PartitionNotLocal(p));
     };
     let mut offset = part.lock().expect("partition poisoned").log_start_offset();

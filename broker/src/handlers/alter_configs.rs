@@ -340,6 +340,7 @@ async fn apply(
         .map_err(|e| Refusal(metadata_error(&e), e.to_string()))?;
     broker
         .sync_replicas()
+        .await
         .map_err(|e| Refusal(ResponseError::UnknownServerError, e.to_string()))?;
     tracing::info!(topic = %name, "altered topic configs");
     Ok(())

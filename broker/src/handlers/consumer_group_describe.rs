@@ -28,7 +28,7 @@ fn assignment(parts: Vec<DescribedTopicPartitions>) -> Assignment {
     a
 }
 
-pub fn handle(
+pub async fn handle(
     broker: &Broker,
     version: i16,
     req: ConsumerGroupDescribeRequest,
@@ -37,7 +37,7 @@ pub fn handle(
     for group_id in req.group_ids {
         let mut d = DescribedGroup::default();
         d.authorized_operations = group_authorized_operations(req.include_authorized_operations);
-        match broker.groups.consumer_describe(broker, &group_id.0) {
+        match broker.groups.consumer_describe(broker, &group_id.0).await {
             Err(e) => {
                 d.error_code = e.code();
                 d.error_message = Some(str_bytes(e.to_string()));

@@ -10,7 +10,7 @@ use crate::broker::Broker;
 use crate::group::consumer::{ConsumerHeartbeat, Epoch, TopicId};
 use crate::group::{GroupInstanceId, MemberId};
 
-pub fn handle(
+pub async fn handle(
     broker: &Broker,
     ctx: &RequestContext,
     version: i16,
@@ -46,6 +46,7 @@ pub fn handle(
     match broker
         .groups
         .consumer_heartbeat(broker, &req.group_id.0, heartbeat)
+        .await
     {
         Ok(r) => {
             resp.member_id = Some(str_bytes(r.member_id.0));

@@ -77,7 +77,7 @@ pub async fn handle(
                 .await
             {
                 Ok(_) => {
-                    if let Err(e) = broker.sync_replicas() {
+                    if let Err(e) = broker.sync_replicas().await {
                         tracing::error!(topic = %name, error = %e, "opening new partitions failed");
                     }
                 }

@@ -6,11 +6,11 @@ use kafka_protocol::messages::{DeleteGroupsRequest, DeleteGroupsResponse};
 use crate::broker::Broker;
 use crate::group::error_code;
 
-pub fn handle(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
+pub async fn handle(broker: &Broker, req: DeleteGroupsRequest) -> DeleteGroupsResponse {
     let mut resp = DeleteGroupsResponse::default();
     for group_id in req.groups_names {
         let mut r = DeletableGroupResult::default();
-        r.error_code = error_code(broker.groups.delete_group(broker, &group_id.0).err());
+        r.error_code = error_code(broker.groups.delete_group(&group_id.0).await.err());
         r.group_id = group_id;
         resp.results.push(r);
     }

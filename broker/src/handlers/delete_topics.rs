@@ -54,14 +54,14 @@ pub async fn handle(
             .await
         {
             Ok(_) => {
-                if let Err(e) = broker.sync_replicas() {
+                if let Err(e) = broker.sync_replicas().await {
                     tracing::error!(topic = %topic.name, error = %e, "deleting partitions failed");
                 }
                 tracing::info!(topic = %topic.name, "deleted topic");
                 // Kafka's onPartitionsDeleted: committed offsets of a deleted
                 // topic go with it, so a topic re-created under the same name
                 // does not inherit positions.
-                broker.groups.on_topic_deleted(broker, &topic.name);
+                broker.groups.on_topic_deleted(&topic.name).await;
             }
             Err(e) => {
                 r.error_code = metadata_error(&e).code();

@@ -9,18 +9,21 @@ use super::{group_authorized_operations, str_bytes};
 use crate::broker::Broker;
 use crate::group::GroupState;
 
-pub fn handle(broker: &Broker, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
+pub async fn handle(broker: &Broker, req: DescribeGroupsRequest) -> DescribeGroupsResponse {
     let mut resp = DescribeGroupsResponse::default();
     for group_id in req.groups {
         let mut d = DescribedGroup::default();
         d.authorized_operations = group_authorized_operations(req.include_authorized_operations);
-        if let Err(e) = broker.groups.check_coordinator(&group_id.0) {
-            d.error_code = e.code();
-            d.group_id = group_id;
-            resp.groups.push(d);
-            continue;
-        }
-        match broker.groups.describe(&group_id.0) {
+        let described = match broker.groups.describe(&group_id.0).await {
+            Ok(g) => g,
+            Err(e) => {
+                d.error_code = e.code();
+                d.group_id = group_id;
+                resp.groups.push(d);
+                continue;
+            }
+        };
+        match described {
             None => {
                 d.group_state = str_bytes(GroupState::Dead.as_str());
                 d.protocol_type = str_bytes("");

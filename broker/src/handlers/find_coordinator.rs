@@ -54,7 +54,7 @@ async fn find(broker: &Broker, key: StrBytes, key_type: i8) -> Coordinator {
     let error = match key_type {
         GROUP => match ensure_offsets_topic(broker).await {
             Ok(()) => {
-                if let Err(e) = broker.groups.sync_ownership(broker) {
+                if let Err(e) = broker.groups.sync_ownership(broker).await {
                     tracing::warn!(error = %e, "loading groups after creating {OFFSETS_TOPIC}");
                 }
                 // The coordinator is the leader of the group's partition.

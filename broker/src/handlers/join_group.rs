@@ -40,7 +40,7 @@ pub async fn handle(
         requires_known_member_id: version >= 4,
         supports_skip_assignment: version >= 9,
     };
-    let r = broker.groups.join(broker, &req.group_id.0, request).await;
+    let r = broker.groups.join(&req.group_id.0, request).await;
     let mut resp = JoinGroupResponse::default();
     resp.error_code = r.error_code();
     resp.generation_id = r.generation_id.0;

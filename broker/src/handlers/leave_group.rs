@@ -8,7 +8,7 @@ use super::str_bytes;
 use crate::broker::Broker;
 use crate::group::{error_code, GroupInstanceId, LeaveMember, MemberId};
 
-pub fn handle(broker: &Broker, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
+pub async fn handle(broker: &Broker, version: i16, req: LeaveGroupRequest) -> LeaveGroupResponse {
     let members: Vec<LeaveMember> = if version >= 3 {
         req.members
             .into_iter()
@@ -24,7 +24,7 @@ pub fn handle(broker: &Broker, version: i16, req: LeaveGroupRequest) -> LeaveGro
         }]
     };
     let mut resp = LeaveGroupResponse::default();
-    match broker.groups.leave(broker, &req.group_id.0, &members) {
+    match broker.groups.leave(&req.group_id.0, &members).await {
         Err(e) => resp.error_code = e.code(),
         Ok(results) if version >= 3 => {
             resp.members = results

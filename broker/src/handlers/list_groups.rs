@@ -7,7 +7,7 @@ use kafka_protocol::messages::{GroupId, ListGroupsRequest, ListGroupsResponse};
 use super::str_bytes;
 use crate::broker::Broker;
 
-pub fn handle(broker: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
+pub async fn handle(broker: &Broker, version: i16, req: ListGroupsRequest) -> ListGroupsResponse {
     let states: Vec<String> = if version >= 4 {
         req.states_filter.iter().map(|s| s.to_lowercase()).collect()
     } else {
@@ -19,7 +19,7 @@ pub fn handle(broker: &Broker, version: i16, req: ListGroupsRequest) -> ListGrou
         Vec::new()
     };
     let mut resp = ListGroupsResponse::default();
-    for g in broker.groups.list() {
+    for g in broker.groups.list().await {
         if !states.is_empty() && !states.contains(&g.state.to_lowercase()) {
             continue;
         }

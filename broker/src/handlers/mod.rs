@@ -120,28 +120,36 @@ pub async fn dispatch(
         R::SyncGroup(r) => {
             Reply::Respond(S::SyncGroup(sync_group::handle(broker, version, r).await))
         }
-        R::Heartbeat(r) => Reply::Respond(S::Heartbeat(heartbeat::handle(broker, r))),
-        R::LeaveGroup(r) => Reply::Respond(S::LeaveGroup(leave_group::handle(broker, version, r))),
+        R::Heartbeat(r) => Reply::Respond(S::Heartbeat(heartbeat::handle(broker, r).await)),
+        R::LeaveGroup(r) => {
+            Reply::Respond(S::LeaveGroup(leave_group::handle(broker, version, r).await))
+        }
         R::OffsetCommit(r) => Reply::Respond(S::OffsetCommit(
             offset_commit::handle(broker, version, r).await,
         )),
-        R::OffsetFetch(r) => {
-            Reply::Respond(S::OffsetFetch(offset_fetch::handle(broker, version, r)))
+        R::OffsetFetch(r) => Reply::Respond(S::OffsetFetch(
+            offset_fetch::handle(broker, version, r).await,
+        )),
+        R::OffsetDelete(r) => {
+            Reply::Respond(S::OffsetDelete(offset_delete::handle(broker, r).await))
         }
-        R::OffsetDelete(r) => Reply::Respond(S::OffsetDelete(offset_delete::handle(broker, r))),
         R::OffsetForLeaderEpoch(r) => Reply::Respond(S::OffsetForLeaderEpoch(
             offset_for_leader_epoch::handle(broker, version, r),
         )),
-        R::ListGroups(r) => Reply::Respond(S::ListGroups(list_groups::handle(broker, version, r))),
-        R::DescribeGroups(r) => {
-            Reply::Respond(S::DescribeGroups(describe_groups::handle(broker, r)))
+        R::ListGroups(r) => {
+            Reply::Respond(S::ListGroups(list_groups::handle(broker, version, r).await))
         }
-        R::DeleteGroups(r) => Reply::Respond(S::DeleteGroups(delete_groups::handle(broker, r))),
+        R::DescribeGroups(r) => {
+            Reply::Respond(S::DescribeGroups(describe_groups::handle(broker, r).await))
+        }
+        R::DeleteGroups(r) => {
+            Reply::Respond(S::DeleteGroups(delete_groups::handle(broker, r).await))
+        }
         R::ConsumerGroupHeartbeat(r) => Reply::Respond(S::ConsumerGroupHeartbeat(
-            consumer_group_heartbeat::handle(broker, ctx, version, r),
+            consumer_group_heartbeat::handle(broker, ctx, version, r).await,
         )),
         R::ConsumerGroupDescribe(r) => Reply::Respond(S::ConsumerGroupDescribe(
-            consumer_group_describe::handle(broker, version, r),
+            consumer_group_describe::handle(broker, version, r).await,
         )),
         _ => Reply::Unsupported,
     }

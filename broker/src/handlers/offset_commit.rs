@@ -64,18 +64,20 @@ pub async fn handle(
     let outcome = if commits.is_empty() {
         Ok((Vec::new(), None))
     } else {
-        broker.groups.commit_offsets(
-            broker,
-            &req.group_id.0,
-            &MemberId(req.member_id.to_string()),
-            req.group_instance_id
-                .as_ref()
-                .map(|i| GroupInstanceId(i.to_string()))
-                .as_ref(),
-            GenerationId(req.generation_id_or_member_epoch),
-            version,
-            commits,
-        )
+        broker
+            .groups
+            .commit_offsets(
+                &req.group_id.0,
+                &MemberId(req.member_id.to_string()),
+                req.group_instance_id
+                    .as_ref()
+                    .map(|i| GroupInstanceId(i.to_string()))
+                    .as_ref(),
+                GenerationId(req.generation_id_or_member_epoch),
+                version,
+                commits,
+            )
+            .await
     };
     // The commit is acked when every in-sync replica has it; a wait that
     // fails turns every stored partition into the group error.

@@ -11,7 +11,7 @@ use crate::broker::Broker;
 use crate::coordinator::DeleteOffsetsError;
 use crate::group::error_code;
 
-pub fn handle(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
+pub async fn handle(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse {
     let image = broker.metadata.image();
     let mut resp = OffsetDeleteResponse::default();
     let mut known = Vec::new();
@@ -33,10 +33,7 @@ pub fn handle(broker: &Broker, req: OffsetDeleteRequest) -> OffsetDeleteResponse
             unknown.push((t.name.clone(), bad));
         }
     }
-    match broker
-        .groups
-        .delete_offsets(broker, &req.group_id.0, &known)
-    {
+    match broker.groups.delete_offsets(&req.group_id.0, &known).await {
         Err(DeleteOffsetsError::Group(e)) | Err(DeleteOffsetsError::Storage(e)) => {
             resp.error_code = e.code();
             return resp;

@@ -22,7 +22,7 @@ pub async fn handle(broker: &Broker, version: i16, req: SyncGroupRequest) -> Syn
             .map(|a| (MemberId(a.member_id.to_string()), a.assignment))
             .collect(),
     };
-    let r = broker.groups.sync(broker, &req.group_id.0, request).await;
+    let r = broker.groups.sync(&req.group_id.0, request).await;
     let mut resp = SyncGroupResponse::default();
     resp.error_code = r.error_code();
     if version >= 5 {

@@ -139,15 +139,20 @@ impl Partition {
     }
 
     fn after_truncation(&mut self) -> Result<(), PartitionError> {
-        // The snapshot on disk may describe batches that are gone.
-        let dir = self.log.dir().join(producer_state::SNAPSHOT_FILE);
-        match std::fs::remove_file(&dir) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(self.storage_failed(e)),
+        // A capture taken before the cut may describe batches that are gone.
+        self.fence_checkpoints();
+        // The snapshot on disk still holds when it ends within what is left:
+        // the state is rebuilt from it and the batches after it, not from
+        // the whole log (this runs under the partition's lock). One that
+        // ends above the cut describes batches that are gone.
+        let end = self.log.log_end_offset();
+        let start = self.log.log_start_offset();
+        if producer_state::read_snapshot(self.log.dir())
+            .is_some_and(|s| s.offset > end || s.offset < start)
+        {
+            self.remove_producer_snapshot()?;
         }
         self.producers = rebuild_producer_state(&self.log)?;
-        self.snapshot_producers()?;
         let leo = self.log.log_end_offset();
         if self.high_watermark > leo {
             self.high_watermark = leo;
@@ -155,6 +160,7 @@ impl Partition {
         if self.high_watermark < self.log.log_start_offset() {
             self.high_watermark = self.log.log_start_offset();
         }
+        self.capture_checkpoints().write()?;
         Ok(())
     }
 
@@ -475,6 +481,44 @@ mod tests {
         assert_eq!(f.producers, producers);
         assert_eq!(f.epoch_entries(), entries);
         assert_eq!(entries.last(), Some(&(LeaderEpoch(3), Offset(5))));
+    }
+
+    /// A truncation above the last snapshot rebuilds the producer state
+    /// from it (and the batches after it); a capture taken before the cut is
+    /// never written after it; a restart agrees.
+    #[test]
+    fn truncation_above_the_snapshot_keeps_it_and_drops_older_captures() {
+        let (ld, fd) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let l = leader(ld.path());
+        let all = all_bytes(&l);
+        let first_two = l.log.read(Offset(0), 1, Offset(5), true).unwrap().len()
+            + l.log.read(Offset(3), 1, Offset(5), true).unwrap().len();
+        let mut f = open(fd.path(), 0);
+        f.append_as_follower(all.slice(..first_two), NOW).unwrap();
+        assert!(f.capture_checkpoints().write().unwrap());
+        assert_eq!(
+            producer_state::read_snapshot(fd.path()).unwrap().offset,
+            Offset(5)
+        );
+        f.append_as_follower(all.slice(first_two..), NOW).unwrap();
+        let before_the_cut = f.capture_checkpoints();
+        // Offset 9 starts the fourth batch: 0..=8 stay, above the snapshot.
+        f.truncate_to(Offset(9)).unwrap();
+        assert_eq!(f.log_end_offset(), Offset(9));
+        assert!(!before_the_cut.write().unwrap(), "an older capture waits");
+        assert_eq!(
+            producer_state::read_snapshot(fd.path()).unwrap().offset,
+            Offset(9)
+        );
+        // The same state as a replica that only ever had offsets 0..=8.
+        let gd = tempfile::tempdir().unwrap();
+        let mut g = open(gd.path(), 0);
+        let first_three = first_two + l.log.read(Offset(5), 1, Offset(9), true).unwrap().len();
+        g.append_as_follower(all.slice(..first_three), NOW).unwrap();
+        assert_eq!(f.producers, g.producers);
+        let producers = f.producers.clone();
+        drop(f);
+        assert_eq!(open(fd.path(), 2).producers, producers);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! One partition replica: its log, its producer state, its high watermark.
 //! Synchronous; the caller holds the partition's lock and passes `now_ms`.
 
+mod checkpoints;
 pub mod epochs;
 mod follower;
 pub mod leader_state;
@@ -17,6 +18,8 @@ use crate::config::TopicConfigs;
 use crate::error::PartitionError;
 use crate::log::{Cleaned, CompactionJob, Log, LogDirFailureChannel};
 use crate::types::{LeaderEpoch, NodeId, Offset, TopicPartition};
+pub use checkpoints::Checkpoints;
+use checkpoints::{read_high_watermark_checkpoint, CheckpointWriter};
 use leader_state::{AssignedState, IsrProposal, LeaderState};
 use producer_state::{ProducerCheck, ProducerSnapshot, ProducerStateManager};
 
@@ -70,6 +73,11 @@ pub struct Partition {
     events: tokio::sync::watch::Sender<()>,
     /// (epoch, start offset) of the log's leader epochs (`epochs.rs`).
     epochs: epochs::LeaderEpochCache,
+    /// Writes the producer snapshot and high-watermark checkpoint, in the
+    /// order of their captures (`checkpoints.rs`).
+    checkpoint_writer: std::sync::Arc<std::sync::Mutex<CheckpointWriter>>,
+    /// The sequence number of the last capture of the checkpoint files.
+    checkpoint_seq: u64,
 }
 
 /// What this replica does for its partition.
@@ -122,14 +130,6 @@ pub fn write_partition_metadata(dir: &std::path::Path, topic_id: Uuid) -> std::i
     std::fs::File::open(&tmp)?.sync_all()?;
     std::fs::rename(tmp, dir.join("partition.metadata"))?;
     sync_dir(dir)
-}
-
-/// The file holding a partition's last checkpointed high watermark.
-const HW_CHECKPOINT_FILE: &str = "high-watermark.checkpoint";
-
-fn read_high_watermark_checkpoint(dir: &std::path::Path) -> Option<Offset> {
-    let text = std::fs::read_to_string(dir.join(HW_CHECKPOINT_FILE)).ok()?;
-    text.trim().parse().ok().map(Offset)
 }
 
 pub fn read_partition_metadata(dir: &std::path::Path) -> Option<Uuid> {
@@ -202,6 +202,7 @@ impl Partition {
             .min(log.log_end_offset())
             .max(log.log_start_offset());
         let epochs = follower::epoch_cache_of(&log);
+        let checkpoint_writer = CheckpointWriter::new(dir);
         Ok(Self {
             tp,
             topic_id,
@@ -214,6 +215,8 @@ impl Partition {
             role: Role::None,
             events: tokio::sync::watch::channel(()).0,
             epochs,
+            checkpoint_writer,
+            checkpoint_seq: 0,
         })
     }
 
@@ -239,18 +242,12 @@ impl Partition {
     /// Makes this partition's log one of the directory's whose health
     /// `channel` tracks (see [`LogDirFailureChannel`]).
     pub fn set_log_dir_failure_channel(&mut self, channel: LogDirFailureChannel) {
+        checkpoints::set_dir_failure_channel(&self.checkpoint_writer, channel.clone());
         self.log.set_dir_failure_channel(channel);
     }
 
     fn offline(&self) -> PartitionError {
         PartitionError::Storage(format!("the log directory of {} is offline", self.tp))
-    }
-
-    /// A failed write of one of the partition's own files (checkpoints,
-    /// snapshots): the directory goes offline, as for the log's.
-    fn storage_failed(&self, e: std::io::Error) -> PartitionError {
-        self.log.report_failure(&e);
-        PartitionError::Storage(e.to_string())
     }
 
     pub fn set_configs(&mut self, configs: TopicConfigs) {
@@ -717,54 +714,73 @@ impl Partition {
         Ok(self.log.install(cleaned)?)
     }
 
-    /// Periodic work: retention, rolling, compaction, flush, producer expiry,
-    /// and a producer-state snapshot so a restart replays little of the log.
-    pub fn maintain(&mut self, now_ms: i64) -> Result<(), PartitionError> {
-        self.log.maintain(now_ms, self.high_watermark)?;
+    /// Periodic work under the partition's lock: retention, rolling, flush
+    /// by `flush.ms`, producer expiry (compaction is planned separately,
+    /// [`Partition::compaction_plan`], and runs without the lock). Returns the
+    /// checkpoint files' contents (the high watermark, and the producer
+    /// state so a restart replays little of the log) for the caller to write
+    /// once the lock is released.
+    pub fn maintain(&mut self, now_ms: i64) -> Result<Checkpoints, PartitionError> {
+        self.log
+            .maintain_without_compaction(now_ms, self.high_watermark)?;
         self.producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
-        self.checkpoint_high_watermark()?;
-        self.snapshot_producers()
+        Ok(self.capture_checkpoints())
     }
 
-    /// Writes the high watermark, so a restart starts from it rather than
-    /// from the log start (consumers and the group coordinator's load see
-    /// committed data before the followers have fetched again).
-    fn checkpoint_high_watermark(&self) -> Result<(), PartitionError> {
-        let dir = self.log.dir();
-        let tmp = dir.join(format!("{HW_CHECKPOINT_FILE}.tmp"));
-        let write = || -> std::io::Result<()> {
-            std::fs::write(&tmp, format!("{}\n", self.high_watermark.0))?;
-            std::fs::File::open(&tmp)?.sync_all()?;
-            std::fs::rename(&tmp, dir.join(HW_CHECKPOINT_FILE))
-        };
-        write().map_err(|e| self.storage_failed(e))
-    }
-
-    fn snapshot_producers(&self) -> Result<(), PartitionError> {
-        producer_state::write_snapshot(
-            self.log.dir(),
-            &ProducerSnapshot {
+    /// What the checkpoint files should say now: the high watermark (a
+    /// restart starts from it rather than from the log start, so consumers
+    /// and the group coordinator's load see committed data before the
+    /// followers have fetched again) and the producer state at the log end.
+    /// Written by `Checkpoints::write`, which never lets it replace a later
+    /// capture.
+    pub fn capture_checkpoints(&mut self) -> Checkpoints {
+        self.checkpoint_seq += 1;
+        Checkpoints {
+            seq: self.checkpoint_seq,
+            high_watermark: self.high_watermark,
+            snapshot: ProducerSnapshot {
                 offset: self.log.log_end_offset(),
                 state: self.producers.clone(),
             },
-        )
-        .map_err(|e| self.storage_failed(e))
+            writer: self.checkpoint_writer.clone(),
+        }
     }
 
-    /// Flushes and closes cleanly (writes the producer snapshot). A
-    /// partition whose directory is offline writes nothing more.
-    pub fn close(self) -> Result<(), PartitionError> {
+    /// No capture taken before now is written from here on (they may
+    /// describe batches a truncation removed).
+    fn fence_checkpoints(&mut self) {
+        self.checkpoint_seq += 1;
+        checkpoints::fence(&self.checkpoint_writer, self.checkpoint_seq);
+    }
+
+    /// Removes the producer snapshot (its batches are gone); a capture taken
+    /// before is not written after this.
+    fn remove_producer_snapshot(&mut self) -> Result<(), PartitionError> {
+        self.checkpoint_seq += 1;
+        checkpoints::remove_snapshot(&self.checkpoint_writer, self.checkpoint_seq)
+    }
+
+    /// The partition's files are about to be deleted: no checkpoint is
+    /// written into its directory any more (one being written finishes
+    /// first).
+    pub fn retire_checkpoints(&self) {
+        checkpoints::retire(&self.checkpoint_writer);
+    }
+
+    /// Flushes and closes cleanly (writes the checkpoint files).
+    /// A partition whose directory is offline writes nothing more.
+    pub fn close(mut self) -> Result<(), PartitionError> {
         if self.log.is_offline() {
             return Err(self.offline());
         }
-        self.checkpoint_high_watermark()?;
-        self.snapshot_producers()?;
+        self.capture_checkpoints().write()?;
         self.log.close()?;
         Ok(())
     }
 
     /// Removes the partition's files (topic deletion).
     pub fn delete(self) -> Result<(), PartitionError> {
+        self.retire_checkpoints();
         Ok(self.log.delete()?)
     }
 }
