@@ -285,9 +285,17 @@ impl GroupService {
             }
             // A new partition count maps groups to new partitions: every
             // shard is loaded again.
-            let keep = |p: &i32| shards.partitions == count && led.contains(p);
-            let lost: Vec<i32> = held.iter().copied().filter(|p| !keep(p)).collect();
-            let gained = led.iter().copied().filter(|p| !keep(p)).collect();
+            let same_count = shards.partitions == count;
+            let lost: Vec<i32> = held
+                .iter()
+                .copied()
+                .filter(|p| !(same_count && led.contains(p)))
+                .collect();
+            let gained = led
+                .iter()
+                .copied()
+                .filter(|p| !(same_count && held.contains(p)))
+                .collect();
             let lost = lost
                 .iter()
                 .filter_map(|p| shards.by_partition.remove(p))
