@@ -199,6 +199,8 @@ fn refused(version: i16, req: &FetchRequest) -> FetchReply {
             pd.last_stable_offset = -1;
             pd.log_start_offset = -1;
             pd.preferred_read_replica = kafka_protocol::messages::BrokerId(-1);
+            // Records travel beside the response ([`FetchReply`]), null here.
+            pd.records = None;
             t.partitions.push(pd);
             records.push(None);
         }
