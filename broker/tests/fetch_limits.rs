@@ -163,7 +163,8 @@ async fn records_sent_from_the_segment_files_are_the_stored_batches() {
     let mut c = Client::connect(b.running.local_addr).await;
     assert_eq!(c.create_topic("exact", 3, &[]).await, 0);
     let id = topic_id(&mut c, "exact").await;
-    // Partitions 0 and 2 hold batches; 1 is empty; 3 does not exist.
+    // Partitions 0 and 2 hold batches; 1 is empty and fetched past its end;
+    // 3 does not exist.
     let mut sent: Vec<Vec<Bytes>> = vec![Vec::new(); 3];
     for (partition, count) in [(0, 3), (2, 2)] {
         for i in 0..count {
@@ -187,6 +188,7 @@ async fn records_sent_from_the_segment_files_are_the_stored_batches() {
             .map(|partition| {
                 let mut fp = fetch_request::FetchPartition::default();
                 fp.partition = partition;
+                fp.fetch_offset = if partition == 1 { 5 } else { 0 };
                 fp.partition_max_bytes = 1 << 20;
                 fp.current_leader_epoch = -1;
                 fp.log_start_offset = -1;
@@ -206,7 +208,14 @@ async fn records_sent_from_the_segment_files_are_the_stored_batches() {
             parts[3].error_code,
             kafka_protocol::ResponseError::UnknownTopicOrPartition.code()
         );
-        assert_eq!(parts[3].records, None);
+        assert_eq!(
+            parts[1].error_code,
+            kafka_protocol::ResponseError::OffsetOutOfRange.code()
+        );
+        // A partition with an error carries an empty record set, as Kafka's
+        // does: librdkafka refuses a null one and never gets past it.
+        assert_eq!(parts[1].records, Some(Bytes::new()), "v{version}");
+        assert_eq!(parts[3].records, Some(Bytes::new()), "v{version}");
         for partition in 0..3 {
             let got = parts[partition].records.clone().expect("records");
             let expected = &sent[partition];

@@ -57,6 +57,13 @@ pub struct FetchedRecords {
 }
 
 impl FetchedRecords {
+    /// No records: what a partition with an error carries. Kafka sends an
+    /// empty record set there, never null, and librdkafka refuses a null
+    /// one ("invalid MessageSetSize -1") and retries it forever.
+    fn empty() -> Self {
+        FetchedRecords::new(Vec::new())
+    }
+
     fn new(regions: Vec<FileRegion>) -> Self {
         let size_bytes = regions.iter().map(|r| r.len() as usize).sum();
         FetchedRecords {
@@ -73,8 +80,8 @@ impl protocol::fetch_response::RecordData for FetchedRecords {
 }
 
 /// A Fetch response whose partitions' `records` are `None`, and their
-/// records beside it, one entry per partition in response order (`None`
-/// where the wire field is null: partitions with an error).
+/// records beside it, one entry per partition in response order (empty for
+/// a partition with an error, as Kafka's `MemoryRecords.EMPTY`).
 pub struct FetchReply {
     pub response: FetchResponse,
     pub records: Vec<Option<FetchedRecords>>,
@@ -202,7 +209,7 @@ fn refused(version: i16, req: &FetchRequest) -> FetchReply {
             // Records travel beside the response ([`FetchReply`]), null here.
             pd.records = None;
             t.partitions.push(pd);
-            records.push(None);
+            records.push(Some(FetchedRecords::empty()));
         }
         resp.responses.push(t);
     }
@@ -253,7 +260,7 @@ fn read_once(
                 pd.error_code = ResponseError::UnknownTopicId.code();
                 had_error = true;
                 t.partitions.push(pd);
-                records.push(None);
+                records.push(Some(FetchedRecords::empty()));
                 continue;
             };
             let tp = TopicPartition::new(name.as_str(), fp.partition);
@@ -261,7 +268,7 @@ fn read_once(
                 pd.error_code = ResponseError::UnknownTopicOrPartition.code();
                 had_error = true;
                 t.partitions.push(pd);
-                records.push(None);
+                records.push(Some(FetchedRecords::empty()));
                 continue;
             };
             let mut part = part.lock().expect("poisoned");
@@ -291,7 +298,7 @@ fn read_once(
                 pd.error_code = e.code();
                 had_error = true;
                 t.partitions.push(pd);
-                records.push(None);
+                records.push(Some(FetchedRecords::empty()));
                 continue;
             }
             let remaining = max_bytes.saturating_sub(total);
@@ -346,7 +353,7 @@ fn read_once(
                 }
             }
             t.partitions.push(pd);
-            records.push(data);
+            records.push(Some(data.unwrap_or_else(FetchedRecords::empty)));
         }
         if version < 13 {
             t.topic = TopicName(str_bytes(topic.topic.0.to_string()));
