@@ -275,6 +275,10 @@ async fn create_partitions_is_bounded_before_any_placement() {
             )]
         );
     }
+    // Past the cap the answer is POLICY_VIOLATION even with an assignment list
+    // that does not match the count, as Kafka 4.4 answers.
+    let out = create_partitions(&mut c, vec![grow("grow", i32::MAX, Some(vec![]))], true).await;
+    assert_eq!(out[0].1, POLICY, "{out:?}");
     // The cap is per request: the first topic's 6,000 fit, the second's
     // 6,000 do not.
     let out = create_partitions(

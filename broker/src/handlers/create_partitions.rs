@@ -124,6 +124,12 @@ fn plan(
         ));
     }
     let additional = (count - have) as usize;
+    // Before the assignments are looked at: Kafka 4.4 answers an increase past
+    // its per-operation record limit with POLICY_VIOLATION even when the
+    // assignment list does not match it (seen with count = 2^31-1 and none).
+    if additional > records_left {
+        return Err((ResponseError::PolicyViolation, TOO_MANY_RECORDS.to_string()));
+    }
     if let Some(a) = &topic.assignments {
         if a.len() != additional {
             return Err((
@@ -134,9 +140,6 @@ fn plan(
                 ),
             ));
         }
-    }
-    if additional > records_left {
-        return Err((ResponseError::PolicyViolation, TOO_MANY_RECORDS.to_string()));
     }
     let rf = current.partitions.first().map_or(1, |p| p.replicas.len());
     let first = have as i32;
