@@ -122,8 +122,10 @@ wait
 
 # The runner reports a failure as '### Test "<name>[ (<sub-test>)]" failed at
 # <file:line>: ###' followed by the message.
+# One sed reads the whole log (no early `q`): under pipefail, a reader that quits
+# first would fail the pipe with SIGPIPE, and set -e would end the run silently.
 failure_message() {
-  sed -E 's/\x1b\[[0-9;]*m//g' "$2" | sed -n "/^### Test \"$1[\" ]/{n;p;q}" | cut -c1-240
+  sed -nE 's/\x1b\[[0-9;]*m//g; /^### Test "'"$1"'[" ]/{n; s/\x1b\[[0-9;]*m//g; p}' "$2" | head -c 240 | head -n 1 || true
 }
 
 passed=0 failed=0 skipped=0
