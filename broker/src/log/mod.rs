@@ -381,15 +381,13 @@ impl Log {
                 .into());
             }
             let (seg, outcome) = Segment::load(
-                path,
+                path.clone(),
                 base,
                 next_offset,
                 !clean && is_last,
                 config.index_interval_bytes,
                 now_ms,
             )?;
-            next_offset = seg.next_offset();
-            segments.push(seg);
             if outcome.truncated_bytes > 0 && !is_last {
                 tracing::warn!(
                     dir = %dir.display(),
@@ -399,8 +397,24 @@ impl Log {
                 for &later in &bases[i + 1..] {
                     fs::remove_file(segment::log_path(&dir, later))?;
                 }
+                // The cut segment is the log's tail now, and a closed
+                // segment is loaded without its CRCs checked: check every
+                // batch before the cut too, as for an unclean tail, so one
+                // recovery leaves what the next one would.
+                drop(seg);
+                let (seg, _) = Segment::load(
+                    path,
+                    base,
+                    next_offset,
+                    true,
+                    config.index_interval_bytes,
+                    now_ms,
+                )?;
+                segments.push(seg);
                 break;
             }
+            next_offset = seg.next_offset();
+            segments.push(seg);
             if outcome.truncated_bytes > 0 {
                 tracing::warn!(
                     dir = %dir.display(),
