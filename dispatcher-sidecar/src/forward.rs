@@ -164,6 +164,9 @@ pub fn parse_assignment(bytes: &[u8]) -> anyhow::Result<Vec<(String, i32)>> {
     }
     anyhow::ensure!(bytes.len() >= 2, "assignment of {} bytes", bytes.len());
     let version = i16::from_be_bytes([bytes[0], bytes[1]]);
+    // Any member of the group sets these bytes, and the decoder allocates
+    // from the counts they declare before reading what they count.
+    check_assignment_layout(&bytes[2..])?;
     // Versions 0-3 share one layout; a later one is read as the newest known.
     let mut buf = Bytes::copy_from_slice(&bytes[2..]);
     let assignment = ConsumerProtocolAssignment::decode(&mut buf, version.clamp(0, 3))
@@ -176,6 +179,52 @@ pub fn parse_assignment(bytes: &[u8]) -> anyhow::Result<Vec<(String, i32)>> {
             tp.partitions.into_iter().map(move |p| (topic.clone(), p))
         })
         .collect())
+}
+
+/// Checks that every count and length of a consumer-protocol assignment
+/// (v0-3: topics of a name and partition numbers, then nullable user data)
+/// fits in the bytes that follow it.
+fn check_assignment_layout(mut b: &[u8]) -> anyhow::Result<()> {
+    fn take<'a>(b: &mut &'a [u8], n: usize) -> anyhow::Result<&'a [u8]> {
+        anyhow::ensure!(
+            n <= b.len(),
+            "assignment declares {n} bytes, {} remain",
+            b.len()
+        );
+        let (head, rest) = b.split_at(n);
+        *b = rest;
+        Ok(head)
+    }
+    fn int(b: &mut &[u8]) -> anyhow::Result<i32> {
+        Ok(i32::from_be_bytes(take(b, 4)?.try_into().expect("4 bytes")))
+    }
+    let topics = int(&mut b)?;
+    // A topic is at least a 2-byte name length and a 4-byte count.
+    anyhow::ensure!(
+        topics >= 0 && topics as usize <= b.len() / 6,
+        "assignment declares {topics} topics in {} bytes",
+        b.len()
+    );
+    for _ in 0..topics {
+        let name = i16::from_be_bytes(take(&mut b, 2)?.try_into().expect("2 bytes"));
+        anyhow::ensure!(name >= 0, "assignment topic name of length {name}");
+        take(&mut b, name as usize)?;
+        let partitions = int(&mut b)?;
+        anyhow::ensure!(
+            partitions >= -1,
+            "assignment declares {partitions} partitions"
+        );
+        take(&mut b, partitions.max(0) as usize * 4)?;
+    }
+    if !b.is_empty() {
+        let user_data = int(&mut b)?;
+        anyhow::ensure!(
+            user_data >= -1,
+            "assignment user data of length {user_data}"
+        );
+        take(&mut b, user_data.max(0) as usize)?;
+    }
+    Ok(())
 }
 
 /// Who owns which partition, per consumer group, from DescribeGroups.
@@ -943,6 +992,32 @@ mod tests {
         assert_eq!(parse_assignment(&[]).unwrap(), vec![]);
         assert!(parse_assignment(&[0, 0, 0, 0, 0, 9]).is_err());
         assert!(parse_assignment(&[0]).is_err());
+    }
+
+    /// Counts and lengths promising more than the bytes hold are refused
+    /// before the decoder allocates for them (a 2^31-1 topic count made it
+    /// reserve 32 GiB and abort the process; found by the `values` fuzz
+    /// target).
+    #[test]
+    fn an_assignment_declaring_more_than_it_holds_is_refused() {
+        let max = i32::MAX.to_be_bytes();
+        let mut topics = vec![0, 0];
+        topics.extend(max);
+        let mut partitions = vec![0, 0, 0, 0, 0, 1, 0, 1, b'a'];
+        partitions.extend(max);
+        let mut user_data = vec![0, 0, 0, 0, 0, 0];
+        user_data.extend(max);
+        let mut name = vec![0, 0, 0, 0, 0, 1, 0x7f, 0xff];
+        name.extend([0; 4]);
+        for bytes in [topics, partitions, user_data, name] {
+            let err = parse_assignment(&bytes).expect_err("refused");
+            assert!(err.to_string().contains("assignment"), "{err:#}");
+        }
+        // Null user data and an empty topic list are fine.
+        assert_eq!(
+            parse_assignment(&[0, 1, 0, 0, 0, 0, 0xff, 0xff, 0xff, 0xff]).unwrap(),
+            vec![]
+        );
     }
 
     fn signer(secret: &str) -> AddressSigner {
