@@ -981,6 +981,20 @@ impl PartitionLeases {
                 } => {
                     saw(generation);
                     for run in runs {
+                        // A writer leases within `gap_cap` of its commit
+                        // point, so a longer run is not one it wrote; its
+                        // offsets stay unleased (delivered again) rather
+                        // than filling memory one lease per offset.
+                        if run.len > s.config.gap_cap {
+                            tracing::warn!(
+                                partition = ?s.partition,
+                                start = run.start,
+                                len = run.len,
+                                gap_cap = s.config.gap_cap,
+                                "ack log: a leased run longer than gap_cap is ignored"
+                            );
+                            continue;
+                        }
                         for offset in run.offsets().filter(|&o| o >= s.committed) {
                             s.pending.remove(&offset);
                             s.in_flight.insert(
@@ -1006,11 +1020,14 @@ impl PartitionLeases {
                 }
                 LeaseEvent::AckedRun { start, end } => {
                     let start = start.max(s.committed);
-                    for offset in start..end {
-                        s.in_flight.remove(&offset);
-                        s.pending.remove(&offset);
+                    if start < end {
+                        // By the entries in the run, not by its offsets:
+                        // the cost is what the tables hold, whatever the
+                        // record says the run spans.
+                        remove_range(&mut s.in_flight, start, end);
+                        remove_range(&mut s.pending, start, end);
+                        s.acked.insert(start, end);
                     }
-                    s.acked.insert(start, end);
                 }
                 LeaseEvent::Failed(failure) => {
                     if failure.offset >= s.committed {
@@ -1074,6 +1091,14 @@ pub(crate) fn cut_at_char(s: &str, max_bytes: usize) -> &str {
         end -= 1;
     }
     &s[..end]
+}
+
+/// Removes the entries of `map` in `start..end`.
+fn remove_range<V>(map: &mut BTreeMap<i64, V>, start: i64, end: i64) {
+    let keys: Vec<i64> = map.range(start..end).map(|(&k, _)| k).collect();
+    for k in keys {
+        map.remove(&k);
+    }
 }
 
 #[cfg(test)]
