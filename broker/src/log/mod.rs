@@ -833,10 +833,23 @@ impl Log {
         wanted: impl FnMut(i64, i64) -> bool,
     ) -> Result<Option<(i64, i64)>, LogError> {
         let view = RecordBatchView::parse(batch)?;
-        records::find_record(&view, wanted).map_err(|reason| LogError::CorruptBatch {
+        let corrupt = |reason: String| LogError::CorruptBatch {
             base_offset: Offset(view.base_offset()),
             reason,
-        })
+        };
+        let found = records::find_record(&view, wanted).map_err(corrupt)?;
+        // A batch in a closed segment was not CRC-checked on open: a record
+        // whose offset delta leaves its batch is damage, not an answer.
+        match found {
+            Some((offset, _)) if offset < view.base_offset() || offset > view.last_offset() => {
+                Err(corrupt(format!(
+                    "record offset {offset} outside its batch ({}..={})",
+                    view.base_offset(),
+                    view.last_offset()
+                )))
+            }
+            found => Ok(found),
+        }
     }
 
     /// For ListOffsets MAX_TIMESTAMP: the largest record timestamp in the
