@@ -36,8 +36,6 @@ pub enum PartitionError {
     MessageTooLarge { size: usize, max: u32 },
     #[error(transparent)]
     Producer(#[from] ProducerError),
-    #[error("transactional batches are not supported yet")]
-    TransactionsUnsupported,
     #[error("offset {requested} is outside [{log_start}, {log_end}]")]
     OffsetOutOfRange {
         requested: i64,
@@ -91,7 +89,12 @@ impl PartitionError {
             PartitionError::Producer(ProducerError::OutOfOrderSequence { .. }) => {
                 ResponseError::OutOfOrderSequenceNumber
             }
-            PartitionError::TransactionsUnsupported => ResponseError::InvalidTxnState,
+            PartitionError::Producer(ProducerError::InvalidTxnState { .. }) => {
+                ResponseError::InvalidTxnState
+            }
+            PartitionError::Producer(ProducerError::CoordinatorFenced { .. }) => {
+                ResponseError::TransactionCoordinatorFenced
+            }
             PartitionError::OffsetOutOfRange { .. } => ResponseError::OffsetOutOfRange,
             PartitionError::NotEnoughReplicas { .. } => ResponseError::NotEnoughReplicas,
             PartitionError::NotEnoughReplicasAfterAppend { .. } => {

@@ -335,6 +335,28 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
                 version,
             )
         }
+        ApiKey::WriteTxnMarkers => {
+            let mut t = write_txn_markers_request::WritableTxnMarkerTopic::default();
+            t.name = name("sweep");
+            t.partition_indexes = vec![0];
+            let mut m = write_txn_markers_request::WritableTxnMarker::default();
+            m.producer_id = ProducerId(1000 + i64::from(version));
+            m.transaction_result = true;
+            m.topics = vec![t];
+            enc(
+                WriteTxnMarkersRequest::default().with_markers(vec![m]),
+                version,
+            )
+        }
+        ApiKey::DescribeProducers => {
+            let mut t = describe_producers_request::TopicRequest::default();
+            t.name = name("sweep");
+            t.partition_indexes = vec![0];
+            enc(
+                DescribeProducersRequest::default().with_topics(vec![t]),
+                version,
+            )
+        }
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

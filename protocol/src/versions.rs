@@ -82,6 +82,11 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     // KIP-848: the consumer group protocol (group.protocol=consumer).
     ApiRange::new(ApiKey::ConsumerGroupHeartbeat, 0, 1),
     ApiRange::new(ApiKey::ConsumerGroupDescribe, 0, 1),
+    // Transactions. Kafka 4.4 serves WriteTxnMarkers v1-2; v2 only adds the
+    // marker's transaction version (TV2), which kafka-protocol 0.18 cannot
+    // decode yet, and TV1 coordinators send v1.
+    ApiRange::new(ApiKey::WriteTxnMarkers, 1, 1),
+    ApiRange::new(ApiKey::DescribeProducers, 0, 0),
 ];
 
 /// The entry for `api_key` in [`SUPPORTED_APIS`].

@@ -42,6 +42,8 @@ APIS = [
     ("INCREMENTAL_ALTER_CONFIGS", "incremental_alter_configs_request", "IncrementalAlterConfigs"),
     ("OFFSET_FOR_LEADER_EPOCH", "offset_for_leader_epoch_request", "OffsetForLeaderEpoch"),
     ("DESCRIBE_QUORUM", "describe_quorum_request", "DescribeQuorum"),
+    ("WRITE_TXN_MARKERS", "write_txn_markers_request", "WriteTxnMarkers"),
+    ("DESCRIBE_PRODUCERS", "describe_producers_request", "DescribeProducers"),
 ]
 
 ALL = frozenset(range(0, 64))

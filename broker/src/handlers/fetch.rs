@@ -1,8 +1,11 @@
 //! Fetch (key 1): whole batches from the fetch offset, within partition and
 //! response byte limits, long-polling on `min_bytes` / `max_wait_ms`.
 //!
-//! Consumers (replica id -1) read up to the high watermark, from the leader
-//! only. Followers (replica id >= 0: the header field `replica_id` before
+//! Consumers (replica id -1) read from the leader only: up to the high
+//! watermark with `isolation_level` 0 (read_uncommitted, aborted
+//! transactions null, as Kafka sends them), up to the last stable offset with
+//! 1 (read_committed), naming the aborted transactions the records overlap
+//! so the client can drop them. Followers (replica id >= 0: the header field `replica_id` before
 //! v15, `replica_state.replica_id` from v15) read up to the log end; each
 //! such fetch records the follower's position (its fetch offset is its log
 //! end offset), which may advance the high watermark and let the follower
@@ -37,7 +40,9 @@
 
 use std::time::Duration;
 
-use kafka_protocol::messages::fetch_response::{FetchableTopicResponse, PartitionData};
+use kafka_protocol::messages::fetch_response::{
+    AbortedTransaction, FetchableTopicResponse, PartitionData,
+};
 use kafka_protocol::messages::{FetchRequest, FetchResponse, TopicName};
 use kafka_protocol::ResponseError;
 
@@ -164,6 +169,21 @@ fn account(broker: &Broker, reply: FetchReply) -> FetchReply {
         }
     }
     reply
+}
+
+/// A read_committed fetch's aborted transactions, as the response has them.
+fn aborted_transactions(
+    aborted: Vec<crate::partition::producer_state::AbortedTxn>,
+) -> Vec<AbortedTransaction> {
+    aborted
+        .into_iter()
+        .map(|a| {
+            let mut t = AbortedTransaction::default();
+            t.producer_id = kafka_protocol::messages::ProducerId(a.producer_id);
+            t.first_offset = a.first_offset.0;
+            t
+        })
+        .collect()
 }
 
 /// The fetching replica: the header field before v15, `replica_state` from v15.
@@ -307,7 +327,7 @@ fn read_once(
             let limit = if from_follower {
                 FetchLimit::LogEnd
             } else {
-                FetchLimit::HighWatermark
+                FetchLimit::for_isolation_level(req.isolation_level)
             };
             // The first partition with data always returns at least one whole
             // batch, so a batch larger than the limits cannot stall a consumer.
@@ -337,7 +357,7 @@ fn read_once(
                     }
                     pd.last_stable_offset = out.last_stable_offset.0;
                     pd.log_start_offset = out.log_start_offset.0;
-                    pd.aborted_transactions = Some(vec![]);
+                    pd.aborted_transactions = out.aborted_transactions.map(aborted_transactions);
                     let fetched = FetchedRecords::new(out.regions);
                     total += fetched.size_bytes;
                     data = Some(fetched);
@@ -345,7 +365,7 @@ fn read_once(
                 Err(e) => {
                     if let PartitionError::OffsetOutOfRange { .. } = e {
                         pd.high_watermark = part.high_watermark().0;
-                        pd.last_stable_offset = part.high_watermark().0;
+                        pd.last_stable_offset = part.last_stable_offset().0;
                         pd.log_start_offset = part.log_start_offset().0;
                     }
                     pd.error_code = e.code();

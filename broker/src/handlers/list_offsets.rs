@@ -1,4 +1,6 @@
 //! ListOffsets (key 2): earliest, latest, max timestamp, or by timestamp.
+//! A read_committed client (`isolation_level` 1, from v2) gets the last
+//! stable offset as latest, and timestamp lookups below it.
 
 use kafka_protocol::messages::list_offsets_response::{
     ListOffsetsPartitionResponse, ListOffsetsTopicResponse,
@@ -13,6 +15,7 @@ use crate::types::TopicPartition;
 pub fn handle(broker: &Broker, version: i16, req: ListOffsetsRequest) -> ListOffsetsResponse {
     let mut resp = ListOffsetsResponse::default();
     let replica_id = req.replica_id;
+    let isolation_level = req.isolation_level;
     for topic in req.topics {
         let name = topic.name.0.to_string();
         let mut t = ListOffsetsTopicResponse::default();
@@ -55,7 +58,7 @@ pub fn handle(broker: &Broker, version: i16, req: ListOffsetsRequest) -> ListOff
                     let limit = if replica_id.0 >= 0 {
                         FetchLimit::LogEnd
                     } else {
-                        FetchLimit::HighWatermark
+                        FetchLimit::for_isolation_level(isolation_level)
                     };
                     part.list_offset(p.timestamp, limit)
                 }

@@ -14,6 +14,7 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_producers;
 mod describe_quorum;
 pub mod fetch;
 mod find_coordinator;
@@ -31,6 +32,7 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
+pub mod write_txn_markers;
 
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
@@ -150,6 +152,12 @@ pub async fn dispatch(
         )),
         R::ConsumerGroupDescribe(r) => Reply::Respond(S::ConsumerGroupDescribe(
             consumer_group_describe::handle(broker, version, r).await,
+        )),
+        R::WriteTxnMarkers(r) => Reply::Respond(S::WriteTxnMarkers(
+            write_txn_markers::handle(broker, version, r).await,
+        )),
+        R::DescribeProducers(r) => Reply::Respond(S::DescribeProducers(
+            describe_producers::handle(broker, version, r),
         )),
         _ => Reply::Unsupported,
     }

@@ -138,8 +138,6 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
                 p.log_start_offset = -1;
                 t.partition_responses.push(p);
                 continue;
-            } else if req.transactional_id.is_some() {
-                Err(PartitionError::TransactionsUnsupported)
             } else if name == crate::coordinator::OFFSETS_TOPIC {
                 Err(PartitionError::InternalTopic(name.clone()))
             } else {

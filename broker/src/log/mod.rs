@@ -713,6 +713,21 @@ impl Log {
         max_offset: Offset,
         min_one_batch: bool,
     ) -> Result<Vec<FileRegion>, LogError> {
+        Ok(self
+            .read_regions_to(offset, max_bytes, max_offset, min_one_batch)?
+            .0)
+    }
+
+    /// [`Log::read_regions`], and the offset after the last batch taken
+    /// (`offset` when none is): read_committed fetches name the aborted
+    /// transactions up to it.
+    pub fn read_regions_to(
+        &self,
+        offset: Offset,
+        max_bytes: usize,
+        max_offset: Offset,
+        min_one_batch: bool,
+    ) -> Result<(Vec<FileRegion>, Offset), LogError> {
         self.check_online()?;
         self.guard(self.read_regions_unchecked(offset, max_bytes, max_offset, min_one_batch))
     }
@@ -723,16 +738,17 @@ impl Log {
         max_bytes: usize,
         max_offset: Offset,
         min_one_batch: bool,
-    ) -> Result<Vec<FileRegion>, LogError> {
+    ) -> Result<(Vec<FileRegion>, Offset), LogError> {
         let log_end = self.log_end_offset().0;
         if offset.0 < self.log_start_offset || offset.0 > log_end {
             return Err(self.out_of_range(offset.0));
         }
         let Some((mut seg_idx, mut position, _)) = self.locate(offset.0)? else {
-            return Ok(Vec::new());
+            return Ok((Vec::new(), offset));
         };
         let mut out: Vec<FileRegion> = Vec::new();
         let mut taken = 0u64;
+        let mut next = offset;
         'segments: while seg_idx < self.segments.len() {
             let seg = &self.segments[seg_idx];
             // Batches are contiguous within a segment: one region per run.
@@ -748,6 +764,7 @@ impl Log {
                     break 'segments;
                 }
                 end += h.size_bytes;
+                next = Offset(h.base_offset + i64::from(h.last_offset_delta) + 1);
             }
             if end > start {
                 out.push(seg.region(start, end - start)?);
@@ -756,7 +773,7 @@ impl Log {
             seg_idx += 1;
             position = 0;
         }
-        Ok(out)
+        Ok((out, next))
     }
 
     /// Every batch from the one containing `offset` (or the first batch at

@@ -33,6 +33,8 @@ pub(super) fn rebuild_producer_state(log: &Log) -> Result<ProducerStateManager, 
             }
         }
     }
+    // Retention may have passed aborted transactions since the snapshot.
+    producers.on_log_start(log.log_start_offset());
     Ok(producers)
 }
 
@@ -160,6 +162,7 @@ impl Partition {
         if self.high_watermark < self.log.log_start_offset() {
             self.high_watermark = self.log.log_start_offset();
         }
+        self.producers.on_high_watermark(self.high_watermark);
         self.capture_checkpoints().write()?;
         Ok(())
     }
@@ -169,6 +172,7 @@ impl Partition {
     pub fn update_follower_high_watermark(&mut self, leader_hw: Offset) {
         let leo = self.log.log_end_offset();
         self.high_watermark = leader_hw.min(leo).max(self.log.log_start_offset());
+        self.producers.on_high_watermark(self.high_watermark);
     }
 
     /// Follows the leader's log start offset (DeleteRecords and retention
@@ -181,6 +185,7 @@ impl Partition {
         if target > self.log.log_start_offset() {
             self.log.delete_records_before(target)?;
             self.epochs.truncate_from_start(self.log.log_start_offset());
+            self.producers.on_log_start(self.log.log_start_offset());
         }
         Ok(())
     }

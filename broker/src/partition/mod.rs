@@ -6,6 +6,7 @@ pub mod epochs;
 mod follower;
 pub mod leader_state;
 pub mod producer_state;
+mod txn;
 pub mod validate;
 
 use std::path::PathBuf;
@@ -21,7 +22,7 @@ use crate::types::{LeaderEpoch, NodeId, Offset, TopicPartition};
 pub use checkpoints::Checkpoints;
 use checkpoints::{read_high_watermark_checkpoint, CheckpointWriter};
 use leader_state::{AssignedState, IsrProposal, LeaderState};
-use producer_state::{ProducerCheck, ProducerSnapshot, ProducerStateManager};
+use producer_state::{AbortedTxn, ProducerCheck, ProducerSnapshot, ProducerStateManager};
 
 /// How long an idle producer's state is kept (Kafka's
 /// `producer.id.expiration.ms` default).
@@ -45,6 +46,8 @@ pub struct FetchOutcome {
     pub high_watermark: Offset,
     pub log_start_offset: Offset,
     pub last_stable_offset: Offset,
+    /// read_committed only: the aborted transactions the records overlap.
+    pub aborted_transactions: Option<Vec<AbortedTxn>>,
 }
 
 /// A [`FetchOutcome`] whose records are file regions, read (or sent) after
@@ -54,6 +57,9 @@ pub struct FetchRegions {
     pub high_watermark: Offset,
     pub log_start_offset: Offset,
     pub last_stable_offset: Offset,
+    /// read_committed only (Kafka sends null otherwise): the aborted
+    /// transactions the records overlap.
+    pub aborted_transactions: Option<Vec<AbortedTxn>>,
 }
 
 pub struct Partition {
@@ -95,13 +101,27 @@ pub enum Role {
     },
 }
 
-/// How far a fetch may read.
+/// How far a fetch may read (Kafka's `FetchIsolation`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum FetchLimit {
-    /// Consumers: committed data only.
+    /// read_uncommitted consumers: committed data only.
     HighWatermark,
+    /// read_committed consumers: up to the last stable offset, with the
+    /// aborted transactions named.
+    LastStableOffset,
     /// Followers: everything the leader has.
     LogEnd,
+}
+
+impl FetchLimit {
+    /// A client's isolation level (0 read_uncommitted, 1 read_committed).
+    pub fn for_isolation_level(isolation_level: i8) -> FetchLimit {
+        if isolation_level == 1 {
+            FetchLimit::LastStableOffset
+        } else {
+            FetchLimit::HighWatermark
+        }
+    }
 }
 
 /// Where an acks=all produce stands.
@@ -177,20 +197,7 @@ impl Partition {
         write_partition_metadata(&dir, topic_id)
             .map_err(|e| PartitionError::Storage(e.to_string()))?;
         let log = Log::open(dir.clone(), configs.log_config(), now_ms)?;
-        let (mut producers, from) = match producer_state::read_snapshot(&dir) {
-            Some(s) if s.offset <= log.log_end_offset() && s.offset >= log.log_start_offset() => {
-                (s.state, s.offset)
-            }
-            _ => (ProducerStateManager::default(), log.log_start_offset()),
-        };
-        for batch in log.batches_from(from) {
-            let batch = batch?;
-            if let Ok(view) = RecordBatchView::parse(&batch) {
-                if view.last_offset() >= from.0 {
-                    producers.update(&view);
-                }
-            }
-        }
+        let mut producers = follower::rebuild_producer_state(&log)?;
         producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
         // The last checkpointed high watermark (Kafka's
         // replication-offset-checkpoint), else the log start: a leader then
@@ -201,6 +208,7 @@ impl Partition {
             .unwrap_or(Offset(0))
             .min(log.log_end_offset())
             .max(log.log_start_offset());
+        producers.on_high_watermark(high_watermark);
         let epochs = follower::epoch_cache_of(&log);
         let checkpoint_writer = CheckpointWriter::new(dir);
         Ok(Self {
@@ -395,11 +403,15 @@ impl Partition {
             high_watermark: found.high_watermark,
             log_start_offset: found.log_start_offset,
             last_stable_offset: found.last_stable_offset,
+            aborted_transactions: found.aborted_transactions,
         })
     }
 
     /// [`Partition::read_up_to`] without reading the records: where they
     /// are, so the caller reads or sends them outside the partition's lock.
+    /// A read_committed fetch is out of range above the high watermark, as
+    /// a read_uncommitted one, and between the last stable offset and the
+    /// high watermark it gets no records.
     pub fn read_regions_up_to(
         &self,
         offset: Offset,
@@ -407,41 +419,60 @@ impl Partition {
         min_one_batch: bool,
         limit: FetchLimit,
     ) -> Result<FetchRegions, PartitionError> {
-        let end = match limit {
-            FetchLimit::HighWatermark => self.high_watermark,
-            FetchLimit::LogEnd => self.log.log_end_offset(),
+        let last_stable_offset = self.last_stable_offset();
+        let (in_range, end) = match limit {
+            FetchLimit::HighWatermark => (self.high_watermark, self.high_watermark),
+            FetchLimit::LastStableOffset => (self.high_watermark, last_stable_offset),
+            FetchLimit::LogEnd => (self.log.log_end_offset(), self.log.log_end_offset()),
         };
-        if offset > end {
+        if offset > in_range {
             return Err(PartitionError::OffsetOutOfRange {
                 requested: offset.0,
                 log_start: self.log.log_start_offset().0,
-                log_end: end.0,
+                log_end: in_range.0,
             });
         }
-        let regions = self
-            .log
-            .read_regions(offset, max_bytes, end, min_one_batch)?;
+        let (regions, fetched_end) = if offset > end {
+            (Vec::new(), offset)
+        } else {
+            self.log
+                .read_regions_to(offset, max_bytes, end, min_one_batch)?
+        };
+        let aborted_transactions = (limit == FetchLimit::LastStableOffset).then(|| {
+            if regions.is_empty() {
+                Vec::new()
+            } else {
+                self.producers.aborted_between(offset, fetched_end)
+            }
+        });
         Ok(FetchRegions {
             regions,
             high_watermark: self.high_watermark,
             log_start_offset: self.log.log_start_offset(),
-            last_stable_offset: self.high_watermark,
+            last_stable_offset,
+            aborted_transactions,
         })
     }
 
     /// ListOffsets for one timestamp spec: -1 latest, -2 earliest, -3 max
     /// timestamp, -4 earliest local, otherwise the first offset whose
     /// timestamp is at least `timestamp`. `None` means no such offset.
-    /// Latest (-1) is the high watermark for clients and the log end for a
-    /// follower (`FetchLimit::LogEnd`), as Kafka's isolation levels have it.
+    /// Latest (-1) is the high watermark for read_uncommitted clients, the
+    /// last stable offset for read_committed ones and the log end for a
+    /// follower (`FetchLimit::LogEnd`), as Kafka's isolation levels have
+    /// it; a timestamp lookup finds only offsets below the client's bound.
     pub fn list_offset(
         &self,
         timestamp: i64,
         limit: FetchLimit,
     ) -> Result<Option<(Offset, i64)>, PartitionError> {
+        let bound = match limit {
+            FetchLimit::LastStableOffset => self.last_stable_offset(),
+            FetchLimit::HighWatermark | FetchLimit::LogEnd => self.high_watermark,
+        };
         match timestamp {
             -1 if limit == FetchLimit::LogEnd => Ok(Some((self.log.log_end_offset(), -1))),
-            -1 => Ok(Some((self.high_watermark, -1))),
+            -1 => Ok(Some((bound, -1))),
             -2 | -4 => Ok(Some((self.log.log_start_offset(), -1))),
             -3 => {
                 let (ts, off) = self.log.max_timestamp()?;
@@ -451,7 +482,7 @@ impl Partition {
             t => Ok(self
                 .log
                 .offset_for_timestamp(t)?
-                .filter(|(o, _)| *o < self.high_watermark)),
+                .filter(|(o, _)| *o < bound)),
         }
     }
 
@@ -473,7 +504,9 @@ impl Partition {
                 log_end: self.high_watermark.0,
             });
         }
-        Ok(self.log.delete_records_before(target)?)
+        let log_start = self.log.delete_records_before(target)?;
+        self.producers.on_log_start(log_start);
+        Ok(log_start)
     }
 
     pub fn role(&self) -> &Role {
@@ -609,6 +642,7 @@ impl Partition {
         match l.high_watermark_candidate(leo, self.append_config.min_insync_replicas, now_ms) {
             Some(hw) if hw > self.high_watermark => {
                 self.high_watermark = hw;
+                self.producers.on_high_watermark(hw);
                 self.changed();
                 true
             }
@@ -723,6 +757,7 @@ impl Partition {
     pub fn maintain(&mut self, now_ms: i64) -> Result<Checkpoints, PartitionError> {
         self.log
             .maintain_without_compaction(now_ms, self.high_watermark)?;
+        self.producers.on_log_start(self.log.log_start_offset());
         self.producers.expire(now_ms, PRODUCER_ID_EXPIRATION_MS);
         Ok(self.capture_checkpoints())
     }
@@ -823,9 +858,6 @@ fn single_client_batch(records: &Bytes) -> Result<RecordBatchView<'_>, Partition
         return Err(PartitionError::InvalidRecord(
             "clients may not send control batches".into(),
         ));
-    }
-    if view.is_transactional() {
-        return Err(PartitionError::TransactionsUnsupported);
     }
     // Kafka's LogValidator.validateBatch for a client's batch.
     let count = view.record_count();

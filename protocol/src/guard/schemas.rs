@@ -515,3 +515,36 @@ const DESCRIBE_QUORUM_PARTITION_DATA: &[Field] = &[
     field("partition_index", 0, MAX, INT32),
 ];
 
+pub(crate) const WRITE_TXN_MARKERS: Message = Message {
+    versions: (1, 1),
+    flexible_from: 0,
+    body: WRITE_TXN_MARKERS_BODY,
+};
+const WRITE_TXN_MARKERS_BODY: &[Field] = &[
+    field("markers", 1, MAX, array_of(&Ty::Struct(WRITE_TXN_MARKERS_WRITABLE_TXN_MARKER), size_of::<km::write_txn_markers_request::WritableTxnMarker>())),
+];
+const WRITE_TXN_MARKERS_WRITABLE_TXN_MARKER: &[Field] = &[
+    field("producer_id", 1, MAX, INT64),
+    field("producer_epoch", 1, MAX, INT16),
+    field("transaction_result", 1, MAX, BOOL),
+    field("topics", 1, MAX, array_of(&Ty::Struct(WRITE_TXN_MARKERS_WRITABLE_TXN_MARKER_TOPIC), size_of::<km::write_txn_markers_request::WritableTxnMarkerTopic>())),
+    field("coordinator_epoch", 1, MAX, INT32),
+];
+const WRITE_TXN_MARKERS_WRITABLE_TXN_MARKER_TOPIC: &[Field] = &[
+    field("name", 1, MAX, STRING),
+    field("partition_indexes", 1, MAX, array(&INT32)),
+];
+
+pub(crate) const DESCRIBE_PRODUCERS: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: DESCRIBE_PRODUCERS_BODY,
+};
+const DESCRIBE_PRODUCERS_BODY: &[Field] = &[
+    field("topics", 0, MAX, array_of(&Ty::Struct(DESCRIBE_PRODUCERS_TOPIC_REQUEST), size_of::<km::describe_producers_request::TopicRequest>())),
+];
+const DESCRIBE_PRODUCERS_TOPIC_REQUEST: &[Field] = &[
+    field("name", 0, MAX, STRING),
+    field("partition_indexes", 0, MAX, array(&INT32)),
+];
+

@@ -611,6 +611,34 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                     .with_partitions(vec![p(0), p(1)])])
                 .into()
         }
+        ApiKey::WriteTxnMarkers => {
+            let t = |name| {
+                write_txn_markers_request::WritableTxnMarkerTopic::default()
+                    .with_name(topic(name))
+                    .with_partition_indexes(vec![0, 1])
+            };
+            let m = |pid| {
+                write_txn_markers_request::WritableTxnMarker::default()
+                    .with_producer_id(ProducerId(pid))
+                    .with_producer_epoch(3)
+                    .with_transaction_result(true)
+                    .with_topics(vec![t("a"), t("b")])
+                    .with_coordinator_epoch(7)
+            };
+            WriteTxnMarkersRequest::default()
+                .with_markers(vec![m(1), m(2)])
+                .into()
+        }
+        ApiKey::DescribeProducers => {
+            let t = |name| {
+                describe_producers_request::TopicRequest::default()
+                    .with_name(topic(name))
+                    .with_partition_indexes(vec![0, 1])
+            };
+            DescribeProducersRequest::default()
+                .with_topics(vec![t("a"), t("b")])
+                .into()
+        }
         other => panic!("no test builder for {other:?}"),
     }
 }
