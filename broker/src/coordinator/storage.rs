@@ -4,13 +4,16 @@
 //! partition `abs(hash(group_id)) % partitions` (Kafka's rule, so a group's
 //! coordinator is the leader of that partition), written as ordinary v2
 //! batches through the same append path as a producer's acks=all batch.
+//! TxnOffsetCommit's records go in transactional batches carrying the
+//! transaction's producer id and epoch; the transaction's commit or abort
+//! marker (a control batch) is written later by WriteTxnMarkers.
 
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
 };
 
-use protocol::record_batch::{BatchIter, BatchIterItem};
+use protocol::record_batch::{BatchIter, BatchIterItem, RecordBatchView};
 
 use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
@@ -76,11 +79,17 @@ pub fn partition_of(broker: &Broker, group_id: &str) -> i32 {
 /// it, as for a producer's acks=all batch.
 pub struct PendingAck {
     part: PartitionRef,
+    base_offset: Offset,
     required: Offset,
     events: tokio::sync::watch::Receiver<()>,
 }
 
 impl PendingAck {
+    /// The offset of the batch's first record; the others follow it.
+    pub fn base_offset(&self) -> i64 {
+        self.base_offset.0
+    }
+
     /// Waits until every in-sync replica has the batch, at most `timeout`.
     pub async fn wait(mut self, timeout: std::time::Duration) -> Result<(), StorageError> {
         let deadline = tokio::time::Instant::now() + timeout;
@@ -90,14 +99,27 @@ impl PendingAck {
     }
 }
 
+/// The producer of a transactional batch. Kafka's coordinator writes base
+/// sequence 0 and its log skips sequence checks for coordinator writes; our
+/// partition checks every producer's sequences, so the coordinator numbers
+/// its batches per producer (see `ProducerSequences`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TxnProducer {
+    pub producer_id: i64,
+    pub producer_epoch: i16,
+    pub base_sequence: i32,
+}
+
 /// Appends `records` to `__consumer_offsets` partition `partition` as one
-/// batch (acks=all: refused below `min.insync.replicas`) and returns what to
-/// wait on for the batch to be acknowledged (None when there was nothing to
-/// append). This is disk work: it runs on a blocking thread.
+/// batch (acks=all: refused below `min.insync.replicas`), transactional when
+/// `producer` is given, and returns what to wait on for the batch to be
+/// acknowledged (None when there was nothing to append). This is disk work:
+/// it runs on a blocking thread.
 pub fn append_acked(
     replicas: &ReplicaManager,
     partition: i32,
     records: &[CoordinatorRecord],
+    producer: Option<TxnProducer>,
 ) -> Result<Option<PendingAck>, StorageError> {
     if records.is_empty() {
         return Ok(None);
@@ -113,18 +135,19 @@ pub fn append_acked(
         .map(|(i, r)| {
             let (key, value) =
                 records::encode(r).map_err(|e| StorageError::Encode(e.to_string()))?;
+            // Without a producer there is no sequence: the encoder keeps
+            // records in one batch while offset - sequence is constant, and
+            // writes the first record's sequence as the base sequence.
+            let base_sequence = producer.map_or(-1, |p| p.base_sequence);
             Ok(Record {
-                transactional: false,
+                transactional: producer.is_some(),
                 control: false,
                 partition_leader_epoch: -1,
-                producer_id: -1,
-                producer_epoch: -1,
+                producer_id: producer.map_or(-1, |p| p.producer_id),
+                producer_epoch: producer.map_or(-1, |p| p.producer_epoch),
                 timestamp_type: TimestampType::Creation,
                 offset: i as i64,
-                // No producer id, so no sequence: the encoder keeps records
-                // in one batch while offset - sequence is constant, and
-                // writes base sequence -1.
-                sequence: i as i32 - 1,
+                sequence: base_sequence.wrapping_add(i as i32),
                 timestamp: now,
                 key: Some(key),
                 value,
@@ -158,12 +181,63 @@ pub fn append_acked(
     replicas.appended.notify_waiters();
     Ok(Some(PendingAck {
         part,
+        base_offset: outcome.base_offset,
         required: Offset(outcome.last_offset.0 + 1),
         events,
     }))
 }
 
-/// Every record of one local `__consumer_offsets` partition, in offset order,
+/// One entry of a `__consumer_offsets` partition, as the loader replays it.
+// Nearly every entry is a record; boxing them to shrink the rare marker
+// would cost an allocation per record loaded.
+#[allow(clippy::large_enum_variant)]
+#[derive(Clone, Debug, PartialEq)]
+pub enum LogEntry {
+    /// A record at `offset`; `producer_id` is set for a batch with a
+    /// producer id (a transaction's offset commits, Kafka's rule).
+    Record {
+        offset: i64,
+        producer_id: Option<i64>,
+        record: CoordinatorRecord,
+    },
+    /// A transaction marker: the end of `producer_id`'s transaction.
+    Marker { producer_id: i64, commit: bool },
+}
+
+/// What a load reads from a partition: its entries in log order, and the
+/// last epoch and sequence of each producer that wrote to it.
+#[derive(Debug, Default)]
+pub struct LoadedLog {
+    pub entries: Vec<LogEntry>,
+    pub producers: ProducerSequences,
+}
+
+/// The last (epoch, sequence) each producer wrote to a partition, so the
+/// next transactional batch the coordinator writes continues the sequence
+/// the partition's producer state expects.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ProducerSequences(std::collections::HashMap<i64, (i16, i32)>);
+
+impl ProducerSequences {
+    /// The base sequence for `count` records from `producer_id` at `epoch`:
+    /// one past the last at the same epoch, 0 at a new one (and after the
+    /// wrap past `i32::MAX`, as Kafka wraps).
+    pub fn next(&self, producer_id: i64, epoch: i16) -> i32 {
+        match self.0.get(&producer_id) {
+            Some(&(e, last)) if e == epoch && last < i32::MAX => last + 1,
+            _ => 0,
+        }
+    }
+
+    /// Records a batch the partition took.
+    pub fn record(&mut self, producer_id: i64, epoch: i16, base_sequence: i32, count: usize) {
+        let last = base_sequence.wrapping_add(count as i32 - 1);
+        self.0.insert(producer_id, (epoch, last));
+    }
+}
+
+/// Every record and transaction marker of one local `__consumer_offsets`
+/// partition, in offset order,
 /// up to its log end, as Kafka's coordinator loads it. The caller leads the
 /// partition, so its log is the one the followers converge on: a record
 /// above the high watermark here is one a new leader has not yet seen its
@@ -171,11 +245,8 @@ pub fn append_acked(
 /// often one whose commit was already acked. A record whose bytes do not decode is logged
 /// and skipped: one bad record must not keep every group on the partition
 /// from loading. This is disk work: it runs on a blocking thread.
-pub fn read_partition(
-    replicas: &ReplicaManager,
-    p: i32,
-) -> Result<Vec<CoordinatorRecord>, StorageError> {
-    let mut out = Vec::new();
+pub fn read_partition(replicas: &ReplicaManager, p: i32) -> Result<LoadedLog, StorageError> {
+    let mut out = LoadedLog::default();
     let Some(part) = replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
         return Err(StorageError::PartitionNotLocal(p));
     };
@@ -196,29 +267,7 @@ pub fn read_partition(
                 break;
             };
             next = Offset(batch.last_offset() + 1);
-            if batch.is_control() {
-                continue;
-            }
-            let mut one = Bytes::copy_from_slice(batch.as_bytes());
-            let set = match RecordBatchDecoder::decode(&mut one) {
-                Ok(set) => set,
-                Err(e) => {
-                    tracing::warn!(partition = p, offset = batch.base_offset(), error = %e, "skipping an undecodable {OFFSETS_TOPIC} batch");
-                    continue;
-                }
-            };
-            for r in set.records {
-                if r.offset < offset.0 {
-                    continue;
-                }
-                let Some(key) = r.key else { continue };
-                match records::decode(&key, r.value.as_deref()) {
-                    Ok(rec) => out.push(rec),
-                    Err(e) => {
-                        tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an undecodable {OFFSETS_TOPIC} record")
-                    }
-                }
-            }
+            read_batch(p, offset, &batch, &mut out);
         }
         if next <= offset {
             break;
@@ -226,4 +275,70 @@ pub fn read_partition(
         offset = next;
     }
     Ok(out)
+}
+
+/// Adds one batch's records (those at or after `from`) or its marker to
+/// `out`.
+fn read_batch(p: i32, from: Offset, batch: &RecordBatchView<'_>, out: &mut LoadedLog) {
+    let mut one = Bytes::copy_from_slice(batch.as_bytes());
+    let set = match RecordBatchDecoder::decode(&mut one) {
+        Ok(set) => set,
+        Err(e) => {
+            tracing::warn!(partition = p, offset = batch.base_offset(), error = %e, "skipping an undecodable {OFFSETS_TOPIC} batch");
+            return;
+        }
+    };
+    let producer_id = (batch.producer_id() >= 0).then_some(batch.producer_id());
+    if batch.is_control() {
+        if let Some(pid) = producer_id {
+            out.entries.extend(
+                set.records
+                    .iter()
+                    .filter_map(|r| marker_commits(r.key.as_deref()))
+                    .map(|commit| LogEntry::Marker {
+                        producer_id: pid,
+                        commit,
+                    }),
+            );
+        }
+        return;
+    }
+    if let Some(pid) = producer_id {
+        let count = set.records.len();
+        if count > 0 && batch.base_sequence() >= 0 {
+            out.producers
+                .record(pid, batch.producer_epoch(), batch.base_sequence(), count);
+        }
+    }
+    for r in set.records {
+        if r.offset < from.0 {
+            continue;
+        }
+        let Some(key) = r.key else { continue };
+        match records::decode(&key, r.value.as_deref()) {
+            Ok(record) => out.entries.push(LogEntry::Record {
+                offset: r.offset,
+                producer_id,
+                record,
+            }),
+            Err(e) => {
+                tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an undecodable {OFFSETS_TOPIC} record")
+            }
+        }
+    }
+}
+
+/// The outcome of a transaction marker from a control record's key
+/// (int16 version, int16 type: 0 abort, 1 commit), or None for another
+/// control type (Kafka's leader-change and snapshot records).
+pub fn marker_commits(key: Option<&[u8]>) -> Option<bool> {
+    let key = key?;
+    if key.len() < 4 {
+        return None;
+    }
+    match i16::from_be_bytes([key[2], key[3]]) {
+        0 => Some(false),
+        1 => Some(true),
+        _ => None,
+    }
 }

@@ -824,9 +824,6 @@ fn single_client_batch(records: &Bytes) -> Result<RecordBatchView<'_>, Partition
             "clients may not send control batches".into(),
         ));
     }
-    if view.is_transactional() {
-        return Err(PartitionError::TransactionsUnsupported);
-    }
     // Kafka's LogValidator.validateBatch for a client's batch.
     let count = view.record_count();
     if count <= 0 {
