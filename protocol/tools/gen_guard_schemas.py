@@ -42,6 +42,7 @@ APIS = [
     ("INCREMENTAL_ALTER_CONFIGS", "incremental_alter_configs_request", "IncrementalAlterConfigs"),
     ("OFFSET_FOR_LEADER_EPOCH", "offset_for_leader_epoch_request", "OffsetForLeaderEpoch"),
     ("DESCRIBE_QUORUM", "describe_quorum_request", "DescribeQuorum"),
+    ("TXN_OFFSET_COMMIT", "txn_offset_commit_request", "TxnOffsetCommit"),
 ]
 
 ALL = frozenset(range(0, 64))

@@ -31,6 +31,7 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
+mod txn_offset_commit;
 
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
@@ -129,6 +130,9 @@ pub async fn dispatch(
         )),
         R::OffsetFetch(r) => Reply::Respond(S::OffsetFetch(
             offset_fetch::handle(broker, version, r).await,
+        )),
+        R::TxnOffsetCommit(r) => Reply::Respond(S::TxnOffsetCommit(
+            txn_offset_commit::handle(broker, version, r).await,
         )),
         R::OffsetDelete(r) => {
             Reply::Respond(S::OffsetDelete(offset_delete::handle(broker, r).await))

@@ -63,6 +63,7 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         ApiKey::IncrementalAlterConfigs => &INCREMENTAL_ALTER_CONFIGS,
         ApiKey::OffsetForLeaderEpoch => &OFFSET_FOR_LEADER_EPOCH,
         ApiKey::DescribeQuorum => &DESCRIBE_QUORUM,
+        ApiKey::TxnOffsetCommit => &TXN_OFFSET_COMMIT,
         // Every other API has no schema, so the guard refuses it: a body
         // without a schema must never reach the decoder.
         _ => return None,
