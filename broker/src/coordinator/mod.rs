@@ -1601,6 +1601,90 @@ mod tests {
             .remove(0)
     }
 
+    fn settings() -> Settings {
+        Settings {
+            classic: ClassicGroupConfig::default(),
+            consumer: ConsumerGroupConfig::default(),
+            offset_metadata_max_bytes: 4096,
+            offsets_retention_ms: 60_000,
+            offsets_retention_check_interval_ms: 60_000,
+        }
+    }
+
+    fn logged(offset: i64, producer_id: Option<i64>, group: &str, committed: i64) -> LogEntry {
+        LogEntry::Record {
+            offset,
+            producer_id,
+            record: CoordinatorRecord::OffsetCommit {
+                group_id: group.into(),
+                topic: "t".into(),
+                partition: 0,
+                value: Some(commit(committed).offset),
+            },
+        }
+    }
+
+    fn loaded_offset(st: &State, group: &str) -> Option<i64> {
+        st.offsets.fetch(group, "t", 0).map(|o| o.committed_offset)
+    }
+
+    #[test]
+    fn a_load_applies_the_markers_it_finds_in_the_log() {
+        let log = LoadedLog {
+            entries: vec![
+                logged(0, None, "g", 1),
+                logged(1, Some(7), "g", 5),
+                logged(2, Some(8), "h", 6),
+                LogEntry::Marker {
+                    producer_id: 7,
+                    commit: true,
+                },
+                LogEntry::Marker {
+                    producer_id: 8,
+                    commit: false,
+                },
+            ],
+            producers: Default::default(),
+        };
+        let st = State::load(&settings(), &log);
+        assert_eq!(loaded_offset(&st, "g"), Some(5));
+        assert_eq!(loaded_offset(&st, "h"), None);
+        assert!(!st.offsets.has_pending("g", "t", 0));
+        assert!(!st.offsets.has_pending("h", "t", 0));
+    }
+
+    #[test]
+    fn a_load_keeps_a_transaction_without_a_marker_pending_and_its_group_known() {
+        let mut producers = ProducerSequences::default();
+        producers.record(7, 0, 0, 1);
+        let log = LoadedLog {
+            entries: vec![
+                logged(0, None, "g", 1),
+                logged(1, Some(7), "g", 5),
+                logged(2, Some(7), "p", 9),
+            ],
+            producers,
+        };
+        let mut st = State::load(&settings(), &log);
+        assert_eq!(loaded_offset(&st, "g"), Some(1));
+        assert!(st.offsets.has_pending("g", "t", 0));
+        // A group with only a pending offset comes back as a simple group,
+        // as Kafka's replay creates one.
+        assert_eq!(
+            st.classic.group("p").map(ClassicGroup::state),
+            Some(GroupState::Empty)
+        );
+        assert_eq!(
+            st.producers.next(7, 0),
+            1,
+            "sequences continue after a load"
+        );
+        // The transaction coordinator ends it later.
+        st.offsets.replay_end_txn(7, true);
+        assert_eq!(loaded_offset(&st, "g"), Some(5));
+        assert_eq!(loaded_offset(&st, "p"), Some(9));
+    }
+
     /// The timer task's expiry pass, run with a clock moved past
     /// `offsets.retention.minutes`: an empty simple group loses its offsets
     /// and the group itself, in memory and in the log (a restart agrees).

@@ -342,3 +342,174 @@ pub fn marker_commits(key: Option<&[u8]>) -> Option<bool> {
         _ => None,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::group::offsets::OffsetAndMetadata;
+
+    fn encode(records: &[Record]) -> Bytes {
+        let mut buf = BytesMut::new();
+        RecordBatchEncoder::encode(
+            &mut buf,
+            records,
+            &RecordEncodeOptions {
+                version: 2,
+                compression: Compression::None,
+            },
+        )
+        .unwrap();
+        buf.freeze()
+    }
+
+    fn record(
+        offset: i64,
+        producer_id: i64,
+        sequence: i32,
+        key: Bytes,
+        value: Option<Bytes>,
+    ) -> Record {
+        Record {
+            transactional: producer_id >= 0,
+            control: false,
+            partition_leader_epoch: -1,
+            producer_id,
+            producer_epoch: if producer_id >= 0 { 3 } else { -1 },
+            timestamp_type: TimestampType::Creation,
+            offset,
+            sequence,
+            timestamp: 0,
+            key: Some(key),
+            value,
+            headers: Default::default(),
+            delete_horizon: false,
+        }
+    }
+
+    fn offset_commit(committed_offset: i64) -> CoordinatorRecord {
+        CoordinatorRecord::OffsetCommit {
+            group_id: "g".into(),
+            topic: "t".into(),
+            partition: 0,
+            value: Some(OffsetAndMetadata {
+                committed_offset,
+                committed_leader_epoch: None,
+                metadata: String::new(),
+                commit_timestamp_ms: 0,
+                expire_timestamp_ms: None,
+                topic_id: None,
+            }),
+        }
+    }
+
+    fn read(bytes: &Bytes, from: i64, out: &mut LoadedLog) {
+        for item in BatchIter::new(bytes) {
+            let BatchIterItem::Batch { batch, .. } = item else {
+                panic!("not a batch");
+            };
+            read_batch(0, Offset(from), &batch, out);
+        }
+    }
+
+    #[test]
+    fn a_transactional_batch_loads_as_its_producers_records_and_its_sequences() {
+        let (k1, v1) = records::encode(&offset_commit(7)).unwrap();
+        let (k2, v2) = records::encode(&offset_commit(8)).unwrap();
+        let bytes = encode(&[record(0, 42, 5, k1, v1), record(1, 42, 6, k2, v2)]);
+        let mut out = LoadedLog::default();
+        read(&bytes, 0, &mut out);
+        assert_eq!(
+            out.entries,
+            vec![
+                LogEntry::Record {
+                    offset: 0,
+                    producer_id: Some(42),
+                    record: offset_commit(7),
+                },
+                LogEntry::Record {
+                    offset: 1,
+                    producer_id: Some(42),
+                    record: offset_commit(8),
+                },
+            ]
+        );
+        // The next batch continues after sequence 6 at epoch 3.
+        assert_eq!(out.producers.next(42, 3), 7);
+        assert_eq!(out.producers.next(42, 4), 0, "a new epoch starts again");
+        assert_eq!(
+            out.producers.next(43, 0),
+            0,
+            "an unknown producer starts at 0"
+        );
+    }
+
+    #[test]
+    fn a_plain_batch_loads_without_a_producer() {
+        let (k, v) = records::encode(&offset_commit(7)).unwrap();
+        let bytes = encode(&[record(0, -1, -1, k, v)]);
+        let mut out = LoadedLog::default();
+        read(&bytes, 0, &mut out);
+        assert_eq!(
+            out.entries,
+            vec![LogEntry::Record {
+                offset: 0,
+                producer_id: None,
+                record: offset_commit(7),
+            }]
+        );
+        assert_eq!(out.producers, ProducerSequences::default());
+    }
+
+    #[test]
+    fn control_batches_load_as_markers_not_as_group_records() {
+        let marker = |commit: bool| {
+            let mut r = record(
+                0,
+                42,
+                -1,
+                Bytes::from_static(if commit { &[0, 0, 0, 1] } else { &[0, 0, 0, 0] }),
+                Some(Bytes::from_static(&[0, 0, 0, 0, 0, 5])),
+            );
+            r.control = true;
+            encode(&[r])
+        };
+        let mut out = LoadedLog::default();
+        read(&marker(true), 0, &mut out);
+        read(&marker(false), 0, &mut out);
+        assert_eq!(
+            out.entries,
+            vec![
+                LogEntry::Marker {
+                    producer_id: 42,
+                    commit: true
+                },
+                LogEntry::Marker {
+                    producer_id: 42,
+                    commit: false
+                },
+            ]
+        );
+    }
+
+    #[test]
+    fn only_commit_and_abort_control_records_are_markers() {
+        assert_eq!(marker_commits(Some(&[0, 0, 0, 1])), Some(true));
+        assert_eq!(marker_commits(Some(&[0, 0, 0, 0])), Some(false));
+        // Leader change (2) and snapshot records are other control types.
+        assert_eq!(marker_commits(Some(&[0, 0, 0, 2])), None);
+        assert_eq!(marker_commits(Some(&[0, 0])), None);
+        assert_eq!(marker_commits(None), None);
+    }
+
+    #[test]
+    fn sequences_continue_within_an_epoch() {
+        let mut s = ProducerSequences::default();
+        assert_eq!(s.next(1, 0), 0);
+        s.record(1, 0, 0, 3);
+        assert_eq!(s.next(1, 0), 3);
+        s.record(1, 0, 3, 1);
+        assert_eq!(s.next(1, 0), 4);
+        s.record(1, 0, i32::MAX, 1);
+        assert_eq!(s.next(1, 0), 0, "wraps as Kafka's sequences do");
+    }
+}
