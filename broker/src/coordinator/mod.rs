@@ -319,9 +319,13 @@ impl GroupService {
         for p in gained {
             let replicas = self.replicas.clone();
             let settings = self.settings.clone();
-            let (state, records) = tokio::task::spawn_blocking(move || {
-                let log = storage::read_partition(&replicas, p)?;
-                Ok::<_, StorageError>((State::load(&settings, &log), log.entries.len()))
+            let (state, records, end_offset) = tokio::task::spawn_blocking(move || {
+                let log = storage::read_partition(&replicas, p, crate::types::Offset(0))?;
+                Ok::<_, StorageError>((
+                    State::load(&settings, &log),
+                    log.entries.len(),
+                    log.end_offset,
+                ))
             })
             .await
             .map_err(|e| StorageError::Interrupted(e.to_string()))??;
@@ -333,11 +337,21 @@ impl GroupService {
                 replicas: self.replicas.clone(),
                 settings: self.settings.clone(),
             });
-            self.shards
-                .write()
-                .expect("poisoned")
-                .by_partition
-                .insert(p, shard.clone());
+            {
+                // Held from before the shard is published until the tail is
+                // read, so no request sees the groups without it.
+                let mut st = shard.state.lock().await;
+                self.shards
+                    .write()
+                    .expect("poisoned")
+                    .by_partition
+                    .insert(p, shard.clone());
+                if let Err(e) = shard.catch_up(&mut st, end_offset).await {
+                    // Only a marker written during the load can be missed:
+                    // its transaction's offsets stay pending.
+                    tracing::error!(partition = p, error = %e, "reading the tail of {OFFSETS_TOPIC} after its load failed");
+                }
+            }
             tokio::spawn(shard.run_timer(self.stop.subscribe()));
             tracing::info!(
                 partition = p,
@@ -999,6 +1013,27 @@ impl GroupService {
 }
 
 impl State {
+    /// Replays `log`'s offset records and transaction markers into the
+    /// offset store, and takes its producers' sequences.
+    fn replay(&mut self, log: &LoadedLog) {
+        for entry in &log.entries {
+            match entry {
+                LogEntry::Record {
+                    offset,
+                    producer_id,
+                    record,
+                } => self.offsets.replay(*offset, *producer_id, record),
+                LogEntry::Marker {
+                    producer_id,
+                    commit,
+                } => self.offsets.replay_end_txn(*producer_id, *commit),
+            }
+        }
+        for (producer_id, (epoch, last)) in log.producers.iter() {
+            self.producers.record(producer_id, epoch, last, 1);
+        }
+    }
+
     fn new(settings: &Settings) -> State {
         State {
             classic: crate::group::GroupCoordinator::new(settings.classic.clone()),
@@ -1022,22 +1057,11 @@ impl State {
         let mut st = State::new(settings);
         let mut replay = ConsumerGroupReplay::new();
         for entry in &log.entries {
-            match entry {
-                LogEntry::Record {
-                    offset,
-                    producer_id,
-                    record,
-                } => {
-                    st.offsets.replay(*offset, *producer_id, record);
-                    replay.apply(record);
-                }
-                LogEntry::Marker {
-                    producer_id,
-                    commit,
-                } => st.offsets.replay_end_txn(*producer_id, *commit),
+            if let LogEntry::Record { record, .. } = entry {
+                replay.apply(record);
             }
         }
-        st.producers = log.producers.clone();
+        st.replay(log);
         for snapshot in replay.snapshots(&settings.consumer) {
             let group_id = snapshot.group_id.clone();
             match st.consumer.restore(snapshot.clone(), now) {
@@ -1087,6 +1111,24 @@ impl State {
 }
 
 impl Shard {
+    /// Replays what was appended after `from` while the partition was being
+    /// read: only WriteTxnMarkers writes then (no shard takes records), and
+    /// its `on_txn_marker` found no shard to tell. A marker also reported
+    /// after this is applied twice, which changes nothing: its producer
+    /// cannot start another transaction before the marker's write is
+    /// answered.
+    async fn catch_up(&self, st: &mut State, from: i64) -> Result<(), StorageError> {
+        let replicas = self.replicas.clone();
+        let partition = self.partition;
+        let tail = tokio::task::spawn_blocking(move || {
+            storage::read_partition(&replicas, partition, crate::types::Offset(from))
+        })
+        .await
+        .map_err(|e| StorageError::Interrupted(e.to_string()))??;
+        st.replay(&tail);
+        Ok(())
+    }
+
     /// The shard's state, once no other change is in progress, or
     /// NOT_COORDINATOR when the shard was unloaded meanwhile.
     async fn lock(&self) -> Result<tokio::sync::MutexGuard<'_, State>, GroupError> {
@@ -1644,7 +1686,7 @@ mod tests {
                     commit: false,
                 },
             ],
-            producers: Default::default(),
+            ..Default::default()
         };
         let st = State::load(&settings(), &log);
         assert_eq!(loaded_offset(&st, "g"), Some(5));
@@ -1664,6 +1706,7 @@ mod tests {
                 logged(2, Some(7), "p", 9),
             ],
             producers,
+            ..Default::default()
         };
         let mut st = State::load(&settings(), &log);
         assert_eq!(loaded_offset(&st, "g"), Some(1));
@@ -1683,6 +1726,55 @@ mod tests {
         st.offsets.replay_end_txn(7, true);
         assert_eq!(loaded_offset(&st, "g"), Some(5));
         assert_eq!(loaded_offset(&st, "p"), Some(9));
+    }
+
+    /// The tail read after a load replays what was appended from the offset
+    /// the load reached, and nothing before it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_tail_read_after_a_load_replays_from_where_the_load_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let running = crate::start(config(dir.path())).await.unwrap();
+        let broker = running.broker.clone();
+        broker
+            .create_topic(
+                crate::broker::NewTopic {
+                    name: OFFSETS_TOPIC.into(),
+                    num_partitions: 2,
+                    replication_factor: 1,
+                    assignments: vec![],
+                    configs: [("cleanup.policy".to_string(), "compact".to_string())].into(),
+                },
+                false,
+            )
+            .await
+            .unwrap();
+        let unknown = MemberId::unknown();
+        let (results, pending) = broker
+            .groups
+            .commit_txn_offsets("g", 9, 0, &unknown, None, GenerationId(-1), vec![commit(5)])
+            .await
+            .unwrap();
+        assert_eq!(results, vec![Ok(())]);
+        let record_offset = pending.expect("appended").base_offset();
+        let shard = broker.groups.shard("g").unwrap();
+
+        let mut from_before = State::new(&settings());
+        shard
+            .catch_up(&mut from_before, record_offset)
+            .await
+            .unwrap();
+        assert!(from_before.offsets.has_pending("g", "t", 0));
+        assert_eq!(from_before.producers.next(9, 0), 1);
+
+        let mut from_after = State::new(&settings());
+        shard
+            .catch_up(&mut from_after, record_offset + 1)
+            .await
+            .unwrap();
+        assert!(!from_after.offsets.has_pending("g", "t", 0));
+        drop(shard);
+        drop(broker);
+        running.shutdown().await;
     }
 
     /// The timer task's expiry pass, run with a clock moved past

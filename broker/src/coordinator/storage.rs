@@ -204,12 +204,14 @@ pub enum LogEntry {
     Marker { producer_id: i64, commit: bool },
 }
 
-/// What a load reads from a partition: its entries in log order, and the
-/// last epoch and sequence of each producer that wrote to it.
+/// What a load reads from a partition: its entries in log order, the
+/// last epoch and sequence of each producer that wrote to it, and where the
+/// read ended (the log end offset it reached).
 #[derive(Debug, Default)]
 pub struct LoadedLog {
     pub entries: Vec<LogEntry>,
     pub producers: ProducerSequences,
+    pub end_offset: i64,
 }
 
 /// The last (epoch, sequence) each producer wrote to a partition, so the
@@ -229,6 +231,11 @@ impl ProducerSequences {
         }
     }
 
+    /// Every producer's (epoch, last sequence).
+    pub fn iter(&self) -> impl Iterator<Item = (i64, (i16, i32))> + '_ {
+        self.0.iter().map(|(&pid, &last)| (pid, last))
+    }
+
     /// Records a batch the partition took.
     pub fn record(&mut self, producer_id: i64, epoch: i16, base_sequence: i32, count: usize) {
         let last = base_sequence.wrapping_add(count as i32 - 1);
@@ -244,13 +251,22 @@ impl ProducerSequences {
 /// followers confirm (its high watermark lags the old leader's by a fetch),
 /// often one whose commit was already acked. A record whose bytes do not decode is logged
 /// and skipped: one bad record must not keep every group on the partition
-/// from loading. This is disk work: it runs on a blocking thread.
-pub fn read_partition(replicas: &ReplicaManager, p: i32) -> Result<LoadedLog, StorageError> {
+/// from loading. Reading starts at `from` (or the log start, if later).
+/// This is disk work: it runs on a blocking thread.
+pub fn read_partition(
+    replicas: &ReplicaManager,
+    p: i32,
+    from: Offset,
+) -> Result<LoadedLog, StorageError> {
     let mut out = LoadedLog::default();
     let Some(part) = replicas.get(&TopicPartition::new(OFFSETS_TOPIC, p)) else {
         return Err(StorageError::PartitionNotLocal(p));
     };
-    let mut offset = part.lock().expect("partition poisoned").log_start_offset();
+    let mut offset = part
+        .lock()
+        .expect("partition poisoned")
+        .log_start_offset()
+        .max(from);
     loop {
         let fetched = {
             let part = part.lock().expect("partition poisoned");
@@ -274,6 +290,7 @@ pub fn read_partition(replicas: &ReplicaManager, p: i32) -> Result<LoadedLog, St
         }
         offset = next;
     }
+    out.end_offset = offset.0;
     Ok(out)
 }
 
