@@ -268,6 +268,23 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             }
             enc(r, version)
         }
+        ApiKey::TxnOffsetCommit => {
+            let mut p = txn_offset_commit_request::TxnOffsetCommitRequestPartition::default();
+            p.committed_offset = 1;
+            let mut t = txn_offset_commit_request::TxnOffsetCommitRequestTopic::default();
+            t.name = name("sweep");
+            t.partitions = vec![p];
+            enc(
+                TxnOffsetCommitRequest::default()
+                    .with_transactional_id(TransactionalId(StrBytes::from_static_str("sweep-txn")))
+                    .with_group_id(GroupId(StrBytes::from_static_str("sweep-txn-commit")))
+                    .with_producer_id(ProducerId(1000 + i64::from(version)))
+                    .with_producer_epoch(0)
+                    .with_generation_id(-1)
+                    .with_topics(vec![t]),
+                version,
+            )
+        }
         ApiKey::OffsetDelete => {
             let mut p = offset_delete_request::OffsetDeleteRequestPartition::default();
             p.partition_index = 0;

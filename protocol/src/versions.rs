@@ -79,6 +79,8 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::ListGroups, 0, 5),
     ApiRange::new(ApiKey::DeleteGroups, 0, 2),
     ApiRange::new(ApiKey::OffsetDelete, 0, 0),
+    // Transactional offset commits (issue 30); v5 is KIP-890 part 2's.
+    ApiRange::new(ApiKey::TxnOffsetCommit, 0, 4),
     // KIP-848: the consumer group protocol (group.protocol=consumer).
     ApiRange::new(ApiKey::ConsumerGroupHeartbeat, 0, 1),
     ApiRange::new(ApiKey::ConsumerGroupDescribe, 0, 1),

@@ -44,6 +44,7 @@ APIS = [
     ("DESCRIBE_QUORUM", "describe_quorum_request", "DescribeQuorum"),
     ("WRITE_TXN_MARKERS", "write_txn_markers_request", "WriteTxnMarkers"),
     ("DESCRIBE_PRODUCERS", "describe_producers_request", "DescribeProducers"),
+    ("TXN_OFFSET_COMMIT", "txn_offset_commit_request", "TxnOffsetCommit"),
 ]
 
 ALL = frozenset(range(0, 64))

@@ -42,7 +42,8 @@ use crate::group::{
 use crate::group::{CoordinatorRecord, GroupExpiryState, OffsetAndMetadata, OffsetStore};
 use crate::replica_manager::ReplicaManager;
 
-pub use storage::{partition_of, StorageError, OFFSETS_TOPIC};
+pub use storage::{partition_of, StorageError, TxnProducer, OFFSETS_TOPIC};
+use storage::{LoadedLog, LogEntry, ProducerSequences};
 
 /// The classic-group settings from `server.properties`.
 pub fn classic_config(c: &ServerConfig) -> ClassicGroupConfig {
@@ -105,6 +106,9 @@ struct State {
     /// last written. A change is written as the difference from it.
     stored_consumer: HashMap<String, ConsumerGroupSnapshot>,
     offsets: OffsetStore,
+    /// The last sequence of each transactional producer on this partition,
+    /// for the next TxnOffsetCommit batch.
+    producers: ProducerSequences,
     parked_joins: HashMap<(String, MemberId), oneshot::Sender<JoinResponse>>,
     parked_syncs: HashMap<(String, MemberId), oneshot::Sender<SyncResponse>>,
     /// When the last offsets-retention pass ran.
@@ -315,9 +319,13 @@ impl GroupService {
         for p in gained {
             let replicas = self.replicas.clone();
             let settings = self.settings.clone();
-            let (state, records) = tokio::task::spawn_blocking(move || {
-                let records = storage::read_partition(&replicas, p)?;
-                Ok::<_, StorageError>((State::load(&settings, &records), records.len()))
+            let (state, records, end_offset) = tokio::task::spawn_blocking(move || {
+                let log = storage::read_partition(&replicas, p, crate::types::Offset(0))?;
+                Ok::<_, StorageError>((
+                    State::load(&settings, &log),
+                    log.entries.len(),
+                    log.end_offset,
+                ))
             })
             .await
             .map_err(|e| StorageError::Interrupted(e.to_string()))??;
@@ -329,11 +337,21 @@ impl GroupService {
                 replicas: self.replicas.clone(),
                 settings: self.settings.clone(),
             });
-            self.shards
-                .write()
-                .expect("poisoned")
-                .by_partition
-                .insert(p, shard.clone());
+            {
+                // Held from before the shard is published until the tail is
+                // read, so no request sees the groups without it.
+                let mut st = shard.state.lock().await;
+                self.shards
+                    .write()
+                    .expect("poisoned")
+                    .by_partition
+                    .insert(p, shard.clone());
+                if let Err(e) = shard.catch_up(&mut st, end_offset).await {
+                    // Only a marker written during the load can be missed:
+                    // its transaction's offsets stay pending.
+                    tracing::error!(partition = p, error = %e, "reading the tail of {OFFSETS_TOPIC} after its load failed");
+                }
+            }
             tokio::spawn(shard.run_timer(self.stop.subscribe()));
             tracing::info!(
                 partition = p,
@@ -569,11 +587,123 @@ impl GroupService {
                     return Ok((results, None));
                 }
             }
-            for r in &records {
-                st.offsets.apply(r);
-            }
+            replay_appended(&mut st.offsets, pending.as_ref(), None, &records);
         }
         Ok((results, pending))
+    }
+
+    /// TxnOffsetCommit for one group: validates the member as Kafka does
+    /// for transactional commits, then writes the offsets in a
+    /// transactional batch of the producer. They stay pending, invisible
+    /// to OffsetFetch, until [`on_txn_marker`](Self::on_txn_marker) ends the
+    /// transaction. Results and acknowledgement as for
+    /// [`commit_offsets`](Self::commit_offsets).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn commit_txn_offsets(
+        &self,
+        group_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        member_id: &MemberId,
+        group_instance_id: Option<&GroupInstanceId>,
+        generation_id: GenerationId,
+        partitions: Vec<CommitPartition>,
+    ) -> Result<TxnCommitOutcome, GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let shard = self.shard(group_id)?;
+        let mut st = shard.lock().await?;
+        if st.consumer.group(group_id).is_some() {
+            st.consumer.validate_txn_offset_commit(
+                group_id,
+                member_id,
+                group_instance_id,
+                Epoch(generation_id.0),
+            )?;
+        } else {
+            st.classic.validate_txn_offset_commit(
+                group_id,
+                member_id,
+                group_instance_id,
+                generation_id,
+                now_ms(),
+            )?;
+        }
+        let mut results = Vec::with_capacity(partitions.len());
+        let mut records = Vec::new();
+        for p in partitions {
+            if p.offset.metadata.len() > self.settings.offset_metadata_max_bytes {
+                results.push(Err(TxnCommitError::OffsetMetadataTooLarge));
+                continue;
+            }
+            results.push(Ok(()));
+            records.push(CoordinatorRecord::OffsetCommit {
+                group_id: group_id.to_string(),
+                topic: p.topic,
+                partition: p.partition,
+                value: Some(p.offset),
+            });
+        }
+        if records.is_empty() {
+            return Ok((results, None));
+        }
+        let producer = TxnProducer {
+            producer_id,
+            producer_epoch,
+            base_sequence: st.producers.next(producer_id, producer_epoch),
+        };
+        match shard.append_as(records.clone(), Some(producer)).await {
+            Ok(pending) => {
+                st.producers.record(
+                    producer_id,
+                    producer_epoch,
+                    producer.base_sequence,
+                    records.len(),
+                );
+                replay_appended(
+                    &mut st.offsets,
+                    pending.as_ref(),
+                    Some(producer_id),
+                    &records,
+                );
+                Ok((results, pending))
+            }
+            Err(e) => {
+                tracing::warn!(group = group_id, producer_id, error = %e, "storing transactional offsets failed");
+                let error = TxnCommitError::from_storage(&e);
+                Ok((
+                    results.into_iter().map(|r| r.and(Err(error))).collect(),
+                    None,
+                ))
+            }
+        }
+    }
+
+    /// A transaction marker of `producer_id` was written to
+    /// `__consumer_offsets` partition `offsets_partition` (WriteTxnMarkers):
+    /// the producer's pending offsets for every group of that partition are
+    /// committed or dropped, as Kafka's `onTransactionCompleted`. Nothing to
+    /// do when this node does not hold the partition's groups: whoever loads
+    /// them replays the marker from the log.
+    pub async fn on_txn_marker(&self, offsets_partition: i32, producer_id: i64, commit: bool) {
+        let shard = self
+            .shards
+            .read()
+            .expect("poisoned")
+            .by_partition
+            .get(&offsets_partition)
+            .cloned();
+        let Some(shard) = shard else {
+            return;
+        };
+        let Ok(mut st) = shard.lock().await else {
+            return;
+        };
+        st.offsets.replay_end_txn(producer_id, commit);
+        drop(st);
+        // Offsets kept from expiring by the transaction may expire now.
+        shard.wake.notify_one();
     }
 
     /// OffsetFetch v9+ from a member of a KIP-848 group: its epoch must be
@@ -609,6 +739,55 @@ impl GroupService {
         Ok(partitions
             .iter()
             .map(|(topic, partition)| st.offsets.fetch(group_id, topic, *partition).cloned())
+            .collect())
+    }
+
+    /// OffsetFetch's view of a group's partitions: the committed offset (None
+    /// for a partition without one), or, when `require_stable` is set
+    /// (OffsetFetch v7+ from read_committed consumers), UNSTABLE_OFFSET_COMMIT
+    /// for a partition a transaction has a pending offset for, as Kafka
+    /// answers.
+    pub async fn fetch_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(String, i32)],
+        require_stable: bool,
+    ) -> Result<Vec<Result<Option<OffsetAndMetadata>, UnstableOffsetCommit>>, GroupError> {
+        let shard = self.shard(group_id)?;
+        let st = shard.lock().await?;
+        Ok(partitions
+            .iter()
+            .map(|(topic, partition)| {
+                if require_stable && st.offsets.has_pending(group_id, topic, *partition) {
+                    return Err(UnstableOffsetCommit);
+                }
+                Ok(st.offsets.fetch(group_id, topic, *partition).cloned())
+            })
+            .collect())
+    }
+
+    /// Every committed offset of a group, sorted by topic and partition,
+    /// with `require_stable` as in [`fetch_offsets`](Self::fetch_offsets)
+    /// (a partition with only a pending offset is not listed, as in Kafka).
+    pub async fn fetch_all_offsets(
+        &self,
+        group_id: &str,
+        require_stable: bool,
+    ) -> Result<Vec<(String, i32, Result<OffsetAndMetadata, UnstableOffsetCommit>)>, GroupError>
+    {
+        let shard = self.shard(group_id)?;
+        let st = shard.lock().await?;
+        Ok(st
+            .offsets
+            .fetch_group(group_id)
+            .map(|(t, p, o)| {
+                let answer = if require_stable && st.offsets.has_pending(group_id, t, p) {
+                    Err(UnstableOffsetCommit)
+                } else {
+                    Ok(o.clone())
+                };
+                (t.to_string(), p, answer)
+            })
             .collect())
     }
 
@@ -689,13 +868,19 @@ impl GroupService {
             let Ok(mut st) = shard.lock().await else {
                 continue;
             };
-            let groups: Vec<String> = st.offsets.groups().map(str::to_string).collect();
+            // Pending transactional offsets of the topic go too, as in
+            // Kafka's `onPartitionsDeleted`.
+            let groups: BTreeSet<String> = st
+                .offsets
+                .groups()
+                .chain(st.offsets.groups_with_pending())
+                .map(str::to_string)
+                .collect();
             for group_id in groups {
                 let partitions: Vec<i32> = st
                     .offsets
-                    .fetch_group(&group_id)
-                    .filter(|(t, _, _)| *t == topic)
-                    .map(|(_, p, _)| p)
+                    .topic_partitions(&group_id, topic)
+                    .into_iter()
                     .collect();
                 if partitions.is_empty() {
                     continue;
@@ -828,12 +1013,34 @@ impl GroupService {
 }
 
 impl State {
+    /// Replays `log`'s offset records and transaction markers into the
+    /// offset store, and takes its producers' sequences.
+    fn replay(&mut self, log: &LoadedLog) {
+        for entry in &log.entries {
+            match entry {
+                LogEntry::Record {
+                    offset,
+                    producer_id,
+                    record,
+                } => self.offsets.replay(*offset, *producer_id, record),
+                LogEntry::Marker {
+                    producer_id,
+                    commit,
+                } => self.offsets.replay_end_txn(*producer_id, *commit),
+            }
+        }
+        for (producer_id, (epoch, last)) in log.producers.iter() {
+            self.producers.record(producer_id, epoch, last, 1);
+        }
+    }
+
     fn new(settings: &Settings) -> State {
         State {
             classic: crate::group::GroupCoordinator::new(settings.classic.clone()),
             consumer: ConsumerGroupCoordinator::new(settings.consumer.clone()),
             stored_consumer: HashMap::new(),
             offsets: OffsetStore::new(),
+            producers: ProducerSequences::default(),
             parked_joins: HashMap::new(),
             parked_syncs: HashMap::new(),
             last_expiry_ms: now_ms(),
@@ -842,16 +1049,19 @@ impl State {
         }
     }
 
-    /// The groups and offsets `records` describe (one partition's worth, in
-    /// log order).
-    fn load(settings: &Settings, records: &[CoordinatorRecord]) -> State {
+    /// The groups and offsets `log` describes (one partition's worth, in
+    /// log order). A transaction whose marker is not in the log stays
+    /// pending: its coordinator will still end it.
+    fn load(settings: &Settings, log: &LoadedLog) -> State {
         let now = now_ms();
         let mut st = State::new(settings);
         let mut replay = ConsumerGroupReplay::new();
-        for r in records {
-            st.offsets.apply(r);
-            replay.apply(r);
+        for entry in &log.entries {
+            if let LogEntry::Record { record, .. } = entry {
+                replay.apply(record);
+            }
         }
+        st.replay(log);
         for snapshot in replay.snapshots(&settings.consumer) {
             let group_id = snapshot.group_id.clone();
             match st.consumer.restore(snapshot.clone(), now) {
@@ -881,7 +1091,12 @@ impl State {
         // A group that only ever committed offsets (an admin client, or a
         // consumer that assigns partitions itself) has no metadata record;
         // it comes back as an empty group, as in Kafka's replay.
-        let offset_groups: Vec<String> = st.offsets.groups().map(str::to_string).collect();
+        let offset_groups: BTreeSet<String> = st
+            .offsets
+            .groups()
+            .chain(st.offsets.groups_with_pending())
+            .map(str::to_string)
+            .collect();
         for group_id in offset_groups {
             if st.classic.group(&group_id).is_none() && st.consumer.group(&group_id).is_none() {
                 st.classic.insert_loaded(ClassicGroup::new(
@@ -896,6 +1111,24 @@ impl State {
 }
 
 impl Shard {
+    /// Replays what was appended after `from` while the partition was being
+    /// read: only WriteTxnMarkers writes then (no shard takes records), and
+    /// its `on_txn_marker` found no shard to tell. A marker also reported
+    /// after this is applied twice, which changes nothing: its producer
+    /// cannot start another transaction before the marker's write is
+    /// answered.
+    async fn catch_up(&self, st: &mut State, from: i64) -> Result<(), StorageError> {
+        let replicas = self.replicas.clone();
+        let partition = self.partition;
+        let tail = tokio::task::spawn_blocking(move || {
+            storage::read_partition(&replicas, partition, crate::types::Offset(from))
+        })
+        .await
+        .map_err(|e| StorageError::Interrupted(e.to_string()))??;
+        st.replay(&tail);
+        Ok(())
+    }
+
     /// The shard's state, once no other change is in progress, or
     /// NOT_COORDINATOR when the shard was unloaded meanwhile.
     async fn lock(&self) -> Result<tokio::sync::MutexGuard<'_, State>, GroupError> {
@@ -913,11 +1146,22 @@ impl Shard {
         &self,
         records: Vec<CoordinatorRecord>,
     ) -> Result<Option<storage::PendingAck>, StorageError> {
+        self.append_as(records, None).await
+    }
+
+    /// Appends `records`, in a transactional batch of `producer` when given.
+    async fn append_as(
+        &self,
+        records: Vec<CoordinatorRecord>,
+        producer: Option<TxnProducer>,
+    ) -> Result<Option<storage::PendingAck>, StorageError> {
         let replicas = self.replicas.clone();
         let partition = self.partition;
-        tokio::task::spawn_blocking(move || storage::append_acked(&replicas, partition, &records))
-            .await
-            .map_err(|e| StorageError::Interrupted(e.to_string()))?
+        tokio::task::spawn_blocking(move || {
+            storage::append_acked(&replicas, partition, &records, producer)
+        })
+        .await
+        .map_err(|e| StorageError::Interrupted(e.to_string()))?
     }
 
     /// This node no longer leads the partition: answers parked requests
@@ -1258,6 +1502,69 @@ pub type TopicOffsetDeletion = (String, Vec<(i32, Option<GroupError>)>);
 /// stored).
 pub type CommitOutcome = (Vec<Result<(), CommitError>>, Option<storage::PendingAck>);
 
+/// Per-partition results of a TxnOffsetCommit, in request order, and the
+/// pending acknowledgement of the stored batch.
+pub type TxnCommitOutcome = (Vec<Result<(), TxnCommitError>>, Option<storage::PendingAck>);
+
+/// Why one partition of a TxnOffsetCommit was not stored.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnCommitError {
+    OffsetMetadataTooLarge,
+    Group(GroupError),
+    /// The partition has seen a newer epoch of this producer id: a newer
+    /// producer with the same transactional id fenced this one.
+    InvalidProducerEpoch,
+}
+
+impl TxnCommitError {
+    /// What a failed transactional append tells the client: Kafka passes a
+    /// fenced epoch through and maps storage failures as for any
+    /// coordinator write.
+    fn from_storage(e: &StorageError) -> Self {
+        match e {
+            StorageError::Append(crate::error::PartitionError::Producer(
+                crate::partition::producer_state::ProducerError::InvalidProducerEpoch { .. },
+            )) => TxnCommitError::InvalidProducerEpoch,
+            _ => TxnCommitError::Group(e.group_error()),
+        }
+    }
+
+    /// The one mapping to Kafka error codes.
+    pub fn code(self) -> i16 {
+        match self {
+            TxnCommitError::OffsetMetadataTooLarge => {
+                kafka_protocol::ResponseError::OffsetMetadataTooLarge.code()
+            }
+            TxnCommitError::Group(e) => e.code(),
+            TxnCommitError::InvalidProducerEpoch => {
+                kafka_protocol::ResponseError::InvalidProducerEpoch.code()
+            }
+        }
+    }
+}
+
+/// A partition with a pending transactional offset, fetched with
+/// `require_stable`: the client retries until the transaction ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UnstableOffsetCommit;
+
+/// Replays records the shard just appended, at their offsets in the log.
+fn replay_appended(
+    offsets: &mut OffsetStore,
+    pending: Option<&storage::PendingAck>,
+    producer_id: Option<i64>,
+    records: &[CoordinatorRecord],
+) {
+    let Some(pending) = pending else {
+        // Nothing was appended (no records).
+        debug_assert!(records.is_empty());
+        return;
+    };
+    for (i, r) in records.iter().enumerate() {
+        offsets.replay(pending.base_offset() + i as i64, producer_id, r);
+    }
+}
+
 /// Why one partition of an OffsetCommit was not stored.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CommitError {
@@ -1334,6 +1641,140 @@ mod tests {
             .await
             .unwrap()
             .remove(0)
+    }
+
+    fn settings() -> Settings {
+        Settings {
+            classic: ClassicGroupConfig::default(),
+            consumer: ConsumerGroupConfig::default(),
+            offset_metadata_max_bytes: 4096,
+            offsets_retention_ms: 60_000,
+            offsets_retention_check_interval_ms: 60_000,
+        }
+    }
+
+    fn logged(offset: i64, producer_id: Option<i64>, group: &str, committed: i64) -> LogEntry {
+        LogEntry::Record {
+            offset,
+            producer_id,
+            record: CoordinatorRecord::OffsetCommit {
+                group_id: group.into(),
+                topic: "t".into(),
+                partition: 0,
+                value: Some(commit(committed).offset),
+            },
+        }
+    }
+
+    fn loaded_offset(st: &State, group: &str) -> Option<i64> {
+        st.offsets.fetch(group, "t", 0).map(|o| o.committed_offset)
+    }
+
+    #[test]
+    fn a_load_applies_the_markers_it_finds_in_the_log() {
+        let log = LoadedLog {
+            entries: vec![
+                logged(0, None, "g", 1),
+                logged(1, Some(7), "g", 5),
+                logged(2, Some(8), "h", 6),
+                LogEntry::Marker {
+                    producer_id: 7,
+                    commit: true,
+                },
+                LogEntry::Marker {
+                    producer_id: 8,
+                    commit: false,
+                },
+            ],
+            ..Default::default()
+        };
+        let st = State::load(&settings(), &log);
+        assert_eq!(loaded_offset(&st, "g"), Some(5));
+        assert_eq!(loaded_offset(&st, "h"), None);
+        assert!(!st.offsets.has_pending("g", "t", 0));
+        assert!(!st.offsets.has_pending("h", "t", 0));
+    }
+
+    #[test]
+    fn a_load_keeps_a_transaction_without_a_marker_pending_and_its_group_known() {
+        let mut producers = ProducerSequences::default();
+        producers.record(7, 0, 0, 1);
+        let log = LoadedLog {
+            entries: vec![
+                logged(0, None, "g", 1),
+                logged(1, Some(7), "g", 5),
+                logged(2, Some(7), "p", 9),
+            ],
+            producers,
+            ..Default::default()
+        };
+        let mut st = State::load(&settings(), &log);
+        assert_eq!(loaded_offset(&st, "g"), Some(1));
+        assert!(st.offsets.has_pending("g", "t", 0));
+        // A group with only a pending offset comes back as a simple group,
+        // as Kafka's replay creates one.
+        assert_eq!(
+            st.classic.group("p").map(ClassicGroup::state),
+            Some(GroupState::Empty)
+        );
+        assert_eq!(
+            st.producers.next(7, 0),
+            1,
+            "sequences continue after a load"
+        );
+        // The transaction coordinator ends it later.
+        st.offsets.replay_end_txn(7, true);
+        assert_eq!(loaded_offset(&st, "g"), Some(5));
+        assert_eq!(loaded_offset(&st, "p"), Some(9));
+    }
+
+    /// The tail read after a load replays what was appended from the offset
+    /// the load reached, and nothing before it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn the_tail_read_after_a_load_replays_from_where_the_load_ended() {
+        let dir = tempfile::tempdir().unwrap();
+        let running = crate::start(config(dir.path())).await.unwrap();
+        let broker = running.broker.clone();
+        broker
+            .create_topic(
+                crate::broker::NewTopic {
+                    name: OFFSETS_TOPIC.into(),
+                    num_partitions: 2,
+                    replication_factor: 1,
+                    assignments: vec![],
+                    configs: [("cleanup.policy".to_string(), "compact".to_string())].into(),
+                },
+                false,
+            )
+            .await
+            .unwrap();
+        let unknown = MemberId::unknown();
+        let (results, pending) = broker
+            .groups
+            .commit_txn_offsets("g", 9, 0, &unknown, None, GenerationId(-1), vec![commit(5)])
+            .await
+            .unwrap();
+        assert_eq!(results, vec![Ok(())]);
+        let record_offset = pending.expect("appended").base_offset();
+        let shard = broker.groups.shard("g").unwrap();
+
+        let mut from_before = State::new(&settings());
+        shard
+            .catch_up(&mut from_before, record_offset)
+            .await
+            .unwrap();
+        assert!(from_before.offsets.has_pending("g", "t", 0));
+        assert_eq!(from_before.producers.next(9, 0), 1);
+
+        let mut from_after = State::new(&settings());
+        shard
+            .catch_up(&mut from_after, record_offset + 1)
+            .await
+            .unwrap();
+        assert!(!from_after.offsets.has_pending("g", "t", 0));
+        drop(shard);
+        drop(broker);
+        running.shutdown().await;
     }
 
     /// The timer task's expiry pass, run with a clock moved past

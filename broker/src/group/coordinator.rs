@@ -131,6 +131,53 @@ impl GroupCoordinator {
         reports_group_id_not_found: bool,
         now_ms: i64,
     ) -> Result<(), GroupError> {
+        self.validate_commit(
+            group_id,
+            member_id,
+            group_instance_id,
+            generation_id,
+            reports_group_id_not_found,
+            false,
+            now_ms,
+        )
+    }
+
+    /// Kafka's TxnOffsetCommit check (`validateTransactionalOffsetCommit`):
+    /// as OffsetCommit's, except that a commit without a member id is
+    /// accepted whatever the group's state (the producer need not be a
+    /// member) and a rebalance in progress does not refuse it. A missing
+    /// group with a generation is ILLEGAL_GENERATION (GROUP_ID_NOT_FOUND
+    /// only from TxnOffsetCommit v6, which is not served).
+    pub fn validate_txn_offset_commit(
+        &mut self,
+        group_id: &str,
+        member_id: &MemberId,
+        group_instance_id: Option<&GroupInstanceId>,
+        generation_id: GenerationId,
+        now_ms: i64,
+    ) -> Result<(), GroupError> {
+        self.validate_commit(
+            group_id,
+            member_id,
+            group_instance_id,
+            generation_id,
+            false,
+            true,
+            now_ms,
+        )
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn validate_commit(
+        &mut self,
+        group_id: &str,
+        member_id: &MemberId,
+        group_instance_id: Option<&GroupInstanceId>,
+        generation_id: GenerationId,
+        reports_group_id_not_found: bool,
+        is_transactional: bool,
+        now_ms: i64,
+    ) -> Result<(), GroupError> {
         if !self.groups.contains_key(group_id) {
             if generation_id.0 >= 0 {
                 return Err(if reports_group_id_not_found {
@@ -148,9 +195,12 @@ impl GroupCoordinator {
             );
         }
         match self.groups.get(group_id) {
-            Some(group) => {
-                group.validate_offset_commit(member_id, group_instance_id, generation_id, false)
-            }
+            Some(group) => group.validate_offset_commit(
+                member_id,
+                group_instance_id,
+                generation_id,
+                is_transactional,
+            ),
             None => Err(GroupError::GroupIdNotFound),
         }
     }

@@ -34,6 +34,8 @@ pub mod records;
 mod offsets_tests;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod txn_offsets_tests;
 
 use std::borrow::Borrow;
 use std::fmt;

@@ -3,8 +3,9 @@
 //! partition say they are.
 //!
 //! Modelled on Kafka's `OffsetMetadataManager`. The store changes only
-//! through [`OffsetStore::apply`], called for each record when a partition
-//! is loaded and again for each record after it is appended, so memory
+//! through [`OffsetStore::replay`] (or [`OffsetStore::apply`]) and
+//! [`OffsetStore::replay_end_txn`], called for each record and transaction
+//! marker when a partition is loaded and again after each append, so memory
 //! always equals a replay of the log: last write wins, tombstones delete.
 //! Everything that deletes (DeleteGroups, OffsetDelete, expiration) returns
 //! the tombstones to append rather than changing the store, so nothing is
@@ -15,8 +16,12 @@
 //! ([`OffsetStore::groups`]) but no stored metadata is, as Kafka's replay
 //! makes it, an Empty classic group without a protocol type ("simple").
 //!
-//! Not kept here: transactional offsets (TxnOffsetCommit) pending until
-//! their transaction ends, which Kafka also keeps out of expiration.
+//! Transactional offsets (TxnOffsetCommit) are pending per producer id until
+//! the transaction's marker: a commit moves them into the committed offsets
+//! (only where their record is later in the log than the committed one, as
+//! Kafka orders a mix of both), an abort drops them. Pending offsets are not
+//! fetched, keep their partition's committed offset from expiring and their
+//! group from being deleted as empty, and are tombstoned with it.
 //!
 //! Invariant: no clocks and no I/O; expiration takes `now_ms` and the
 //! groups' states from the caller.
@@ -169,18 +174,70 @@ pub struct OffsetExpiration {
     pub deleted_groups: Vec<String>,
 }
 
+/// An offset as the log holds it: the offset of its record orders a
+/// transaction's commit against plain commits of the same partition.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Stored {
+    offset: OffsetAndMetadata,
+    record_offset: i64,
+}
+
 #[derive(Clone, Debug, Default)]
 struct GroupOffsets {
     /// topic -> partition -> offset; both levels sorted, so fetches of a
     /// whole group come out in the order OffsetFetch answers.
-    topics: BTreeMap<String, BTreeMap<i32, OffsetAndMetadata>>,
+    topics: BTreeMap<String, BTreeMap<i32, Stored>>,
 }
+
+impl GroupOffsets {
+    fn put(&mut self, topic: &str, partition: i32, stored: Stored) {
+        self.topics
+            .entry(topic.to_string())
+            .or_default()
+            .insert(partition, stored);
+    }
+
+    fn get(&self, topic: &str, partition: i32) -> Option<&Stored> {
+        self.topics.get(topic)?.get(&partition)
+    }
+
+    fn remove(&mut self, topic: &str, partition: i32) {
+        if let Some(partitions) = self.topics.get_mut(topic) {
+            partitions.remove(&partition);
+            if partitions.is_empty() {
+                self.topics.remove(topic);
+            }
+        }
+    }
+
+    fn partitions(&self) -> impl Iterator<Item = (&str, i32, &Stored)> {
+        self.topics.iter().flat_map(|(topic, partitions)| {
+            partitions
+                .iter()
+                .map(move |(partition, stored)| (topic.as_str(), *partition, stored))
+        })
+    }
+}
+
+/// A topic partition of a group that one or more transactions have a
+/// pending offset for.
+type GroupPartition = (String, String, i32);
 
 /// The offsets and classic group metadata of one coordinator.
 #[derive(Clone, Debug, Default)]
 pub struct OffsetStore {
     offsets: BTreeMap<String, GroupOffsets>,
     group_metadata: BTreeMap<String, GroupMetadata>,
+    /// Producer id -> group -> the offsets its open transaction committed
+    /// (Kafka's `pendingTransactionalOffsets`).
+    pending: BTreeMap<i64, BTreeMap<String, GroupOffsets>>,
+    /// (group, topic, partition) -> the producers with a pending offset for
+    /// it (Kafka's `OpenTransactions`), so that fetch, expiry and deletion
+    /// ask one map rather than every transaction.
+    open: BTreeMap<GroupPartition, BTreeSet<i64>>,
+    /// One past the last record offset replayed: where [`OffsetStore::apply`]
+    /// places a record whose position the caller does not give.
+    next_record_offset: i64,
 }
 
 impl OffsetStore {
@@ -188,10 +245,27 @@ impl OffsetStore {
         OffsetStore::default()
     }
 
-    /// Applies one record: when replaying the log on load, and after each
-    /// successful append. Last write wins; a tombstone deletes; record types
-    /// this store does not keep are skipped, as Kafka's loader skips them.
+    /// Applies one non-transactional record as the next record of the log
+    /// (after every record replayed so far). For callers that do not track
+    /// log offsets; the coordinator uses [`replay`](Self::replay).
     pub fn apply(&mut self, record: &CoordinatorRecord) {
+        self.replay(self.next_record_offset, None, record);
+    }
+
+    /// Replays one record at `record_offset` of the log: when loading the
+    /// partition, and after each successful append. `producer_id` is the
+    /// producer of a transactional batch (Kafka: any batch with a producer
+    /// id), whose offset commits stay pending until the transaction's
+    /// marker. Last write wins; a tombstone deletes the committed offset and
+    /// every pending one of that partition; record types this store does not
+    /// keep are skipped, as Kafka's loader skips them.
+    pub fn replay(
+        &mut self,
+        record_offset: i64,
+        producer_id: Option<i64>,
+        record: &CoordinatorRecord,
+    ) {
+        self.next_record_offset = self.next_record_offset.max(record_offset + 1);
         match record {
             CoordinatorRecord::OffsetCommit {
                 group_id,
@@ -199,13 +273,29 @@ impl OffsetStore {
                 partition,
                 value: Some(offset),
             } => {
-                self.offsets
-                    .entry(group_id.clone())
-                    .or_default()
-                    .topics
-                    .entry(topic.clone())
-                    .or_default()
-                    .insert(*partition, offset.clone());
+                let stored = Stored {
+                    offset: offset.clone(),
+                    record_offset,
+                };
+                match producer_id {
+                    None => self
+                        .offsets
+                        .entry(group_id.clone())
+                        .or_default()
+                        .put(topic, *partition, stored),
+                    Some(pid) => {
+                        self.pending
+                            .entry(pid)
+                            .or_default()
+                            .entry(group_id.clone())
+                            .or_default()
+                            .put(topic, *partition, stored);
+                        self.open
+                            .entry((group_id.clone(), topic.clone(), *partition))
+                            .or_default()
+                            .insert(pid);
+                    }
+                }
             }
             CoordinatorRecord::OffsetCommit {
                 group_id,
@@ -213,20 +303,8 @@ impl OffsetStore {
                 partition,
                 value: None,
             } => {
-                let Some(group) = self.offsets.get_mut(group_id.as_str()) else {
-                    return;
-                };
-                if let Some(partitions) = group.topics.get_mut(topic.as_str()) {
-                    partitions.remove(partition);
-                    if partitions.is_empty() {
-                        group.topics.remove(topic.as_str());
-                    }
-                }
-                // Pruned so that `groups` and `has_offsets` never report a
-                // group whose offsets are all deleted.
-                if group.topics.is_empty() {
-                    self.offsets.remove(group_id.as_str());
-                }
+                self.remove_committed(group_id, topic, *partition);
+                self.remove_pending(group_id, topic, *partition);
             }
             CoordinatorRecord::GroupMetadata {
                 group_id,
@@ -245,19 +323,135 @@ impl OffsetStore {
         }
     }
 
+    /// A transaction marker of `producer_id` (Kafka's
+    /// `replayEndTransactionMarker`): a commit makes its pending offsets the
+    /// committed ones, except where a committed offset's record is later in
+    /// the log (a plain commit after the transactional one wins, so
+    /// compaction of the topic cannot change which offset a reload sees); an
+    /// abort drops them. A marker without pending offsets changes nothing.
+    pub fn replay_end_txn(&mut self, producer_id: i64, commit: bool) {
+        let Some(groups) = self.pending.remove(&producer_id) else {
+            return;
+        };
+        for (group_id, pending) in groups {
+            for (topic, partition, stored) in pending.partitions() {
+                let key = (group_id.clone(), topic.to_string(), partition);
+                if let Some(producers) = self.open.get_mut(&key) {
+                    producers.remove(&producer_id);
+                    if producers.is_empty() {
+                        self.open.remove(&key);
+                    }
+                }
+                if !commit {
+                    continue;
+                }
+                let committed = self.offsets.entry(group_id.clone()).or_default();
+                let later = committed
+                    .get(topic, partition)
+                    .is_none_or(|c| stored.record_offset > c.record_offset);
+                if later {
+                    committed.put(topic, partition, stored.clone());
+                }
+            }
+            // A commit that kept nothing must not leave an empty group.
+            if self
+                .offsets
+                .get(&group_id)
+                .is_some_and(|g| g.topics.is_empty())
+            {
+                self.offsets.remove(&group_id);
+            }
+        }
+    }
+
+    fn remove_committed(&mut self, group_id: &str, topic: &str, partition: i32) {
+        let Some(group) = self.offsets.get_mut(group_id) else {
+            return;
+        };
+        group.remove(topic, partition);
+        // Pruned so that `groups` and `has_offsets` never report a group
+        // whose offsets are all deleted.
+        if group.topics.is_empty() {
+            self.offsets.remove(group_id);
+        }
+    }
+
+    /// A tombstone also deletes every pending offset of the partition; the
+    /// producers' transactions stay open for their other partitions.
+    fn remove_pending(&mut self, group_id: &str, topic: &str, partition: i32) {
+        let key = (group_id.to_string(), topic.to_string(), partition);
+        let Some(producers) = self.open.remove(&key) else {
+            return;
+        };
+        for pid in producers {
+            if let Some(group) = self.pending.get_mut(&pid).and_then(|g| g.get_mut(group_id)) {
+                group.remove(topic, partition);
+            }
+        }
+    }
+
+    /// Whether a transaction has a pending offset for the partition: an
+    /// OffsetFetch that requires stable offsets is then answered
+    /// UNSTABLE_OFFSET_COMMIT (Kafka's `hasPendingTransactionalOffsets`).
+    pub fn has_pending(&self, group_id: &str, topic: &str, partition: i32) -> bool {
+        self.open
+            .contains_key(&(group_id.to_string(), topic.to_string(), partition))
+    }
+
+    /// Whether any transaction has a pending offset for the group.
+    pub fn has_open_transactions(&self, group_id: &str) -> bool {
+        self.open_partitions(group_id).next().is_some()
+    }
+
+    /// The partitions of a group with pending transactional offsets.
+    fn open_partitions<'a>(&'a self, group_id: &'a str) -> impl Iterator<Item = (&'a str, i32)> {
+        self.open
+            .range((group_id.to_string(), String::new(), i32::MIN)..)
+            .take_while(move |((g, _, _), _)| g == group_id)
+            .map(|((_, t, p), _)| (t.as_str(), *p))
+    }
+
+    /// Groups with pending transactional offsets, sorted: a loader makes
+    /// the unknown ones simple groups, as Kafka's replay does.
+    pub fn groups_with_pending(&self) -> impl Iterator<Item = &str> {
+        let groups: BTreeSet<&str> = self.open.keys().map(|(g, _, _)| g.as_str()).collect();
+        groups.into_iter()
+    }
+
+    /// The partitions of `topic` a group has an offset for, committed or
+    /// pending: what a deletion of the topic tombstones.
+    pub fn topic_partitions(&self, group_id: &str, topic: &str) -> BTreeSet<i32> {
+        let committed = self
+            .offsets
+            .get(group_id)
+            .and_then(|g| g.topics.get(topic))
+            .into_iter()
+            .flat_map(|ps| ps.keys().copied());
+        let pending = self
+            .open_partitions(group_id)
+            .filter(|(t, _)| *t == topic)
+            .map(|(_, p)| p);
+        committed.chain(pending).collect()
+    }
+
     /// Forgets a group's offsets and metadata here (its coordinator moved);
     /// nothing is deleted from the log.
     pub fn unload(&mut self, group_id: &str) {
         self.offsets.remove(group_id);
         self.group_metadata.remove(group_id);
+        let open: Vec<(String, i32)> = self
+            .open_partitions(group_id)
+            .map(|(t, p)| (t.to_string(), p))
+            .collect();
+        for (topic, partition) in open {
+            self.remove_pending(group_id, &topic, partition);
+        }
     }
 
+    /// The committed offset of a partition; a pending transactional one is
+    /// not visible until its transaction commits.
     pub fn fetch(&self, group_id: &str, topic: &str, partition: i32) -> Option<&OffsetAndMetadata> {
-        self.offsets
-            .get(group_id)?
-            .topics
-            .get(topic)?
-            .get(&partition)
+        Some(&self.offsets.get(group_id)?.get(topic, partition)?.offset)
     }
 
     /// Every offset of a group, sorted by topic, then partition.
@@ -268,12 +462,8 @@ impl OffsetStore {
         self.offsets
             .get(group_id)
             .into_iter()
-            .flat_map(|g| g.topics.iter())
-            .flat_map(|(topic, partitions)| {
-                partitions
-                    .iter()
-                    .map(move |(partition, offset)| (topic.as_str(), *partition, offset))
-            })
+            .flat_map(GroupOffsets::partitions)
+            .map(|(topic, partition, stored)| (topic, partition, &stored.offset))
     }
 
     pub fn has_offsets(&self, group_id: &str) -> bool {
@@ -296,15 +486,22 @@ impl OffsetStore {
         self.group_metadata.iter().map(|(g, m)| (g.as_str(), m))
     }
 
-    /// DeleteGroups: a tombstone for each of the group's offsets, then, when
-    /// classic metadata is stored, its GroupMetadata tombstone, in Kafka's
-    /// order. The caller appends them and then [`apply`](Self::apply)s them.
-    /// A KIP-848 group's own tombstones are the caller's to add.
+    /// DeleteGroups: a tombstone for each of the group's offsets, then one
+    /// for each partition with only pending transactional offsets, then,
+    /// when classic metadata is stored, its GroupMetadata tombstone, in
+    /// Kafka's order. The caller appends them and then
+    /// [`apply`](Self::apply)s them. A KIP-848 group's own tombstones are the
+    /// caller's to add.
     pub fn delete_group_records(&self, group_id: &str) -> Vec<CoordinatorRecord> {
         let mut records: Vec<CoordinatorRecord> = self
             .fetch_group(group_id)
             .map(|(topic, partition, _)| offset_tombstone(group_id, topic, partition))
             .collect();
+        records.extend(
+            self.open_partitions(group_id)
+                .filter(|(topic, partition)| self.fetch(group_id, topic, *partition).is_none())
+                .map(|(topic, partition)| offset_tombstone(group_id, topic, partition)),
+        );
         if self.group_metadata.contains_key(group_id) {
             records.push(CoordinatorRecord::GroupMetadata {
                 group_id: group_id.to_string(),
@@ -314,10 +511,10 @@ impl OffsetStore {
         records
     }
 
-    /// OffsetDelete: a tombstone for each named partition that has an offset
-    /// (Kafka writes none for a partition without one). The caller checks
-    /// first that the group is not subscribed to the topic
-    /// (GROUP_SUBSCRIBED_TO_TOPIC).
+    /// OffsetDelete: a tombstone for each named partition that has an offset,
+    /// committed or pending in a transaction (Kafka writes none for a
+    /// partition without either). The caller checks first that the group is
+    /// not subscribed to the topic (GROUP_SUBSCRIBED_TO_TOPIC).
     pub fn delete_partition_records(
         &self,
         group_id: &str,
@@ -327,7 +524,9 @@ impl OffsetStore {
         let unique: BTreeSet<i32> = partitions.iter().copied().collect();
         unique
             .into_iter()
-            .filter(|p| self.fetch(group_id, topic, *p).is_some())
+            .filter(|p| {
+                self.fetch(group_id, topic, *p).is_some() || self.has_pending(group_id, topic, *p)
+            })
             .map(|p| offset_tombstone(group_id, topic, p))
             .collect()
     }
@@ -340,8 +539,11 @@ impl OffsetStore {
     ///   its explicit expire timestamp is reached, or else when
     ///   `retention_ms` has passed since the base timestamp (the time a
     ///   classic group became Empty, otherwise the commit time);
+    /// - an offset whose partition has a pending transactional offset does
+    ///   not expire yet;
     /// - a group with no offsets left that is empty is deleted (GroupMetadata
-    ///   tombstone for a classic group), even if it never had any offsets.
+    ///   tombstone for a classic group), even if it never had any offsets,
+    ///   unless a transaction has pending offsets for it.
     ///
     /// Visits every group with offsets or stored classic metadata; a KIP-848
     /// group with neither is the caller's to delete. Nothing is changed here:
@@ -371,8 +573,10 @@ impl OffsetStore {
                                 all_offsets_expired = false;
                                 continue;
                             }
-                            for (partition, offset) in partitions {
-                                if condition.is_expired(offset, now_ms, retention_ms) {
+                            for (partition, stored) in partitions {
+                                if condition.is_expired(&stored.offset, now_ms, retention_ms)
+                                    && !self.has_pending(group_id, topic, *partition)
+                                {
                                     expiration
                                         .records
                                         .push(offset_tombstone(group_id, topic, *partition));
@@ -384,7 +588,7 @@ impl OffsetStore {
                     }
                 }
             }
-            if all_offsets_expired && state.is_empty() {
+            if all_offsets_expired && state.is_empty() && !self.has_open_transactions(group_id) {
                 if state.is_classic() {
                     expiration.records.push(CoordinatorRecord::GroupMetadata {
                         group_id: group_id.to_string(),

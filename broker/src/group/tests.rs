@@ -1289,3 +1289,76 @@ fn restored_group_over_max_size_rebalances() {
     assert_eq!(empty.state(), GroupState::Empty);
     assert_eq!(empty.next_deadline_ms(), None);
 }
+
+#[test]
+fn transactional_commits_check_members_but_let_a_producer_outside_the_group_commit() {
+    let mut c = coordinator();
+    let (g, ids) = stable_group(&[None, Some("static")]);
+    c.insert_loaded(g);
+    let unknown = MemberId::unknown();
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &ids[0], None, GenerationId(1), 0),
+        Ok(())
+    );
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &ids[0], None, GenerationId(0), 0),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &MemberId::from("x"), None, GenerationId(1), 0),
+        Err(GroupError::UnknownMemberId)
+    );
+    let fenced = GroupInstanceId::from("static");
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &ids[0], Some(&fenced), GenerationId(1), 0),
+        Err(GroupError::FencedInstanceId)
+    );
+    // An OffsetCommit without a member is refused by a group with members;
+    // a transactional one (TxnOffsetCommit v0-2 carry no member) is not.
+    assert_eq!(
+        c.validate_offset_commit("g", &unknown, None, GenerationId(-1), false, 0),
+        Err(GroupError::UnknownMemberId)
+    );
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &unknown, None, GenerationId(-1), 0),
+        Ok(())
+    );
+    // A missing group: a generation is ILLEGAL_GENERATION, -1 makes a
+    // simple group.
+    assert_eq!(
+        c.validate_txn_offset_commit("h", &ids[0], None, GenerationId(1), 0),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(
+        c.validate_txn_offset_commit("h", &unknown, None, GenerationId(-1), 0),
+        Ok(())
+    );
+    assert_eq!(
+        c.group("h").map(ClassicGroup::state),
+        Some(GroupState::Empty)
+    );
+}
+
+#[test]
+fn a_rebalance_in_progress_does_not_refuse_a_transactional_commit() {
+    let mut c = coordinator();
+    let (mut g, ids) = stable_group(&[None, None]);
+    // A rejoin with new metadata moves the group to PreparingRebalance,
+    // then CompletingRebalance once both rejoined.
+    for id in &ids {
+        let mut req = join_request(id.as_str(), None);
+        req.protocols = vec![protocol("range", "new")];
+        let _ = g.join(req, 0);
+    }
+    let _ = g.tick(0);
+    assert_eq!(g.state(), GroupState::CompletingRebalance);
+    c.insert_loaded(g);
+    assert_eq!(
+        c.validate_offset_commit("g", &ids[0], None, GenerationId(2), false, 0),
+        Err(GroupError::RebalanceInProgress)
+    );
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &ids[0], None, GenerationId(2), 0),
+        Ok(())
+    );
+}

@@ -33,6 +33,7 @@ mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
 pub mod write_txn_markers;
+mod txn_offset_commit;
 
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
@@ -131,6 +132,9 @@ pub async fn dispatch(
         )),
         R::OffsetFetch(r) => Reply::Respond(S::OffsetFetch(
             offset_fetch::handle(broker, version, r).await,
+        )),
+        R::TxnOffsetCommit(r) => Reply::Respond(S::TxnOffsetCommit(
+            txn_offset_commit::handle(broker, version, r).await,
         )),
         R::OffsetDelete(r) => {
             Reply::Respond(S::OffsetDelete(offset_delete::handle(broker, r).await))

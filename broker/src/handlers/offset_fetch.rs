@@ -1,5 +1,8 @@
 //! OffsetFetch (key 9): a group's committed offsets. v8+ ask for several
 //! groups at once; a null topic list asks for everything the group has.
+//! v7+ may require stable offsets (read_committed consumers): a partition
+//! with a transactional offset still pending is then UNSTABLE_OFFSET_COMMIT,
+//! which the client retries.
 
 use kafka_protocol::messages::offset_fetch_response::{
     OffsetFetchResponseGroup, OffsetFetchResponsePartition, OffsetFetchResponsePartitions,
@@ -9,27 +12,42 @@ use kafka_protocol::messages::{OffsetFetchRequest, OffsetFetchResponse, TopicNam
 
 use super::str_bytes;
 use crate::broker::Broker;
+use crate::coordinator::UnstableOffsetCommit;
 use crate::group::offsets::OffsetAndMetadata;
 use crate::group::GroupError;
+use kafka_protocol::ResponseError;
 
-/// One partition's answer: offset, leader epoch, metadata. A partition
-/// without a commit is -1, -1, "" and no error, as in Kafka.
-type Answer = (i32, i64, i32, String);
+/// One partition's answer: offset, leader epoch, metadata, error code. A
+/// partition without a commit is -1, -1, "" and no error, as in Kafka; an
+/// unstable one is -1, -1, "" and UNSTABLE_OFFSET_COMMIT.
+type Answer = (i32, i64, i32, String, i16);
+
+fn answer(p: i32, o: Result<Option<OffsetAndMetadata>, UnstableOffsetCommit>) -> Answer {
+    match o {
+        Ok(Some(o)) => (
+            p,
+            o.committed_offset,
+            o.committed_leader_epoch.unwrap_or(-1),
+            o.metadata,
+            0,
+        ),
+        Ok(None) => (p, -1, -1, String::new(), 0),
+        Err(UnstableOffsetCommit) => (
+            p,
+            -1,
+            -1,
+            String::new(),
+            ResponseError::UnstableOffsetCommit.code(),
+        ),
+    }
+}
 
 async fn fetch_group(
     broker: &Broker,
     group_id: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
+    require_stable: bool,
 ) -> Result<Vec<(String, Vec<Answer>)>, GroupError> {
-    let answer = |p: i32, o: Option<OffsetAndMetadata>| match o {
-        Some(o) => (
-            p,
-            o.committed_offset,
-            o.committed_leader_epoch.unwrap_or(-1),
-            o.metadata,
-        ),
-        None => (p, -1, -1, String::new()),
-    };
     match topics {
         Some(topics) => {
             let wanted: Vec<(String, i32)> = topics
@@ -38,7 +56,7 @@ async fn fetch_group(
                 .collect();
             let mut found = broker
                 .groups
-                .committed(group_id, &wanted)
+                .fetch_offsets(group_id, &wanted, require_stable)
                 .await?
                 .into_iter();
             Ok(topics
@@ -46,7 +64,7 @@ async fn fetch_group(
                 .map(|(topic, partitions)| {
                     let answers = partitions
                         .into_iter()
-                        .map(|p| answer(p, found.next().flatten()))
+                        .map(|p| answer(p, found.next().unwrap_or(Ok(None))))
                         .collect();
                     (topic, answers)
                 })
@@ -54,8 +72,12 @@ async fn fetch_group(
         }
         None => {
             let mut out: Vec<(String, Vec<Answer>)> = Vec::new();
-            for (topic, p, o) in broker.groups.committed_all(group_id).await? {
-                let answer = answer(p, Some(o));
+            for (topic, p, o) in broker
+                .groups
+                .fetch_all_offsets(group_id, require_stable)
+                .await?
+            {
+                let answer = answer(p, o.map(Some));
                 match out.last_mut() {
                     Some((t, answers)) if *t == topic => answers.push(answer),
                     _ => out.push((topic, vec![answer])),
@@ -95,7 +117,7 @@ pub async fn handle(broker: &Broker, version: i16, req: OffsetFetchRequest) -> O
                     continue;
                 }
             }
-            let found = match fetch_group(broker, &g.group_id.0, topics).await {
+            let found = match fetch_group(broker, &g.group_id.0, topics, req.require_stable).await {
                 Ok(found) => found,
                 Err(e) => {
                     rg.error_code = e.code();
@@ -109,12 +131,13 @@ pub async fn handle(broker: &Broker, version: i16, req: OffsetFetchRequest) -> O
                 rt.name = TopicName(str_bytes(topic));
                 rt.partitions = answers
                     .into_iter()
-                    .map(|(p, offset, epoch, metadata)| {
+                    .map(|(p, offset, epoch, metadata, error_code)| {
                         let mut rp = OffsetFetchResponsePartitions::default();
                         rp.partition_index = p;
                         rp.committed_offset = offset;
                         rp.committed_leader_epoch = epoch;
                         rp.metadata = Some(str_bytes(metadata));
+                        rp.error_code = error_code;
                         rp
                     })
                     .collect();
@@ -135,7 +158,8 @@ pub async fn handle(broker: &Broker, version: i16, req: OffsetFetchRequest) -> O
             .map(|t| (t.name.0.to_string(), t.partition_indexes))
             .collect()
     });
-    let found = match fetch_group(broker, &req.group_id.0, topics).await {
+    // Before v7 there is no require_stable; it decodes as false.
+    let found = match fetch_group(broker, &req.group_id.0, topics, req.require_stable).await {
         Ok(found) => found,
         Err(e) => {
             resp.error_code = e.code();
@@ -147,12 +171,13 @@ pub async fn handle(broker: &Broker, version: i16, req: OffsetFetchRequest) -> O
         rt.name = TopicName(str_bytes(topic));
         rt.partitions = answers
             .into_iter()
-            .map(|(p, offset, epoch, metadata)| {
+            .map(|(p, offset, epoch, metadata, error_code)| {
                 let mut rp = OffsetFetchResponsePartition::default();
                 rp.partition_index = p;
                 rp.committed_offset = offset;
                 rp.committed_leader_epoch = epoch;
                 rp.metadata = Some(str_bytes(metadata));
+                rp.error_code = error_code;
                 rp
             })
             .collect();

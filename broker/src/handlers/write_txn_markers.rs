@@ -128,9 +128,13 @@ async fn write_marker(
         .filter(|p| p.error_code == 0)
         .map(|p| p.partition_index)
         .collect();
-    if !offsets_partitions.is_empty() {
-        tracing::debug!(producer_id, commit, partitions = ?offsets_partitions, "transaction markers written to the offsets topic");
-        // group coordinator: on_txn_marker(partition, producer_id, commit)
+    // Kafka's `onTransactionCompleted`: the group coordinator makes the
+    // transaction's offsets visible (or drops them) once its marker is in.
+    for partition in offsets_partitions {
+        broker
+            .groups
+            .on_txn_marker(partition, producer_id, commit)
+            .await;
     }
     result
 }

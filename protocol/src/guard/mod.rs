@@ -65,6 +65,7 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         ApiKey::DescribeQuorum => &DESCRIBE_QUORUM,
         ApiKey::WriteTxnMarkers => &WRITE_TXN_MARKERS,
         ApiKey::DescribeProducers => &DESCRIBE_PRODUCERS,
+        ApiKey::TxnOffsetCommit => &TXN_OFFSET_COMMIT,
         // Every other API has no schema, so the guard refuses it: a body
         // without a schema must never reach the decoder.
         _ => return None,

@@ -548,3 +548,29 @@ const DESCRIBE_PRODUCERS_TOPIC_REQUEST: &[Field] = &[
     field("partition_indexes", 0, MAX, array(&INT32)),
 ];
 
+pub(crate) const TXN_OFFSET_COMMIT: Message = Message {
+    versions: (0, 5),
+    flexible_from: 3,
+    body: TXN_OFFSET_COMMIT_BODY,
+};
+const TXN_OFFSET_COMMIT_BODY: &[Field] = &[
+    field("transactional_id", 0, MAX, STRING),
+    field("group_id", 0, MAX, STRING),
+    field("producer_id", 0, MAX, INT64),
+    field("producer_epoch", 0, MAX, INT16),
+    field("generation_id", 3, MAX, INT32),
+    field("member_id", 3, MAX, STRING),
+    field("group_instance_id", 3, MAX, STRING),
+    field("topics", 0, MAX, array_of(&Ty::Struct(TXN_OFFSET_COMMIT_TXN_OFFSET_COMMIT_REQUEST_TOPIC), size_of::<km::txn_offset_commit_request::TxnOffsetCommitRequestTopic>())),
+];
+const TXN_OFFSET_COMMIT_TXN_OFFSET_COMMIT_REQUEST_TOPIC: &[Field] = &[
+    field("name", 0, MAX, STRING),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(TXN_OFFSET_COMMIT_TXN_OFFSET_COMMIT_REQUEST_PARTITION), size_of::<km::txn_offset_commit_request::TxnOffsetCommitRequestPartition>())),
+];
+const TXN_OFFSET_COMMIT_TXN_OFFSET_COMMIT_REQUEST_PARTITION: &[Field] = &[
+    field("partition_index", 0, MAX, INT32),
+    field("committed_offset", 0, MAX, INT64),
+    field("committed_leader_epoch", 2, MAX, INT32),
+    field("committed_metadata", 0, MAX, STRING),
+];
+

@@ -639,6 +639,34 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                 .with_topics(vec![t("a"), t("b")])
                 .into()
         }
+        ApiKey::TxnOffsetCommit => {
+            let p = |i| {
+                txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                    .with_partition_index(i)
+                    .with_committed_offset(10)
+                    .with_committed_leader_epoch(if v >= 2 { 2 } else { -1 })
+                    .with_committed_metadata(Some(s("meta")))
+            };
+            let t = |name| {
+                txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                    .with_name(topic(name))
+                    .with_partitions(vec![p(0), p(1)])
+            };
+            let r = TxnOffsetCommitRequest::default()
+                .with_transactional_id(TransactionalId(s("txn")))
+                .with_group_id(group("g"))
+                .with_producer_id(ProducerId(7))
+                .with_producer_epoch(1)
+                .with_topics(vec![t("a"), t("b")]);
+            if v >= 3 {
+                r.with_generation_id(3)
+                    .with_member_id(s("m"))
+                    .with_group_instance_id(Some(s("i")))
+                    .into()
+            } else {
+                r.into()
+            }
+        }
         other => panic!("no test builder for {other:?}"),
     }
 }

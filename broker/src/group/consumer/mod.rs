@@ -1661,6 +1661,33 @@ impl ConsumerGroupCoordinator {
             .validate_offset_commit(member_id, member_epoch, api_version, is_transactional)
     }
 
+    /// TxnOffsetCommit to a consumer group (Kafka's
+    /// `validateTransactionalOffsetCommit` over
+    /// `ConsumerGroup.validateOffsetCommit`): a producer that is not a
+    /// member (epoch -1, no member id, no instance id) may commit whatever
+    /// the group's members; a member must give its current epoch. A wrong
+    /// epoch is ILLEGAL_GENERATION: TxnOffsetCommit before v6 cannot carry
+    /// STALE_MEMBER_EPOCH.
+    pub fn validate_txn_offset_commit(
+        &self,
+        group_id: &str,
+        member_id: &MemberId,
+        group_instance_id: Option<&GroupInstanceId>,
+        member_epoch: Epoch,
+    ) -> Result<(), GroupError> {
+        let group = self
+            .groups
+            .get(group_id)
+            .ok_or(GroupError::IllegalGeneration)?;
+        if member_epoch.0 == -1 && member_id.is_unknown() && group_instance_id.is_none() {
+            return Ok(());
+        }
+        match group.validate_offset_commit(member_id, member_epoch, 0, true) {
+            Err(GroupError::StaleMemberEpoch) => Err(GroupError::IllegalGeneration),
+            other => other,
+        }
+    }
+
     /// OffsetFetch v9+ with a member id and epoch.
     pub fn validate_offset_fetch(
         &self,

@@ -1448,3 +1448,41 @@ fn a_restored_group_keeps_its_regex_subscriptions() {
         Err(ConsumerGroupRestoreError::InvalidRegularExpression { .. })
     ));
 }
+
+#[test]
+fn transactional_commits_to_a_consumer_group_check_the_member_epoch() {
+    let mut h = Harness::new(Topics::with(&[("a", 1, 4)]));
+    assert_eq!(
+        h.coordinator
+            .validate_txn_offset_commit("g", &MemberId::unknown(), None, Epoch(1)),
+        Err(GroupError::IllegalGeneration),
+        "no such consumer group"
+    );
+    let mut a = Client::new("a", &["a"]);
+    h.join(&mut a);
+    let c = &h.coordinator;
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &a.member_id, None, Epoch(1)),
+        Ok(())
+    );
+    // TxnOffsetCommit before v6 has no STALE_MEMBER_EPOCH.
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &a.member_id, None, Epoch(2)),
+        Err(GroupError::IllegalGeneration)
+    );
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &MemberId::from("x"), None, Epoch(1)),
+        Err(GroupError::UnknownMemberId)
+    );
+    // A producer that is not a member commits while the group has members,
+    // unless it names an instance.
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &MemberId::unknown(), None, Epoch(-1)),
+        Ok(())
+    );
+    let instance = crate::group::GroupInstanceId::from("i");
+    assert_eq!(
+        c.validate_txn_offset_commit("g", &MemberId::unknown(), Some(&instance), Epoch(-1)),
+        Err(GroupError::UnknownMemberId)
+    );
+}
