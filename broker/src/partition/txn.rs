@@ -336,6 +336,9 @@ mod tests {
         let found = |limit| p.list_offset(NOW + 2, limit).unwrap().map(|f| f.0);
         assert_eq!(found(FetchLimit::HighWatermark), Some(Offset(9)));
         assert_eq!(found(FetchLimit::LastStableOffset), None);
+        let max = |limit| p.list_offset(-3, limit).unwrap();
+        assert_eq!(max(FetchLimit::HighWatermark), Some((Offset(9), NOW + 2)));
+        assert_eq!(max(FetchLimit::LastStableOffset), None);
     }
 
     #[test]
