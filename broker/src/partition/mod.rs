@@ -742,7 +742,12 @@ impl Partition {
     /// `None` when none is due. Its result goes back through
     /// [`Partition::install_compaction`].
     pub fn compaction_plan(&self, now_ms: i64) -> Result<Option<CompactionJob>, PartitionError> {
-        Ok(self.log.compaction_plan(now_ms, self.high_watermark)?)
+        let Some(job) = self.log.compaction_plan(now_ms, self.high_watermark)? else {
+            return Ok(None);
+        };
+        Ok(Some(job.with_aborted_transactions(
+            self.aborted_below_high_watermark(),
+        )))
     }
 
     /// Swaps a finished compaction in; `false` when the log changed under
