@@ -245,6 +245,12 @@ async fn read_committed_sees_a_transaction_only_after_its_marker_and_is_told_wha
         )
         .await;
     assert_eq!(plain.error_code, ResponseError::InvalidTxnState.code());
+    // Transactional records without a transactional id: refused whole.
+    let anonymous = c.produce(TOPIC, 0, -1, txn_batch(pid, 4, &["f"])).await;
+    assert_eq!(
+        anonymous.error_code,
+        ResponseError::TransactionalIdAuthorizationFailed.code()
+    );
     b.running.shutdown().await;
 }
 
