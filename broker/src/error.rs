@@ -65,6 +65,10 @@ pub enum PartitionError {
     InvalidTimestamp(i64),
     #[error("storage failure: {0}")]
     Storage(String),
+    /// Transactional records in a Produce request without a transactional
+    /// id: Kafka refuses the whole request, every partition with this code.
+    #[error("transactional records need the request's transactional id")]
+    TransactionalIdAuthorizationFailed,
     /// Kafka's rule: only the broker writes its internal topics.
     #[error("Cannot append to internal topic {0}")]
     InternalTopic(String),
@@ -108,6 +112,9 @@ impl PartitionError {
             PartitionError::InvalidTimestamp(_) => ResponseError::InvalidTimestamp,
             PartitionError::Storage(_) => ResponseError::KafkaStorageError,
             PartitionError::InternalTopic(_) => ResponseError::InvalidTopicException,
+            PartitionError::TransactionalIdAuthorizationFailed => {
+                ResponseError::TransactionalIdAuthorizationFailed
+            }
         };
         e.code()
     }

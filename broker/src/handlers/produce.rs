@@ -13,6 +13,11 @@
 //! (Kafka would freeze the high watermark and time out; the error is the
 //! one its `checkEnoughReplicasReachOffset` would give, sooner).
 //!
+//! Transactional records need the request's `transactional_id`: without
+//! one Kafka answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
+//! partition. With one they are appended (whether the coordinator added the
+//! partition to the transaction is not verified yet: KIP-890 part 1).
+//!
 //! The wait happens inside the handler, so later requests on the same
 //! connection wait too. That is Kafka's behaviour: its network layer mutes a
 //! channel from the moment a request is read until its response is sent, so
@@ -24,6 +29,7 @@ use kafka_protocol::messages::produce_response::{
 };
 use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
+use protocol::record_batch::RecordBatchView;
 
 use std::time::Duration;
 
@@ -108,6 +114,16 @@ fn set_error(
     }
 }
 
+/// Kafka's `RequestUtils.hasTransactionalRecords`: whether any partition's
+/// first batch is transactional.
+fn has_transactional_records(req: &ProduceRequest) -> bool {
+    req.topic_data
+        .iter()
+        .flat_map(|t| t.partition_data.iter())
+        .filter_map(|p| p.records.as_ref())
+        .any(|r| RecordBatchView::parse(r).is_ok_and(|b| b.is_transactional()))
+}
+
 /// Returns `None` for acks=0, which gets no response.
 pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Option<ProduceResponse> {
     let acks = req.acks;
@@ -119,6 +135,7 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
     let mut resp = ProduceResponse::default();
     let mut appended = false;
     let mut waits = Vec::new();
+    let unauthorized_txn = req.transactional_id.is_none() && has_transactional_records(&req);
     for topic in req.topic_data {
         let name = topic.name.0.to_string();
         let mut t = TopicProduceResponse::default();
@@ -127,6 +144,8 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
         for pd in topic.partition_data {
             let result = if version < MIN_ACCEPTED_VERSION {
                 Err(PartitionError::UnsupportedVersion)
+            } else if unauthorized_txn {
+                Err(PartitionError::TransactionalIdAuthorizationFailed)
             } else if !matches!(acks, -1..=1) {
                 // INVALID_REQUIRED_ACKS has no PartitionError condition of its
                 // own elsewhere; answer it here.

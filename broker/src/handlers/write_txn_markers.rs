@@ -44,9 +44,26 @@ pub async fn write_markers(
     req: WriteTxnMarkersRequest,
 ) -> WriteTxnMarkersResponse {
     let deadline = tokio::time::Instant::now() + Duration::from_millis(MARKER_TIMEOUT_MS);
+    let now = now_ms();
+    let mut results = Vec::with_capacity(req.markers.len());
+    let mut pending = Vec::new();
+    for (i, marker) in req.markers.iter().enumerate() {
+        results.push(append_marker(broker, i, marker, now, &mut pending));
+    }
+    if !pending.is_empty() {
+        // Followers long-polling for data fetch the markers now.
+        broker.replicas.appended.notify_waiters();
+    }
+    // All appended first, then one wait: the partitions replicate together.
+    for mut w in pending {
+        if let Err(e) = wait_for_ack(&w.part, w.required, &mut w.events, deadline).await {
+            let tp = w.part.lock().expect("poisoned").tp.clone();
+            results[w.marker].topics[w.topic].partitions[w.partition].error_code = failed(&tp, &e);
+        }
+    }
     let mut resp = WriteTxnMarkersResponse::default();
-    for marker in req.markers {
-        let result = write_marker(broker, &marker, deadline).await;
+    for (marker, result) in req.markers.iter().zip(results) {
+        completed(marker, &result);
         merge(&mut resp, result);
     }
     resp
@@ -54,6 +71,7 @@ pub async fn write_markers(
 
 /// An appended marker waiting for the high watermark.
 struct Pending {
+    marker: usize,
     topic: usize,
     partition: usize,
     part: PartitionRef,
@@ -61,38 +79,38 @@ struct Pending {
     events: tokio::sync::watch::Receiver<()>,
 }
 
-/// One marker in every partition it names, then the wait for the ISR.
-async fn write_marker(
+/// Appends marker `index` to every partition it names; what waits for the
+/// ISR goes to `pending`, and errors into the result at once.
+fn append_marker(
     broker: &Broker,
+    index: usize,
     marker: &WritableTxnMarker,
-    deadline: tokio::time::Instant,
+    now: i64,
+    pending: &mut Vec<Pending>,
 ) -> WritableTxnMarkerResult {
-    let producer_id = marker.producer_id.0;
-    let commit = marker.transaction_result;
-    let now = now_ms();
     let mut result = WritableTxnMarkerResult::default();
     result.producer_id = marker.producer_id;
-    let mut pending = Vec::new();
     for topic in &marker.topics {
         let name = topic.name.0.to_string();
         let mut t = WritableTxnMarkerTopicResult::default();
         t.name = topic.name.clone();
-        for &index in &topic.partition_indexes {
+        for &partition in &topic.partition_indexes {
             let mut p = WritableTxnMarkerPartitionResult::default();
-            p.partition_index = index;
-            let tp = TopicPartition::new(name.as_str(), index);
+            p.partition_index = partition;
+            let tp = TopicPartition::new(name.as_str(), partition);
             let appended = match broker.replicas.get(&tp) {
                 None => Err(PartitionError::UnknownTopicOrPartition),
                 Some(part) => {
                     let mut locked = part.lock().expect("poisoned");
                     let written = locked.write_txn_marker(
-                        producer_id,
+                        marker.producer_id.0,
                         marker.producer_epoch,
                         marker.coordinator_epoch,
-                        commit,
+                        marker.transaction_result,
                         now,
                     );
                     written.map(|out| Pending {
+                        marker: index,
                         topic: result.topics.len(),
                         partition: t.partitions.len(),
                         part: part.clone(),
@@ -110,16 +128,14 @@ async fn write_marker(
         }
         result.topics.push(t);
     }
-    if !pending.is_empty() {
-        // Followers long-polling for data fetch the markers now.
-        broker.replicas.appended.notify_waiters();
-    }
-    for mut w in pending {
-        if let Err(e) = wait_for_ack(&w.part, w.required, &mut w.events, deadline).await {
-            let tp = w.part.lock().expect("poisoned").tp.clone();
-            result.topics[w.topic].partitions[w.partition].error_code = failed(&tp, &e);
-        }
-    }
+    result
+}
+
+/// A marker is written and replicated: the offsets topic's partitions
+/// among its successes tell the group coordinator the outcome.
+fn completed(marker: &WritableTxnMarker, result: &WritableTxnMarkerResult) {
+    let producer_id = marker.producer_id.0;
+    let commit = marker.transaction_result;
     let offsets_partitions: Vec<i32> = result
         .topics
         .iter()
@@ -136,7 +152,6 @@ async fn write_marker(
             .on_txn_marker(partition, producer_id, commit)
             .await;
     }
-    result
 }
 
 fn failed(tp: &TopicPartition, e: &PartitionError) -> i16 {

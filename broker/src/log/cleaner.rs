@@ -35,11 +35,15 @@
 //!   errs on the side of keeping data), counted in
 //!   `kafka_log_cleaner_batches_kept_whole_total`.
 //!
-//! Deliberate simplifications, all on the side of keeping data:
-//! transactional and control batches are kept whole and do not enter the key
-//! map (there is no transaction index to find aborted data); the cleaner's
-//! progress is kept in memory only (a restart cleans from the log start
-//! again); segments are not merged.
+//! Transactions: a batch of an aborted transaction (the partition hands the
+//! job its aborted list, [`CompactionJob::with_aborted_transactions`]) is
+//! removed whole, as Kafka's cleaner does, except for the header of a
+//! producer's last batch. Deliberate simplifications, all on the side of
+//! keeping data: committed transactional batches and markers are kept whole
+//! and do not enter the key map (Kafka dedupes the former and removes a
+//! marker once its transaction's data is gone and `delete.retention.ms`
+//! has passed); the cleaner's progress is kept in memory only (a restart
+//! cleans from the log start again); segments are not merged.
 
 use std::collections::HashMap;
 use std::fs;
@@ -139,6 +143,18 @@ pub struct CompactionJob {
     dirty_from: i64,
     /// Where the uncleanable part of the log starts.
     end: i64,
+    /// Aborted transactions whose marker is below the high watermark, per
+    /// producer, as (first offset, marker offset) in marker order.
+    aborted: HashMap<i64, Vec<(i64, i64)>>,
+}
+
+/// One aborted transaction: `producer_id`'s batches from `first_offset` to
+/// its abort marker at `last_offset`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AbortedRange {
+    pub producer_id: i64,
+    pub first_offset: i64,
+    pub last_offset: i64,
 }
 
 /// A cleaned segment waiting to be swapped in.
@@ -241,6 +257,7 @@ impl Log {
             later: readers(&self.segments[n..])?,
             dirty_from: self.cleaned_up_to.max(self.log_start_offset),
             end,
+            aborted: HashMap::new(),
         }))
     }
 
@@ -336,6 +353,36 @@ impl CompactionJob {
     /// Builds the key map and writes the cleaned segments (fsynced, under
     /// `.cleaned` names). Takes no lock: everything it reads is closed
     /// segments and the sizes they had when planned.
+    /// The partition's aborted transactions, whose data this pass removes.
+    /// Only those whose marker is below the high watermark may be given: a
+    /// marker replication may still truncate decides nothing yet.
+    /// `aborted` must be in marker order, as the partition keeps it.
+    pub fn with_aborted_transactions(mut self, aborted: Vec<AbortedRange>) -> Self {
+        self.aborted.clear();
+        for a in aborted {
+            self.aborted
+                .entry(a.producer_id)
+                .or_default()
+                .push((a.first_offset, a.last_offset));
+        }
+        self
+    }
+
+    /// Whether `view` is data of an aborted transaction: a producer's
+    /// transactions do not overlap, so the first of its markers above the
+    /// batch is the only one that can cover it.
+    fn is_aborted(&self, view: &RecordBatchView<'_>) -> bool {
+        if !view.is_transactional() || view.is_control() {
+            return false;
+        }
+        let Some(ranges) = self.aborted.get(&view.producer_id()) else {
+            return false;
+        };
+        let base = view.base_offset();
+        let i = ranges.partition_point(|&(_, last)| last <= base);
+        ranges.get(i).is_some_and(|&(first, _)| first <= base)
+    }
+
     pub fn run(self) -> Result<Cleaned, LogError> {
         self.run_unchecked().inspect_err(|e| {
             // An I/O error while cleaning takes the directory offline, as
@@ -541,6 +588,10 @@ impl CompactionJob {
         cleaned: &mut Cleaned,
         changed: &mut bool,
     ) -> Result<Option<Vec<u8>>, LogError> {
+        if self.is_aborted(view) {
+            *changed = true;
+            return Ok(Some(emptied(view, producer_last_offset)));
+        }
         if !is_cleanable_batch(view) {
             return Ok(None);
         }
@@ -585,14 +636,7 @@ impl CompactionJob {
             }
             Retained::Nothing => {
                 *changed = true;
-                let h = BatchHeader::from_view(view);
-                if h.producer_id >= 0
-                    && producer_last_offset.get(&h.producer_id) == Some(&h.last_offset())
-                {
-                    Some(records::empty_batch_like(view))
-                } else {
-                    Some(Vec::new())
-                }
+                Some(emptied(view, producer_last_offset))
             }
             Retained::Some(batch) => {
                 *changed = true;
@@ -604,5 +648,17 @@ impl CompactionJob {
                 Some(cleaned.next_tombstone_expiry_ms.map_or(t, |c| c.min(t)));
         }
         Ok(replacement)
+    }
+}
+
+/// A batch none of whose records stay: gone, unless it is its producer's
+/// last, whose header stays so the producer's epoch and sequence can be
+/// rebuilt from the log.
+fn emptied(view: &RecordBatchView<'_>, producer_last_offset: &HashMap<i64, i64>) -> Vec<u8> {
+    let h = BatchHeader::from_view(view);
+    if h.producer_id >= 0 && producer_last_offset.get(&h.producer_id) == Some(&h.last_offset()) {
+        records::empty_batch_like(view)
+    } else {
+        Vec::new()
     }
 }

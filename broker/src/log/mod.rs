@@ -18,7 +18,7 @@ pub mod faults;
 mod records;
 mod region;
 
-pub use cleaner::{Cleaned, CompactionJob, DEDUPE_ENTRY_BYTES};
+pub use cleaner::{AbortedRange, Cleaned, CompactionJob, DEDUPE_ENTRY_BYTES};
 pub use dir_failure::LogDirFailureChannel;
 mod segment;
 #[cfg(test)]

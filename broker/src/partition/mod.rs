@@ -460,7 +460,8 @@ impl Partition {
     /// Latest (-1) is the high watermark for read_uncommitted clients, the
     /// last stable offset for read_committed ones and the log end for a
     /// follower (`FetchLimit::LogEnd`), as Kafka's isolation levels have
-    /// it; a timestamp lookup finds only offsets below the client's bound.
+    /// it; timestamp and max-timestamp lookups find only offsets below the
+    /// client's bound.
     pub fn list_offset(
         &self,
         timestamp: i64,
@@ -475,8 +476,10 @@ impl Partition {
             -1 => Ok(Some((bound, -1))),
             -2 | -4 => Ok(Some((self.log.log_start_offset(), -1))),
             -3 => {
+                // Kafka filters this one by the client's bound too: a max
+                // timestamp above it is no answer, not the next best.
                 let (ts, off) = self.log.max_timestamp()?;
-                Ok(if off.0 < 0 { None } else { Some((off, ts)) })
+                Ok((off.0 >= 0 && off < bound).then_some((off, ts)))
             }
             t if t < 0 => Err(PartitionError::InvalidTimestamp(t)),
             t => Ok(self
@@ -739,7 +742,12 @@ impl Partition {
     /// `None` when none is due. Its result goes back through
     /// [`Partition::install_compaction`].
     pub fn compaction_plan(&self, now_ms: i64) -> Result<Option<CompactionJob>, PartitionError> {
-        Ok(self.log.compaction_plan(now_ms, self.high_watermark)?)
+        let Some(job) = self.log.compaction_plan(now_ms, self.high_watermark)? else {
+            return Ok(None);
+        };
+        Ok(Some(job.with_aborted_transactions(
+            self.aborted_below_high_watermark(),
+        )))
     }
 
     /// Swaps a finished compaction in; `false` when the log changed under

@@ -15,6 +15,7 @@ use protocol::record_batch::{rewrite, RecordBatchView};
 use super::producer_state::{ProducerStateEntry, TxnMarker};
 use super::{AppendOutcome, Partition, Role};
 use crate::error::PartitionError;
+use crate::log::AbortedRange;
 use crate::types::{Offset, ProducerId};
 
 /// A control batch holding one end-transaction marker, as Kafka's
@@ -133,6 +134,22 @@ impl Partition {
         }
     }
 
+    /// The aborted transactions whose marker is below the high watermark:
+    /// the ones compaction may remove the data of.
+    pub(super) fn aborted_below_high_watermark(&self) -> Vec<AbortedRange> {
+        let hw = self.high_watermark;
+        self.producers
+            .aborted_between(self.log.log_start_offset(), hw)
+            .into_iter()
+            .filter(|a| a.last_offset < hw)
+            .map(|a| AbortedRange {
+                producer_id: a.producer_id,
+                first_offset: a.first_offset.0,
+                last_offset: a.last_offset.0,
+            })
+            .collect()
+    }
+
     /// The producers this replica knows (DescribeProducers), by id.
     pub fn active_producers(&self) -> impl Iterator<Item = (ProducerId, &ProducerStateEntry)> {
         self.producers.producers()
@@ -167,7 +184,7 @@ mod tests {
                 offset: i as i64,
                 sequence: if pid < 0 { -1 } else { seq + i as i32 },
                 timestamp: NOW + i as i64,
-                key: None,
+                key: Some(Bytes::from(format!("k{i}"))),
                 value: Some(Bytes::from(format!("v{seq}-{i}"))),
                 headers: Default::default(),
             })
@@ -190,7 +207,15 @@ mod tests {
     }
 
     fn open(dir: &std::path::Path) -> Partition {
-        let configs = TopicConfigs::resolve(&ServerConfig::default(), &BTreeMap::new());
+        open_with(dir, &[])
+    }
+
+    fn open_with(dir: &std::path::Path, overrides: &[(&str, &str)]) -> Partition {
+        let overrides: BTreeMap<String, String> = overrides
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let configs = TopicConfigs::resolve(&ServerConfig::default(), &overrides);
         Partition::open(
             dir.to_path_buf(),
             TopicPartition::new("t", 0),
@@ -336,6 +361,9 @@ mod tests {
         let found = |limit| p.list_offset(NOW + 2, limit).unwrap().map(|f| f.0);
         assert_eq!(found(FetchLimit::HighWatermark), Some(Offset(9)));
         assert_eq!(found(FetchLimit::LastStableOffset), None);
+        let max = |limit| p.list_offset(-3, limit).unwrap();
+        assert_eq!(max(FetchLimit::HighWatermark), Some((Offset(9), NOW + 2)));
+        assert_eq!(max(FetchLimit::LastStableOffset), None);
     }
 
     #[test]
@@ -491,5 +519,55 @@ mod tests {
             .is_empty());
         // The open transaction (6) still holds the LSO.
         assert_eq!(p.last_stable_offset(), Offset(6));
+    }
+
+    /// Base offsets of the batches in the log.
+    fn batch_offsets(p: &Partition) -> Vec<i64> {
+        let all = p
+            .read_up_to(Offset(0), 1 << 20, true, FetchLimit::LogEnd)
+            .unwrap()
+            .records;
+        protocol::record_batch::BatchIter::new(&all)
+            .filter_map(|b| match b {
+                protocol::record_batch::BatchIterItem::Batch { batch, .. } => {
+                    Some(batch.base_offset())
+                }
+                _ => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn compaction_removes_aborted_data_and_keeps_the_markers() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = open_with(
+            dir.path(),
+            &[("cleanup.policy", "compact"), ("segment.bytes", "200")],
+        );
+        lead(&mut p, &[1]);
+        p.append_as_leader(&txn(7, 0, 2), -1, NOW).unwrap(); // 0-1, aborted
+        p.append_as_leader(&txn(8, 0, 1), -1, NOW).unwrap(); // 2, committed
+        p.write_txn_marker(7, 0, 0, false, NOW).unwrap(); // 3
+        p.write_txn_marker(8, 0, 0, true, NOW).unwrap(); // 4
+        p.append_as_leader(&txn(9, 0, 1), -1, NOW).unwrap(); // 5, aborted: its last batch
+        p.write_txn_marker(9, 0, 0, false, NOW).unwrap(); // 6
+        for seq in 0..4 {
+            p.append_as_leader(&batch(-1, seq, 1, false), -1, NOW)
+                .unwrap();
+        }
+        let before = batch_offsets(&p);
+        assert_eq!(before, [0, 2, 3, 4, 5, 6, 7, 8, 9, 10]);
+        let job = p.compaction_plan(NOW).unwrap().expect("a pass is due");
+        assert!(p.install_compaction(job.run().unwrap()).unwrap());
+        let after = batch_offsets(&p);
+        assert!(!after.contains(&0), "aborted data goes: {after:?}");
+        for kept in [2, 3, 4, 6] {
+            assert!(after.contains(&kept), "{kept} stays: {after:?}");
+        }
+        // Producer 9's aborted batch was its last data batch before the
+        // marker, but the marker is its last batch: the data goes whole.
+        assert!(!after.contains(&5), "{after:?}");
+        // Nothing read_committed sees changed: only aborted data went.
+        assert_eq!(p.last_stable_offset(), p.high_watermark());
     }
 }
