@@ -35,6 +35,9 @@ pub struct Broker {
     pub fetchers: Arc<ReplicaFetcherManager>,
     /// The group coordinator (every group, on a single node).
     pub groups: crate::coordinator::GroupService,
+    /// The transaction coordinator (the ids of the `__transaction_state`
+    /// partitions this node leads).
+    pub txn: crate::txn::service::TxnService,
     producer_ids: Mutex<(i64, i64)>,
 }
 
@@ -258,8 +261,10 @@ impl Broker {
             }),
         ));
         let groups = crate::coordinator::GroupService::new(&config, replicas.clone());
+        let txn = crate::txn::service::TxnService::new(&config);
         Self {
             groups,
+            txn,
             config,
             metadata,
             replicas,

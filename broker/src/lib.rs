@@ -18,6 +18,7 @@ pub mod server;
 pub mod slow_io;
 #[cfg(test)]
 mod test_alloc;
+pub mod txn;
 pub mod types;
 
 use std::sync::Arc;
@@ -132,7 +133,12 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let retention_check_ms = config.log_retention_check_interval_ms;
     let broker = Arc::new(Broker::new(config, metadata));
     broker.sync_replicas().await?;
+    broker.txn.attach(&broker);
     let loaded = broker.groups.sync_ownership(&broker).await?;
+    let loaded_txns = broker.txn.sync_ownership(&broker).await?;
+    if loaded_txns > 0 {
+        tracing::info!(transactional_ids = loaded_txns, "loaded transaction state");
+    }
     if loaded > 0 {
         tracing::info!(records = loaded, "loaded consumer groups and offsets");
     }
@@ -189,6 +195,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
                         if changed.is_err() { return; }
                         if let Err(e) = broker.groups.sync_ownership(&broker).await {
                             tracing::error!(error = %e, "following {} leadership failed", coordinator::OFFSETS_TOPIC);
+                        }
+                        if let Err(e) = broker.txn.sync_ownership(&broker).await {
+                            tracing::error!(error = %e, "following {} leadership failed", txn::service::TXN_TOPIC);
                         }
                     }
                 }
@@ -350,6 +359,7 @@ impl RunningBroker {
         // Parked JoinGroup/SyncGroup requests would hold their connections
         // open; answer them so connections can close.
         self.broker.groups.stop().await;
+        self.broker.txn.stop().await;
         for t in self.tasks {
             let _ = t.await;
         }

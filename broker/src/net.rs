@@ -137,3 +137,80 @@ mod tests {
         connect.await.unwrap().unwrap();
     }
 }
+
+/// Why a request to a peer broker failed as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum CallError {
+    #[error("connection: {0}")]
+    Io(#[from] std::io::Error),
+    #[error("protocol: {0}")]
+    Protocol(String),
+}
+
+/// A plain client connection to a peer broker's client listener: one
+/// request at a time, each under `timeout`, a response larger than
+/// `max_response` refused before it is read.
+pub struct PeerConn {
+    pub stream: TcpStream,
+    pub correlation_id: i32,
+    pub client_id: kafka_protocol::protocol::StrBytes,
+    pub max_response: usize,
+    pub timeout: Duration,
+}
+
+impl PeerConn {
+    pub async fn call<Req, Resp>(
+        &mut self,
+        key: kafka_protocol::messages::ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<Resp, CallError>
+    where
+        Req: kafka_protocol::protocol::Encodable,
+        Resp: kafka_protocol::protocol::Decodable,
+    {
+        use bytes::BytesMut;
+        use kafka_protocol::messages::{RequestHeader, ResponseHeader};
+        use kafka_protocol::protocol::{Decodable, Encodable};
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+        self.correlation_id = self.correlation_id.wrapping_add(1);
+        let mut buf = BytesMut::new();
+        buf.extend_from_slice(&[0u8; 4]);
+        RequestHeader::default()
+            .with_request_api_key(key as i16)
+            .with_request_api_version(version)
+            .with_correlation_id(self.correlation_id)
+            .with_client_id(Some(self.client_id.clone()))
+            .encode(&mut buf, key.request_header_version(version))
+            .map_err(|e| CallError::Protocol(e.to_string()))?;
+        req.encode(&mut buf, version)
+            .map_err(|e| CallError::Protocol(e.to_string()))?;
+        let len = (buf.len() - 4) as i32;
+        buf[..4].copy_from_slice(&len.to_be_bytes());
+        let exchange = async {
+            self.stream.write_all(&buf).await?;
+            let mut size = [0u8; 4];
+            self.stream.read_exact(&mut size).await?;
+            let size = i32::from_be_bytes(size);
+            if size < 0 || size as usize > self.max_response {
+                return Err(CallError::Protocol(format!(
+                    "response of {size} bytes exceeds the {} allowed",
+                    self.max_response
+                )));
+            }
+            let mut body = vec![0u8; size as usize];
+            self.stream.read_exact(&mut body).await?;
+            Ok(bytes::Bytes::from(body))
+        };
+        let mut body = tokio::time::timeout(self.timeout, exchange)
+            .await
+            .map_err(|_| CallError::Protocol("request timed out".into()))??;
+        let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
+            .map_err(|e| CallError::Protocol(e.to_string()))?;
+        if header.correlation_id != self.correlation_id {
+            return Err(CallError::Protocol("correlation id mismatch".into()));
+        }
+        Resp::decode(&mut body, version).map_err(|e| CallError::Protocol(e.to_string()))
+    }
+}

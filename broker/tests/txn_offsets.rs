@@ -276,7 +276,7 @@ async fn the_offsets_are_written_as_transactional_batches_of_the_producer() {
         .on_txn_marker(partition, PID, true)
         .await;
     assert_eq!(
-        txn_commit(&mut c, 5, "g", 7, "in", &[(1, 3)]).await,
+        txn_commit(&mut c, 4, "g", 7, "in", &[(1, 3)]).await,
         vec![NONE]
     );
     let data = c.fetch(OFFSETS, partition, 0, 0).await;

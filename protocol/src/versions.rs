@@ -89,6 +89,14 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     // decode yet, and TV1 coordinators send v1.
     ApiRange::new(ApiKey::WriteTxnMarkers, 1, 1),
     ApiRange::new(ApiKey::DescribeProducers, 0, 0),
+    // The coordinator speaks transaction version 1: clients add partitions
+    // themselves (AddPartitionsToTxn v4+ is broker-to-coordinator
+    // verification, EndTxn v5 the TV2 epoch bump).
+    ApiRange::new(ApiKey::AddPartitionsToTxn, 0, 3),
+    ApiRange::new(ApiKey::AddOffsetsToTxn, 0, 4),
+    ApiRange::new(ApiKey::EndTxn, 0, 4),
+    ApiRange::new(ApiKey::DescribeTransactions, 0, 0),
+    ApiRange::new(ApiKey::ListTransactions, 0, 2),
 ];
 
 /// The entry for `api_key` in [`SUPPORTED_APIS`].

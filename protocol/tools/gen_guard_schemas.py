@@ -45,6 +45,11 @@ APIS = [
     ("WRITE_TXN_MARKERS", "write_txn_markers_request", "WriteTxnMarkers"),
     ("DESCRIBE_PRODUCERS", "describe_producers_request", "DescribeProducers"),
     ("TXN_OFFSET_COMMIT", "txn_offset_commit_request", "TxnOffsetCommit"),
+    ("ADD_PARTITIONS_TO_TXN", "add_partitions_to_txn_request", "AddPartitionsToTxn"),
+    ("ADD_OFFSETS_TO_TXN", "add_offsets_to_txn_request", "AddOffsetsToTxn"),
+    ("END_TXN", "end_txn_request", "EndTxn"),
+    ("DESCRIBE_TRANSACTIONS", "describe_transactions_request", "DescribeTransactions"),
+    ("LIST_TRANSACTIONS", "list_transactions_request", "ListTransactions"),
 ]
 
 ALL = frozenset(range(0, 64))

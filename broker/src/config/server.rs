@@ -131,6 +131,21 @@ pub struct ServerConfig {
     /// set-up) can serve groups, as Kafka's shipped `server.properties` does.
     pub offsets_topic_replication_factor: i16,
     pub offsets_topic_segment_bytes: u64,
+    /// `transaction.state.log.*`: the `__transaction_state` topic. As for
+    /// `__consumer_offsets`, the replication factor and min ISR default to
+    /// 1 (Kafka's are 3 and 2) so that a single node can serve transactions,
+    /// as Kafka's shipped `server.properties` does.
+    pub transaction_state_log_num_partitions: i32,
+    pub transaction_state_log_replication_factor: i16,
+    pub transaction_state_log_min_isr: i32,
+    pub transaction_state_log_segment_bytes: u64,
+    /// `transaction.max.timeout.ms`: the longest `transaction.timeout.ms` a
+    /// producer may ask for.
+    pub transaction_max_timeout_ms: i32,
+    /// `transactional.id.expiration.ms`: an idle transactional id is removed.
+    pub transactional_id_expiration_ms: i64,
+    pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
+    pub transaction_remove_expired_transaction_cleanup_interval_ms: u64,
     pub offsets_retention_ms: i64,
     pub offsets_retention_check_interval_ms: i64,
     pub offset_metadata_max_bytes: usize,
@@ -225,6 +240,14 @@ impl Default for ServerConfig {
             offsets_topic_num_partitions: 50,
             offsets_topic_replication_factor: 1,
             offsets_topic_segment_bytes: 104_857_600,
+            transaction_state_log_num_partitions: 50,
+            transaction_state_log_replication_factor: 1,
+            transaction_state_log_min_isr: 1,
+            transaction_state_log_segment_bytes: 104_857_600,
+            transaction_max_timeout_ms: 900_000,
+            transactional_id_expiration_ms: 604_800_000,
+            transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
+            transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             offsets_retention_ms: 7 * 24 * 3_600_000,
             offsets_retention_check_interval_ms: 600_000,
             offset_metadata_max_bytes: 4096,
@@ -536,6 +559,29 @@ impl ServerConfig {
                 self.offsets_topic_replication_factor = parse_num(key, v)?
             }
             "offsets.topic.segment.bytes" => self.offsets_topic_segment_bytes = parse_num(key, v)?,
+            "transaction.state.log.num.partitions" => {
+                self.transaction_state_log_num_partitions = parse_num(key, v)?
+            }
+            "transaction.state.log.replication.factor" => {
+                self.transaction_state_log_replication_factor = parse_num(key, v)?
+            }
+            "transaction.state.log.min.isr" => {
+                self.transaction_state_log_min_isr = parse_num(key, v)?
+            }
+            "transaction.state.log.segment.bytes" => {
+                self.transaction_state_log_segment_bytes = parse_num(key, v)?
+            }
+            "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = parse_num(key, v)?,
+            "transactional.id.expiration.ms" => {
+                self.transactional_id_expiration_ms = parse_num(key, v)?
+            }
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms" => {
+                self.transaction_abort_timed_out_transaction_cleanup_interval_ms =
+                    parse_num(key, v)?
+            }
+            "transaction.remove.expired.transaction.cleanup.interval.ms" => {
+                self.transaction_remove_expired_transaction_cleanup_interval_ms = parse_num(key, v)?
+            }
             "offsets.retention.minutes" => {
                 self.offsets_retention_ms = parse_num::<i64>(key, v)?.saturating_mul(60_000)
             }
@@ -689,6 +735,34 @@ impl ServerConfig {
             (
                 "controller.max.connections.per.voter",
                 self.controller_max_connections_per_voter as u64,
+            ),
+            (
+                "transaction.state.log.num.partitions",
+                self.transaction_state_log_num_partitions.max(0) as u64,
+            ),
+            (
+                "transaction.state.log.replication.factor",
+                self.transaction_state_log_replication_factor.max(0) as u64,
+            ),
+            (
+                "transaction.state.log.min.isr",
+                self.transaction_state_log_min_isr.max(0) as u64,
+            ),
+            (
+                "transaction.max.timeout.ms",
+                self.transaction_max_timeout_ms.max(0) as u64,
+            ),
+            (
+                "transactional.id.expiration.ms",
+                self.transactional_id_expiration_ms.max(0) as u64,
+            ),
+            (
+                "transaction.abort.timed.out.transaction.cleanup.interval.ms",
+                self.transaction_abort_timed_out_transaction_cleanup_interval_ms,
+            ),
+            (
+                "transaction.remove.expired.transaction.cleanup.interval.ms",
+                self.transaction_remove_expired_transaction_cleanup_interval_ms,
             ),
         ] {
             if value < 1 {

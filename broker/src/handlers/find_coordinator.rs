@@ -1,6 +1,7 @@
-//! FindCoordinator (key 10): which broker coordinates a group. v4+ batch
-//! keys. The first lookup of a group creates `__consumer_offsets`, as Kafka
-//! does, so a broker that never serves a group never has the topic.
+//! FindCoordinator (key 10): which broker coordinates a group or a
+//! transactional id. v4+ batch keys. The first lookup of a group creates
+//! `__consumer_offsets`, and of a transactional id `__transaction_state`, as
+//! Kafka does, so a broker never used for either never has the topic.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
@@ -10,6 +11,7 @@ use kafka_protocol::ResponseError;
 use super::str_bytes;
 use crate::broker::{Broker, CreateTopicError, NewTopic};
 use crate::coordinator::OFFSETS_TOPIC;
+use crate::txn::service::TXN_TOPIC;
 
 /// `key_type` values.
 const GROUP: i8 = 0;
@@ -57,45 +59,24 @@ async fn find(broker: &Broker, key: StrBytes, key_type: i8) -> Coordinator {
                 if let Err(e) = broker.groups.sync_ownership(broker).await {
                     tracing::warn!(error = %e, "loading groups after creating {OFFSETS_TOPIC}");
                 }
-                // The coordinator is the leader of the group's partition.
-                let image = broker.metadata.image();
                 let partition = crate::coordinator::partition_of(broker, &c.key);
-                let leader = image
-                    .topics
-                    .get(OFFSETS_TOPIC)
-                    .and_then(|t| t.partitions.get(partition as usize))
-                    .map(|p| p.leader)
-                    .and_then(|leader| image.brokers.get(&leader))
-                    .filter(|b| !b.fenced);
-                match (leader, image.brokers.is_empty()) {
-                    (Some(b), _) => {
-                        c.node_id = BrokerId(b.node_id.0);
-                        c.host = str_bytes(b.host.clone());
-                        c.port = i32::from(b.port);
-                        return c;
-                    }
-                    // A node that has not registered yet is the whole cluster.
-                    (None, true) => {
-                        let l = broker.config.advertised_client_listener();
-                        c.node_id = BrokerId(broker.node_id().0);
-                        c.host = str_bytes(l.host.clone());
-                        c.port = i32::from(l.port);
-                        return c;
-                    }
-                    (None, false) => (
-                        ResponseError::CoordinatorNotAvailable,
-                        format!("partition {partition} of {OFFSETS_TOPIC} has no leader"),
-                    ),
+                match leader_of(broker, OFFSETS_TOPIC, partition, &mut c) {
+                    Ok(()) => return c,
+                    Err(e) => e,
                 }
             }
             Err(msg) => (ResponseError::CoordinatorNotAvailable, msg),
         },
-        // No transaction coordinator: InitProducerId refuses transactional
-        // ids the same way, so a transactional client fails fast and clearly.
-        TRANSACTION => (
-            ResponseError::TransactionalIdAuthorizationFailed,
-            "transactions are not supported by this broker".to_string(),
-        ),
+        TRANSACTION => match ensure_transaction_topic(broker).await {
+            Ok(()) => {
+                let partition = broker.txn.partition_for(broker, &c.key);
+                match leader_of(broker, TXN_TOPIC, partition, &mut c) {
+                    Ok(()) => return c,
+                    Err(e) => e,
+                }
+            }
+            Err(msg) => (ResponseError::CoordinatorNotAvailable, msg),
+        },
         other => (
             ResponseError::InvalidRequest,
             format!("unsupported coordinator key type {other}"),
@@ -104,6 +85,89 @@ async fn find(broker: &Broker, key: StrBytes, key_type: i8) -> Coordinator {
     c.error_code = error.0.code();
     c.error_message = Some(str_bytes(error.1));
     c
+}
+
+/// Names the leader of `topic`'s `partition` as the coordinator: the
+/// coordinator of a key is the leader of its partition.
+fn leader_of(
+    broker: &Broker,
+    topic: &str,
+    partition: i32,
+    c: &mut Coordinator,
+) -> Result<(), (ResponseError, String)> {
+    let image = broker.metadata.image();
+    let leader = image
+        .topics
+        .get(topic)
+        .and_then(|t| t.partitions.get(partition as usize))
+        .map(|p| p.leader)
+        .and_then(|leader| image.brokers.get(&leader))
+        .filter(|b| !b.fenced);
+    match (leader, image.brokers.is_empty()) {
+        (Some(b), _) => {
+            c.node_id = BrokerId(b.node_id.0);
+            c.host = str_bytes(b.host.clone());
+            c.port = i32::from(b.port);
+            Ok(())
+        }
+        // A node that has not registered yet is the whole cluster.
+        (None, true) => {
+            let l = broker.config.advertised_client_listener();
+            c.node_id = BrokerId(broker.node_id().0);
+            c.host = str_bytes(l.host.clone());
+            c.port = i32::from(l.port);
+            Ok(())
+        }
+        (None, false) => Err((
+            ResponseError::CoordinatorNotAvailable,
+            format!("partition {partition} of {topic} has no leader"),
+        )),
+    }
+}
+
+/// Creates `__transaction_state` if it does not exist, with Kafka's
+/// enforced configs (`TransactionLog`: compacted, uncompressed, no unclean
+/// election, its own min ISR), and loads the ids this node then leads.
+async fn ensure_transaction_topic(broker: &Broker) -> Result<(), String> {
+    if !broker.metadata.image().topics.contains_key(TXN_TOPIC) {
+        let c = &broker.config;
+        let configs = [
+            ("cleanup.policy", "compact".to_string()),
+            ("compression.type", "uncompressed".to_string()),
+            ("unclean.leader.election.enable", "false".to_string()),
+            (
+                "min.insync.replicas",
+                c.transaction_state_log_min_isr.to_string(),
+            ),
+            (
+                "segment.bytes",
+                c.transaction_state_log_segment_bytes.to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let topic = NewTopic {
+            name: TXN_TOPIC.to_string(),
+            num_partitions: c.transaction_state_log_num_partitions,
+            replication_factor: c.transaction_state_log_replication_factor,
+            assignments: Vec::new(),
+            configs,
+        };
+        match broker.create_topic(topic, false).await {
+            Ok(_) | Err(CreateTopicError::TopicAlreadyExists(_)) => {}
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot create {TXN_TOPIC}");
+                return Err(e.to_string());
+            }
+        }
+    }
+    if let Some(me) = broker.txn.owner() {
+        if let Err(e) = broker.txn.sync_ownership(&me).await {
+            tracing::warn!(error = %e, "loading transactions after creating {TXN_TOPIC}");
+        }
+    }
+    Ok(())
 }
 
 /// Creates `__consumer_offsets` if it does not exist. A concurrent lookup

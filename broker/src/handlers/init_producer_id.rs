@@ -1,14 +1,14 @@
-//! InitProducerId (key 22) for idempotent producers. Transactions are not
-//! built yet, so a transactional id gets a clear, non-retriable error.
+//! InitProducerId (key 22): a fresh producer id for an idempotent producer,
+//! or the transaction coordinator's id and epoch for a transactional one.
 
 use kafka_protocol::messages::{InitProducerIdRequest, InitProducerIdResponse, ProducerId};
-use kafka_protocol::ResponseError;
 
 use crate::broker::{metadata_error, Broker};
+use crate::txn::service::error_code;
 
 pub async fn handle(
     broker: &Broker,
-    _version: i16,
+    version: i16,
     req: InitProducerIdRequest,
 ) -> InitProducerIdResponse {
     let mut resp = InitProducerIdResponse::default();
@@ -16,8 +16,22 @@ pub async fn handle(
     resp.producer_epoch = -1;
     resp.ongoing_txn_producer_id = ProducerId(-1);
     resp.ongoing_txn_producer_epoch = -1;
-    if req.transactional_id.is_some() {
-        resp.error_code = ResponseError::TransactionalIdAuthorizationFailed.code();
+    if let Some(id) = req.transactional_id {
+        // KIP-360 (v3+): a producer recovering from an abortable error
+        // presents the id and epoch it had.
+        let expected = (version >= 3 && req.producer_id.0 >= 0)
+            .then_some((req.producer_id.0, req.producer_epoch));
+        match broker
+            .txn
+            .init_producer_id(broker, &id, req.transaction_timeout_ms, expected)
+            .await
+        {
+            Ok((pid, epoch)) => {
+                resp.producer_id = ProducerId(pid);
+                resp.producer_epoch = epoch;
+            }
+            Err(e) => resp.error_code = error_code(e),
+        }
         return resp;
     }
     // As in Kafka, an idempotent (non-transactional) producer always gets a

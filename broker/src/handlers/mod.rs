@@ -32,8 +32,9 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod sync_group;
-pub mod write_txn_markers;
+mod txn;
 mod txn_offset_commit;
+pub mod write_txn_markers;
 
 use kafka_protocol::messages::{RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
@@ -96,6 +97,19 @@ pub async fn dispatch(
         R::InitProducerId(r) => Reply::Respond(S::InitProducerId(
             init_producer_id::handle(broker, version, r).await,
         )),
+        R::AddPartitionsToTxn(r) => Reply::Respond(S::AddPartitionsToTxn(
+            txn::add_partitions(broker, version, r).await,
+        )),
+        R::AddOffsetsToTxn(r) => {
+            Reply::Respond(S::AddOffsetsToTxn(txn::add_offsets(broker, r).await))
+        }
+        R::EndTxn(r) => Reply::Respond(S::EndTxn(txn::end_txn(broker, r).await)),
+        R::DescribeTransactions(r) => {
+            Reply::Respond(S::DescribeTransactions(txn::describe(broker, r).await))
+        }
+        R::ListTransactions(r) => {
+            Reply::Respond(S::ListTransactions(txn::list(broker, version, r).await))
+        }
         R::DescribeConfigs(r) => Reply::Respond(S::DescribeConfigs(describe_configs::handle(
             broker, version, r,
         ))),

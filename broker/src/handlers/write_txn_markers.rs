@@ -63,7 +63,7 @@ pub async fn write_markers(
     }
     let mut resp = WriteTxnMarkersResponse::default();
     for (marker, result) in req.markers.iter().zip(results) {
-        completed(marker, &result);
+        completed(broker, marker, &result).await;
         merge(&mut resp, result);
     }
     resp
@@ -133,7 +133,7 @@ fn append_marker(
 
 /// A marker is written and replicated: the offsets topic's partitions
 /// among its successes tell the group coordinator the outcome.
-fn completed(marker: &WritableTxnMarker, result: &WritableTxnMarkerResult) {
+async fn completed(broker: &Broker, marker: &WritableTxnMarker, result: &WritableTxnMarkerResult) {
     let producer_id = marker.producer_id.0;
     let commit = marker.transaction_result;
     let offsets_partitions: Vec<i32> = result

@@ -20,7 +20,6 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use bytes::{Bytes, BytesMut};
 use kafka_protocol::messages::fetch_request::{FetchPartition, FetchTopic, ReplicaState};
 use kafka_protocol::messages::list_offsets_request::{ListOffsetsPartition, ListOffsetsTopic};
 use kafka_protocol::messages::offset_for_leader_epoch_request::{
@@ -28,17 +27,15 @@ use kafka_protocol::messages::offset_for_leader_epoch_request::{
 };
 use kafka_protocol::messages::{
     ApiKey, BrokerId, FetchRequest, FetchResponse, ListOffsetsRequest, ListOffsetsResponse,
-    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, RequestHeader, ResponseHeader,
-    TopicName,
+    OffsetForLeaderEpochRequest, OffsetForLeaderEpochResponse, TopicName,
 };
-use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::TcpStream;
 use tokio::task::JoinHandle;
 use uuid::Uuid;
 
 use crate::error::PartitionError;
+use crate::net::PeerConn;
 use crate::replica_manager::PartitionRef;
 use crate::types::{LeaderEpoch, NodeId, Offset, TopicPartition};
 
@@ -270,59 +267,12 @@ enum RoundError {
     Leader(ResponseError),
 }
 
-struct Conn {
-    stream: TcpStream,
-    correlation_id: i32,
-    client_id: StrBytes,
-    max_response: usize,
-    timeout: Duration,
-}
-
-impl Conn {
-    async fn call<Req: Encodable, Resp: Decodable>(
-        &mut self,
-        key: ApiKey,
-        version: i16,
-        req: &Req,
-    ) -> Result<Resp, RoundError> {
-        self.correlation_id = self.correlation_id.wrapping_add(1);
-        let mut buf = BytesMut::new();
-        buf.extend_from_slice(&[0u8; 4]);
-        RequestHeader::default()
-            .with_request_api_key(key as i16)
-            .with_request_api_version(version)
-            .with_correlation_id(self.correlation_id)
-            .with_client_id(Some(self.client_id.clone()))
-            .encode(&mut buf, key.request_header_version(version))
-            .map_err(|e| RoundError::Protocol(e.to_string()))?;
-        req.encode(&mut buf, version)
-            .map_err(|e| RoundError::Protocol(e.to_string()))?;
-        let len = (buf.len() - 4) as i32;
-        buf[..4].copy_from_slice(&len.to_be_bytes());
-        let exchange = async {
-            self.stream.write_all(&buf).await?;
-            let mut size = [0u8; 4];
-            self.stream.read_exact(&mut size).await?;
-            let size = i32::from_be_bytes(size);
-            if size < 0 || size as usize > self.max_response {
-                return Err(RoundError::Protocol(format!(
-                    "response of {size} bytes exceeds the {} allowed",
-                    self.max_response
-                )));
-            }
-            let mut body = vec![0u8; size as usize];
-            self.stream.read_exact(&mut body).await?;
-            Ok(Bytes::from(body))
-        };
-        let mut body = tokio::time::timeout(self.timeout, exchange)
-            .await
-            .map_err(|_| RoundError::Protocol("request timed out".into()))??;
-        let header = ResponseHeader::decode(&mut body, key.response_header_version(version))
-            .map_err(|e| RoundError::Protocol(e.to_string()))?;
-        if header.correlation_id != self.correlation_id {
-            return Err(RoundError::Protocol("correlation id mismatch".into()));
+impl From<crate::net::CallError> for RoundError {
+    fn from(e: crate::net::CallError) -> Self {
+        match e {
+            crate::net::CallError::Io(e) => RoundError::Io(e),
+            crate::net::CallError::Protocol(m) => RoundError::Protocol(m),
         }
-        Resp::decode(&mut body, version).map_err(|e| RoundError::Protocol(e.to_string()))
     }
 }
 
@@ -334,7 +284,7 @@ async fn run_session(
     states: States,
 ) {
     let backoff = Duration::from_millis(config.backoff_ms.max(1));
-    let mut conn: Option<Conn> = None;
+    let mut conn: Option<PeerConn> = None;
     loop {
         if conn.is_none() {
             match connect(node_id, leader, &config, env.as_ref()).await {
@@ -366,7 +316,7 @@ async fn connect(
     leader: NodeId,
     config: &FetcherConfig,
     env: &dyn FetcherEnv,
-) -> Result<Conn, RoundError> {
+) -> Result<PeerConn, RoundError> {
     let addr = env
         .leader_address(leader)
         .ok_or(RoundError::NoAddress(leader))?;
@@ -386,7 +336,7 @@ async fn connect(
     let max_response = (config.response_max_bytes.max(0) as usize)
         .max(config.max_batch_bytes.max(0) as usize)
         .saturating_add(RESPONSE_OVERHEAD_BYTES);
-    Ok(Conn {
+    Ok(PeerConn {
         stream,
         correlation_id: 0,
         client_id: StrBytes::from_string(format!("broker-{node_id}-fetcher-{leader}")),
@@ -429,7 +379,7 @@ async fn round(
     config: &FetcherConfig,
     env: &dyn FetcherEnv,
     states: &States,
-    conn: &mut Conn,
+    conn: &mut PeerConn,
 ) -> Result<bool, RoundError> {
     let truncating = ready(states, Phase::Truncating);
     if !truncating.is_empty() {
@@ -450,7 +400,7 @@ async fn truncate_divergence(
     config: &FetcherConfig,
     env: &dyn FetcherEnv,
     states: &States,
-    conn: &mut Conn,
+    conn: &mut PeerConn,
     parts: Vec<FetchState>,
 ) -> Result<(), RoundError> {
     let mut asked = Vec::new();
@@ -574,7 +524,7 @@ async fn fetch(
     config: &FetcherConfig,
     env: &dyn FetcherEnv,
     states: &States,
-    conn: &mut Conn,
+    conn: &mut PeerConn,
     parts: Vec<FetchState>,
 ) -> Result<(), RoundError> {
     // The fetch offset of each partition, remembered to drop an answer the
@@ -698,7 +648,7 @@ async fn handle_out_of_range(
     config: &FetcherConfig,
     env: &dyn FetcherEnv,
     states: &States,
-    conn: &mut Conn,
+    conn: &mut PeerConn,
     s: FetchState,
 ) -> Result<(), RoundError> {
     let mut offsets = Vec::new();
@@ -752,7 +702,7 @@ async fn handle_out_of_range(
 mod tests {
     use std::collections::BTreeMap;
 
-    use bytes::BytesMut;
+    use bytes::{Bytes, BytesMut};
     use kafka_protocol::records::{
         Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
     };

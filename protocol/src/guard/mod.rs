@@ -66,6 +66,11 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         ApiKey::WriteTxnMarkers => &WRITE_TXN_MARKERS,
         ApiKey::DescribeProducers => &DESCRIBE_PRODUCERS,
         ApiKey::TxnOffsetCommit => &TXN_OFFSET_COMMIT,
+        ApiKey::AddPartitionsToTxn => &ADD_PARTITIONS_TO_TXN,
+        ApiKey::AddOffsetsToTxn => &ADD_OFFSETS_TO_TXN,
+        ApiKey::EndTxn => &END_TXN,
+        ApiKey::DescribeTransactions => &DESCRIBE_TRANSACTIONS,
+        ApiKey::ListTransactions => &LIST_TRANSACTIONS,
         // Every other API has no schema, so the guard refuses it: a body
         // without a schema must never reach the decoder.
         _ => return None,

@@ -574,3 +574,72 @@ const TXN_OFFSET_COMMIT_TXN_OFFSET_COMMIT_REQUEST_PARTITION: &[Field] = &[
     field("committed_metadata", 0, MAX, STRING),
 ];
 
+pub(crate) const ADD_PARTITIONS_TO_TXN: Message = Message {
+    versions: (0, 5),
+    flexible_from: 3,
+    body: ADD_PARTITIONS_TO_TXN_BODY,
+};
+const ADD_PARTITIONS_TO_TXN_BODY: &[Field] = &[
+    field("transactions", 4, MAX, array_of(&Ty::Struct(ADD_PARTITIONS_TO_TXN_ADD_PARTITIONS_TO_TXN_TRANSACTION), size_of::<km::add_partitions_to_txn_request::AddPartitionsToTxnTransaction>())),
+    field("v3_and_below_transactional_id", 0, 3, STRING),
+    field("v3_and_below_producer_id", 0, 3, INT64),
+    field("v3_and_below_producer_epoch", 0, 3, INT16),
+    field("v3_and_below_topics", 0, 3, array_of(&Ty::Struct(ADD_PARTITIONS_TO_TXN_ADD_PARTITIONS_TO_TXN_TOPIC), size_of::<km::add_partitions_to_txn_request::AddPartitionsToTxnTopic>())),
+];
+const ADD_PARTITIONS_TO_TXN_ADD_PARTITIONS_TO_TXN_TRANSACTION: &[Field] = &[
+    field("transactional_id", 4, MAX, STRING),
+    field("producer_id", 4, MAX, INT64),
+    field("producer_epoch", 4, MAX, INT16),
+    field("verify_only", 4, MAX, BOOL),
+    field("topics", 4, MAX, array_of(&Ty::Struct(ADD_PARTITIONS_TO_TXN_ADD_PARTITIONS_TO_TXN_TOPIC), size_of::<km::add_partitions_to_txn_request::AddPartitionsToTxnTopic>())),
+];
+const ADD_PARTITIONS_TO_TXN_ADD_PARTITIONS_TO_TXN_TOPIC: &[Field] = &[
+    field("name", 0, MAX, STRING),
+    field("partitions", 0, MAX, array(&INT32)),
+];
+
+pub(crate) const ADD_OFFSETS_TO_TXN: Message = Message {
+    versions: (0, 4),
+    flexible_from: 3,
+    body: ADD_OFFSETS_TO_TXN_BODY,
+};
+const ADD_OFFSETS_TO_TXN_BODY: &[Field] = &[
+    field("transactional_id", 0, MAX, STRING),
+    field("producer_id", 0, MAX, INT64),
+    field("producer_epoch", 0, MAX, INT16),
+    field("group_id", 0, MAX, STRING),
+];
+
+pub(crate) const END_TXN: Message = Message {
+    versions: (0, 5),
+    flexible_from: 3,
+    body: END_TXN_BODY,
+};
+const END_TXN_BODY: &[Field] = &[
+    field("transactional_id", 0, MAX, STRING),
+    field("producer_id", 0, MAX, INT64),
+    field("producer_epoch", 0, MAX, INT16),
+    field("committed", 0, MAX, BOOL),
+];
+
+pub(crate) const DESCRIBE_TRANSACTIONS: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: DESCRIBE_TRANSACTIONS_BODY,
+};
+const DESCRIBE_TRANSACTIONS_BODY: &[Field] = &[
+    field("transactional_ids", 0, MAX, array(&STRING)),
+];
+
+pub(crate) const LIST_TRANSACTIONS: Message = Message {
+    versions: (0, 2),
+    flexible_from: 0,
+    body: LIST_TRANSACTIONS_BODY,
+};
+const LIST_TRANSACTIONS_BODY: &[Field] = &[
+    field("state_filters", 0, MAX, array(&STRING)),
+    field("producer_id_filters", 0, MAX, array(&INT64)),
+    field("duration_filter", 1, MAX, INT64),
+    field("transactional_id_pattern", 2, MAX, STRING),
+];
+

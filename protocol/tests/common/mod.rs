@@ -667,6 +667,58 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                 r.into()
             }
         }
+        ApiKey::AddPartitionsToTxn => {
+            let t = |name| {
+                add_partitions_to_txn_request::AddPartitionsToTxnTopic::default()
+                    .with_name(topic(name))
+                    .with_partitions(vec![0, 1])
+            };
+            if v >= 4 {
+                let txn = add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(TransactionalId(s("tx")))
+                    .with_producer_id(ProducerId(9))
+                    .with_producer_epoch(2)
+                    .with_verify_only(true)
+                    .with_topics(vec![t("a"), t("b")]);
+                return AddPartitionsToTxnRequest::default()
+                    .with_transactions(vec![txn])
+                    .into();
+            }
+            AddPartitionsToTxnRequest::default()
+                .with_v3_and_below_transactional_id(TransactionalId(s("tx")))
+                .with_v3_and_below_producer_id(ProducerId(9))
+                .with_v3_and_below_producer_epoch(2)
+                .with_v3_and_below_topics(vec![t("a"), t("b")])
+                .into()
+        }
+        ApiKey::AddOffsetsToTxn => AddOffsetsToTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("tx")))
+            .with_producer_id(ProducerId(9))
+            .with_producer_epoch(2)
+            .with_group_id(GroupId(s("g")))
+            .into(),
+        ApiKey::EndTxn => EndTxnRequest::default()
+            .with_transactional_id(TransactionalId(s("tx")))
+            .with_producer_id(ProducerId(9))
+            .with_producer_epoch(2)
+            .with_committed(true)
+            .into(),
+        ApiKey::DescribeTransactions => DescribeTransactionsRequest::default()
+            .with_transactional_ids(vec![TransactionalId(s("tx")), TransactionalId(s("ty"))])
+            .into(),
+        ApiKey::ListTransactions => {
+            let r = ListTransactionsRequest::default()
+                .with_state_filters(vec![s("Ongoing")])
+                .with_producer_id_filters(vec![ProducerId(9)]);
+            match v {
+                0 => r.into(),
+                1 => r.with_duration_filter(1000).into(),
+                _ => r
+                    .with_duration_filter(1000)
+                    .with_transactional_id_pattern(Some(s("tx.*")))
+                    .into(),
+            }
+        }
         other => panic!("no test builder for {other:?}"),
     }
 }
