@@ -1256,6 +1256,9 @@ def txn_offsets(ctx):
                 TXN_TIMEOUT_S,
             )
             if rounds == TXN_ABORTED_ROUND:
+                # Flushed first: abort_transaction purges messages not yet sent (_PURGE_QUEUE),
+                # and the check below counts the aborted round's records in the output log.
+                producer.flush()
                 producer.abort()
                 aborted = len(batch)
                 stable = stable_group_offsets(ctx, group, source)
