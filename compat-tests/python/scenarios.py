@@ -1189,16 +1189,26 @@ TXN_ABORTED_ROUND = 1
 
 
 def stable_group_offsets(ctx, group, topic):
-    """The group's committed offsets of topic (OffsetFetch with require_stable: the broker
-    holds the answer back while a transactional offset commit is pending)."""
-    futures = ctx.admin.list_consumer_group_offsets(
-        [ConsumerGroupTopicPartitions(group)], require_stable=True, request_timeout=ADMIN_TIMEOUT_S
-    )
-    try:
-        result = futures[group].result(timeout=ADMIN_TIMEOUT_S + 5)
-    except KafkaException as e:
-        raise ScenarioFailed(f"OffsetFetch (require_stable): {describe_error(e)}") from e
-    return {tp.partition: tp.offset for tp in result.topic_partitions if tp.topic == topic and tp.offset >= 0}
+    """The group's committed offsets of topic (OffsetFetch with require_stable). While a
+    transactional offset commit is pending (its marker not yet written) the broker answers
+    UNSTABLE_OFFSET_COMMIT for that partition, which librdkafka's admin call returns as a
+    per-partition error without retrying; it is retried here within TXN_TIMEOUT_S."""
+    deadline = time.monotonic() + TXN_TIMEOUT_S
+    while True:
+        futures = ctx.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], require_stable=True, request_timeout=ADMIN_TIMEOUT_S
+        )
+        try:
+            result = futures[group].result(timeout=ADMIN_TIMEOUT_S + 5)
+        except KafkaException as e:
+            raise ScenarioFailed(f"OffsetFetch (require_stable): {describe_error(e)}") from e
+        mine = [tp for tp in result.topic_partitions if tp.topic == topic]
+        errors = [tp.error for tp in mine if tp.error is not None]
+        if errors and all(e.code() == KafkaError.UNSTABLE_OFFSET_COMMIT for e in errors) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            continue
+        check(not errors, f"OffsetFetch (require_stable): {describe_error(errors[0]) if errors else ''}")
+        return {tp.partition: tp.offset for tp in mine if tp.offset >= 0}
 
 
 def txn_offsets(ctx):
