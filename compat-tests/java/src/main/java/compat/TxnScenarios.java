@@ -209,7 +209,7 @@ final class TxnScenarios {
 
   /**
    * P1 writes r0 in an open transaction; P2 with the same transactional.id initializes, which
-   * aborts r0 and fences P1, then commits r1. P1's next send or commit fails with
+   * aborts r0 (one abort marker follows it) and fences P1, then commits r1. P1's next send or commit fails with
    * ProducerFencedException or InvalidProducerEpochException; read_committed sees r1 only,
    * read_uncommitted r0 and r1.
    */
@@ -231,16 +231,12 @@ final class TxnScenarios {
           r1 = p2.send(record(topic, 0, "fence", 1)).get();
           p2.commitTransaction();
         }
-        firstFailure = fencedFailure(() -> {
-          p1.send(record(topic, 0, "fence", 2)).get();
-          return null;
-        }, "P1's send after P2 initialized");
-        commitFailure = fencedFailure(() -> {
-          p1.commitTransaction();
-          return null;
-        }, "P1's commit after P2 initialized");
+        firstFailure = fencedFailure(() -> p1.send(record(topic, 0, "fence", 2)).get(), "P1's send after P2 initialized");
+        commitFailure = fencedFailure(p1::commitTransaction, "P1's commit after P2 initialized");
       }
-      check(r1.offset() > r0.offset(), "r1 at offset %d is not after r0 at %d", r1.offset(), r0.offset());
+      // P2's InitProducerId aborted P1's transaction: one abort marker between r0 and r1.
+      check(r1.offset() == r0.offset() + 2, "r1 at offset %d, r0 at %d: expected one abort marker between",
+          r1.offset(), r0.offset());
       Map<Integer, List<ConsumerRecord<byte[], byte[]>>> rc = Scenarios.readAll(consumerProps("read_committed"), tps, 1);
       checkByValue(rc, List.of(r1), "read_committed");
       // r0 was aborted by P2's InitProducerId; P1's fenced send never reached the log.
@@ -257,9 +253,9 @@ final class TxnScenarios {
    * Runs a call that must fail because the producer is fenced; returns the fencing exception's
    * name. A call that succeeds or fails otherwise fails the scenario.
    */
-  static String fencedFailure(Supplier0 call, String what) {
+  static String fencedFailure(FencedCall call, String what) {
     try {
-      call.get();
+      call.run();
     } catch (Exception e) {
       for (Throwable t = e; t != null; t = t.getCause()) {
         if (t instanceof ProducerFencedException || t instanceof InvalidProducerEpochException) {
@@ -271,8 +267,9 @@ final class TxnScenarios {
     throw new AssertionError(what + " succeeded, expected ProducerFencedException or InvalidProducerEpochException");
   }
 
-  interface Supplier0 {
-    Object get() throws Exception;
+  /** A producer call expected to fail with the fencing error. */
+  interface FencedCall {
+    void run() throws Exception;
   }
 
   // ---------------------------------------------------------------- txn.offsets
