@@ -7,6 +7,10 @@
 # KAFKA_EXTRA_JAVA_OPTS adds JVM options after the defaults (a later -Xms/-Xmx
 # wins) and KAFKA_EXTRA_PROPERTIES (key=value lines) is appended to
 # server.properties (a later key wins); both are empty for the compat tests.
+# KAFKA_FORMAT_FEATURES (space-separated feature=level) pins features when the
+# data directory is formatted, e.g. "transaction.version=1" for a broker that
+# speaks transactions version 1 only (clients then send AddPartitionsToTxn);
+# unset, the format takes the release's defaults (transaction.version=2 in 4.4).
 # The wall-clock time of the launch (bash EPOCHREALTIME) is written to
 # <datadir>/kafka.launched, so a caller can time start-to-ready itself.
 set -euo pipefail
@@ -63,8 +67,10 @@ if [[ ! -f "$datadir/logs/meta.properties" ]]; then
   # It starts with '-' one time in 64, so it is passed as --cluster-id=<id>: as a
   # separate word, argparse would take it for an option and refuse the format.
   cluster_id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=')
+  feature_args=()
+  for feature in ${KAFKA_FORMAT_FEATURES:-}; do feature_args+=(--feature "$feature"); done
   timeout --foreground 60 java "${java_opts[@]}" -cp "$KAFKA_LIBS/*" kafka.tools.StorageTool format \
-    --config "$config" --cluster-id="$cluster_id" --standalone >"$datadir/format.out" 2>&1 \
+    --config "$config" --cluster-id="$cluster_id" --standalone "${feature_args[@]}" >"$datadir/format.out" 2>&1 \
     || { cat "$datadir/format.out" >&2; die "formatting $datadir failed"; }
 fi
 

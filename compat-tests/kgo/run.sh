@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Runs franz-go's own pkg/kgo integration tests against a broker, one test per
-# process: run.sh <bootstrap> [--all|--allowed]
+# process: run.sh <bootstrap> [--all|--allowed|Test...]
 #   --all      every integration test of the pinned franz-go (the default)
 #   --allowed  only the tests listed in compat-tests/kgo/tests.allow; exits
 #              non-zero if any of them does not pass (what CI pins)
+#   Test...    only these integration tests (e.g. TestTxnEtl), as --all does
 # Prints `PASS <Test>`, `FAIL <Test> <reason>` or `SKIP <Test> <reason>` per
 # test on stdout (durations go to stderr) and ends with
 # `N passed, M failed, K skipped`. Full output of each test
@@ -17,11 +18,18 @@
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
-usage() { echo "usage: run.sh <bootstrap> [--all|--allowed]" >&2; exit 2; }
-[[ $# -ge 1 && $# -le 2 ]] || usage
+usage() { echo "usage: run.sh <bootstrap> [--all|--allowed|Test...]" >&2; exit 2; }
+[[ $# -ge 1 ]] || usage
 bootstrap=$1
-mode=${2:---all}
-[[ $mode == --all || $mode == --allowed ]] || usage
+shift
+mode=${1:---all}
+named=()
+if [[ $mode == Test* ]]; then
+  named=("$@")
+  mode=--named
+elif [[ $# -gt 1 || ( $mode != --all && $mode != --allowed ) ]]; then
+  usage
+fi
 
 KGO_CACHE="$CACHE_DIR/kgo"
 allow_file="$COMPAT_DIR/kgo/tests.allow"
@@ -37,6 +45,11 @@ if [[ $mode == --allowed ]]; then
   # otherwise "pass" by running nothing.
   for t in "${tests[@]}"; do
     grep -qx "$t" "$KGO_CACHE/integration-tests" || die "$t in tests.allow is not a kgo integration test of franz-go $(cat "$KGO_CACHE/version")"
+  done
+elif [[ $mode == --named ]]; then
+  tests=("${named[@]}")
+  for t in "${tests[@]}"; do
+    grep -qx "$t" "$KGO_CACHE/integration-tests" || die "$t is not a kgo integration test of franz-go $(cat "$KGO_CACHE/version")"
   done
 else
   mapfile -t tests <"$KGO_CACHE/integration-tests"

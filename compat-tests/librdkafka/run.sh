@@ -81,6 +81,13 @@ if compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" >/dev/null; then
   printf '#!/usr/bin/env bash\nexec "%s/kafka-cli.sh" kafka-topics "$@"\n' "$COMPAT_DIR" \
     >"$run_dir/kafka-path/bin/kafka-topics.sh"
   chmod +x "$run_dir/kafka-path/bin/kafka-topics.sh"
+  # Tests with a Java peer (0098_consumer_txn's TransactionProducerCli) compile it against
+  # $KAFKA_PATH/libs/kafka-clients-*.jar and run it with bin/kafka-run-class.sh, which
+  # gets the class's folder in CLASSPATH.
+  ln -sfn "$KAFKA_LIBS" "$run_dir/kafka-path/libs"
+  printf '#!/usr/bin/env bash\nexec java -cp "${CLASSPATH:+$CLASSPATH:}%s/*" "$@"\n' "$KAFKA_LIBS" \
+    >"$run_dir/kafka-path/bin/kafka-run-class.sh"
+  chmod +x "$run_dir/kafka-path/bin/kafka-run-class.sh"
   runner_env=(KAFKA_PATH="$run_dir/kafka-path" BROKERS="$bootstrap")
 else
   log "no Kafka jars (install.sh kafka): tests that run kafka-topics.sh will fail"

@@ -55,6 +55,9 @@ SCENARIOS = [
     "unknown.noautocreate",
     "group.rebalance",
     "group.rebalance.consumer",
+    "txn.commit",
+    "txn.abort",
+    "txn.offsets",
 ]
 # The contract bounds each scenario at 60 s; the waits inside are shorter so a
 # broken broker shows up as a FAIL naming what was awaited, not as a bare timeout.
@@ -953,6 +956,359 @@ def group_rebalance(protocol):
     return run
 
 
+# --- transactions (issue 30) -------------------------------------------------------
+#
+# Exact checks, as the Java family's TxnScenarios: which records read_committed and
+# read_uncommitted consumers see, at which offsets (one control record per partition and
+# transaction), the end offsets while a transaction is open, and where a group's offsets
+# stand. The producers keep librdkafka's defaults otherwise.
+
+TXN_TIMEOUT_S = 20.0
+
+
+class TxnProducer:
+    """A Producer that keeps every delivery report: acks[tag] lists the (partition, offset,
+    index) of each record of that tag in send order. With a transactional_id it is
+    transactional and initialized (InitProducerId)."""
+
+    def __init__(self, ctx, transactional_id=None):
+        self.ctx = ctx
+        self.errors = []
+        self.acks = {}
+        config = {"acks": "all"}
+        if transactional_id is not None:
+            config["transactional.id"] = transactional_id
+        self.producer = ctx.producer(**config)
+        if transactional_id is not None:
+            self.call("InitProducerId (init_transactions)", self.producer.init_transactions, TXN_TIMEOUT_S)
+
+    def call(self, what, fn, *args):
+        try:
+            return fn(*args)
+        except KafkaException as e:
+            raise ScenarioFailed(f"{what}: {describe_error(e)}") from e
+
+    def send(self, topic, partition, tag, i, value_bytes=None, key_bytes=None):
+        def on_delivery(err, msg):
+            if err is not None:
+                self.errors.append(err)
+            else:
+                self.acks.setdefault(tag, []).append((msg.partition(), msg.offset(), i))
+
+        self.producer.produce(
+            topic,
+            key=key(i) if key_bytes is None else key_bytes,
+            value=value(tag, i) if value_bytes is None else value_bytes,
+            partition=partition,
+            on_delivery=on_delivery,
+        )
+        self.producer.poll(0)
+
+    def flush(self):
+        remaining = self.producer.flush(FLUSH_TIMEOUT_S)
+        check(not self.errors, f"Produce: {describe_error(self.errors[0]) if self.errors else ''}")
+        check(remaining == 0, f"Produce: {remaining} records unacknowledged; {self.ctx.errors_seen()}")
+
+    def begin(self):
+        self.call("begin_transaction", self.producer.begin_transaction)
+
+    def commit(self):
+        self.call("EndTxn (commit_transaction)", self.producer.commit_transaction, TXN_TIMEOUT_S)
+        check(not self.errors, f"Produce: {describe_error(self.errors[0]) if self.errors else ''}")
+
+    def abort(self):
+        self.call("EndTxn (abort_transaction)", self.producer.abort_transaction, TXN_TIMEOUT_S)
+
+
+def txn_create_topic(ctx, topic, partitions):
+    ctx.create_topic(topic, partitions)
+    await_partitions_ready(ctx, topic, partitions)
+
+
+def by_partition(acks):
+    """{partition: [(offset, index), ...] sorted by offset}."""
+    out = {}
+    for p, offset, i in acks:
+        out.setdefault(p, []).append((offset, i))
+    for v in out.values():
+        v.sort()
+    return out
+
+
+def check_read(messages, expected, what):
+    """The messages are exactly the expected (partition, offset, tag, index) records: per
+    partition the same offsets in order, each with key-i and the value of its tag and i."""
+    want = {}
+    for p, offset, tag, i in expected:
+        want.setdefault(p, []).append((offset, tag, i))
+    got = {}
+    for m in messages:
+        got.setdefault(m.partition(), []).append(m)
+    check(set(got) <= set(want), f"{what}: records from partitions {sorted(got)}, expected only {sorted(want)}")
+    for p, records in want.items():
+        records.sort()
+        read = got.get(p, [])
+        offsets = [m.offset() for m in read]
+        check(offsets == [o for o, _, _ in records], f"{what} partition {p}: read offsets {offsets}, expected {[o for o, _, _ in records]}")
+        for m, (offset, tag, i) in zip(read, records):
+            check(m.key() == key(i) and m.value() == value(tag, i), f"{what} partition {p} offset {offset}: not record {i} of {tag}")
+
+
+def tagged(acks, tag):
+    return [(p, o, tag, i) for p, o, i in acks]
+
+
+def await_high_watermarks(ctx, topic, partitions, isolation, expected, when):
+    """Waits until a consumer with that isolation level reads the expected end offsets
+    (ListOffsets latest: the last stable offset under read_committed, the high watermark
+    otherwise); the commit markers are written after EndTxn returns."""
+    consumer = ctx.consumer(**{"isolation.level": isolation})
+    try:
+        deadline = time.monotonic() + TXN_TIMEOUT_S
+        while True:
+            seen = [consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=ADMIN_TIMEOUT_S, cached=False)[1]
+                    for p in range(partitions)]
+            if seen == expected:
+                return seen
+            check(time.monotonic() < deadline, f"{isolation} end offsets {when}: {seen}, expected {expected}")
+            time.sleep(0.1)
+    finally:
+        consumer.close()
+
+
+def read_isolated(ctx, topic, partitions, n, isolation):
+    return consume_assigned(ctx, [(topic, p) for p in range(partitions)], n, **{"isolation.level": isolation})
+
+
+TXN_COMMIT_PARTITIONS = 3
+TXN_COMMIT_TRANSACTIONS = 3
+TXN_COMMIT_RECORDS = 60
+
+
+def txn_commit(ctx):
+    """Three committed transactions of 60 records over 3 partitions (record i to partition
+    i % 3): read_committed reads exactly them at their acknowledged offsets in order; each
+    transaction is followed by exactly one control record per partition."""
+    topic = ctx.topic()
+    txn_create_topic(ctx, topic, TXN_COMMIT_PARTITIONS)
+    producer = TxnProducer(ctx, f"{topic}-tx")
+    for t in range(TXN_COMMIT_TRANSACTIONS):
+        producer.begin()
+        for j in range(TXN_COMMIT_RECORDS):
+            i = t * TXN_COMMIT_RECORDS + j
+            producer.send(topic, i % TXN_COMMIT_PARTITIONS, f"t{t}", i)
+        producer.commit()
+    per_partition = TXN_COMMIT_RECORDS // TXN_COMMIT_PARTITIONS
+    ends = []
+    for p in range(TXN_COMMIT_PARTITIONS):
+        previous_last = -2
+        for t in range(TXN_COMMIT_TRANSACTIONS):
+            offsets = [o for o, _ in by_partition(producer.acks[f"t{t}"]).get(p, [])]
+            check(
+                offsets == list(range(previous_last + 2, previous_last + 2 + per_partition)),
+                f"partition {p}: transaction {t} acknowledged at {offsets[:1]}..{offsets[-1:]}, expected {per_partition} "
+                f"offsets from {previous_last + 2} (one commit marker after the previous transaction)",
+            )
+            previous_last = offsets[-1]
+        ends.append(previous_last + 2)
+    n = TXN_COMMIT_TRANSACTIONS * TXN_COMMIT_RECORDS
+    expected = [r for t in range(TXN_COMMIT_TRANSACTIONS) for r in tagged(producer.acks[f"t{t}"], f"t{t}")]
+    check_read(read_isolated(ctx, topic, TXN_COMMIT_PARTITIONS, n, "read_committed"), expected, "read_committed")
+    await_high_watermarks(ctx, topic, TXN_COMMIT_PARTITIONS, "read_committed", ends, "after the last commit")
+    await_high_watermarks(ctx, topic, TXN_COMMIT_PARTITIONS, "read_uncommitted", ends, "after the last commit")
+    return (
+        f"{TXN_COMMIT_TRANSACTIONS} transactions x {TXN_COMMIT_RECORDS} records over {TXN_COMMIT_PARTITIONS} partitions "
+        f"read back exactly (read_committed, offsets, order); one marker per partition and transaction, end offsets {ends}"
+    )
+
+
+TXN_ABORT_PARTITIONS = 2
+TXN_ABORT_PER_PARTITION = 5
+
+
+def txn_abort(ctx):
+    """Two producers interleave on 2 partitions: P1 commits c0; P1 opens a1, P2 writes c2
+    after it and commits; while a1 is open, read_committed end offsets are the first offsets
+    of a1 (the last stable offset) and a read_committed consumer sees c0 only. P1 aborts a1
+    and commits c3: read_committed then sees c0 c2 c3, read_uncommitted all four."""
+    topic = ctx.topic()
+    txn_create_topic(ctx, topic, TXN_ABORT_PARTITIONS)
+    p1 = TxnProducer(ctx, f"{topic}-tx1")
+    p2 = TxnProducer(ctx, f"{topic}-tx2")
+
+    def send_all(producer, tag, base):
+        for j in range(TXN_ABORT_PER_PARTITION * TXN_ABORT_PARTITIONS):
+            producer.send(topic, j % TXN_ABORT_PARTITIONS, tag, base + j)
+        producer.flush()
+
+    p1.begin()
+    send_all(p1, "c0", 0)
+    p1.commit()
+    p1.begin()
+    send_all(p1, "a1", 100)
+    p2.begin()
+    send_all(p2, "c2", 200)
+    p2.commit()
+    a1 = by_partition(p1.acks["a1"])
+    c2 = by_partition(p2.acks["c2"])
+    lso = [a1[p][0][0] for p in range(TXN_ABORT_PARTITIONS)]
+    open_end = [c2[p][-1][0] + 2 for p in range(TXN_ABORT_PARTITIONS)]
+    await_high_watermarks(ctx, topic, TXN_ABORT_PARTITIONS, "read_uncommitted", open_end, "while a1 is open")
+    await_high_watermarks(ctx, topic, TXN_ABORT_PARTITIONS, "read_committed", lso, "while a1 is open (last stable offset)")
+    c0_n = TXN_ABORT_PER_PARTITION * TXN_ABORT_PARTITIONS
+    stable = read_isolated(ctx, topic, TXN_ABORT_PARTITIONS, c0_n, "read_committed")
+    check_read(stable, tagged(p1.acks["c0"], "c0"), "read_committed while a1 is open")
+    p1.abort()
+    p1.begin()
+    send_all(p1, "c3", 300)
+    p1.commit()
+    c3 = by_partition(p1.acks["c3"])
+    end = [c3[p][-1][0] + 2 for p in range(TXN_ABORT_PARTITIONS)]
+    check(
+        end == [4 * TXN_ABORT_PER_PARTITION + 4] * TXN_ABORT_PARTITIONS,
+        f"log end {end} after 4 transactions of {TXN_ABORT_PER_PARTITION} records per partition, "
+        f"expected {4 * TXN_ABORT_PER_PARTITION + 4} (one marker each)",
+    )
+    await_high_watermarks(ctx, topic, TXN_ABORT_PARTITIONS, "read_committed", end, "after a1 aborted, c3 committed")
+    await_high_watermarks(ctx, topic, TXN_ABORT_PARTITIONS, "read_uncommitted", end, "after a1 aborted, c3 committed")
+    committed = tagged(p1.acks["c0"], "c0") + tagged(p2.acks["c2"], "c2") + tagged(p1.acks["c3"], "c3")
+    everything = committed + tagged(p1.acks["a1"], "a1")
+    check_read(read_isolated(ctx, topic, TXN_ABORT_PARTITIONS, len(committed), "read_committed"), committed, "read_committed")
+    check_read(
+        read_isolated(ctx, topic, TXN_ABORT_PARTITIONS, len(everything), "read_uncommitted"), everything, "read_uncommitted"
+    )
+    return (
+        f"while a1 open: read_committed end offsets = LSO {lso}, read_uncommitted {open_end}, only c0 visible; after "
+        f"abort: read_committed {len(committed)} records (c0 c2 c3), read_uncommitted {len(everything)} (with a1), end {end}"
+    )
+
+
+TXN_OFFSETS_PARTITIONS = 3
+TXN_OFFSETS_PER_PARTITION = 20
+TXN_ABORTED_ROUND = 1
+
+
+def stable_group_offsets(ctx, group, topic):
+    """The group's committed offsets of topic (OffsetFetch with require_stable). While a
+    transactional offset commit is pending (its marker not yet written) the broker answers
+    UNSTABLE_OFFSET_COMMIT for that partition, which librdkafka's admin call returns as a
+    per-partition error without retrying; it is retried here within TXN_TIMEOUT_S."""
+    deadline = time.monotonic() + TXN_TIMEOUT_S
+    while True:
+        futures = ctx.admin.list_consumer_group_offsets(
+            [ConsumerGroupTopicPartitions(group)], require_stable=True, request_timeout=ADMIN_TIMEOUT_S
+        )
+        try:
+            result = futures[group].result(timeout=ADMIN_TIMEOUT_S + 5)
+        except KafkaException as e:
+            raise ScenarioFailed(f"OffsetFetch (require_stable): {describe_error(e)}") from e
+        mine = [tp for tp in result.topic_partitions if tp.topic == topic]
+        errors = [tp.error for tp in mine if tp.error is not None]
+        if errors and all(e.code() == KafkaError.UNSTABLE_OFFSET_COMMIT for e in errors) and time.monotonic() < deadline:
+            time.sleep(0.05)
+            continue
+        check(not errors, f"OffsetFetch (require_stable): {describe_error(errors[0]) if errors else ''}")
+        return {tp.partition: tp.offset for tp in mine if tp.offset >= 0}
+
+
+def txn_offsets(ctx):
+    """Read-process-write: a group consumer (read_committed) reads input A; each consume()
+    batch goes to B with its offsets through send_offsets_to_transaction(positions,
+    consumer_group_metadata()) in one transaction. Round 1 is aborted: the group's offsets must
+    not move and the consumer rewinds. B under read_committed then holds every input record
+    exactly once in input order per partition; the group's offsets equal A's end offsets."""
+    source = ctx.topic("-in")
+    sink = ctx.topic("-out")
+    group = f"{source}-group"
+    n = TXN_OFFSETS_PARTITIONS * TXN_OFFSETS_PER_PARTITION
+    txn_create_topic(ctx, source, TXN_OFFSETS_PARTITIONS)
+    txn_create_topic(ctx, sink, TXN_OFFSETS_PARTITIONS)
+    plain = TxnProducer(ctx)
+    for i in range(n):
+        plain.send(source, i % TXN_OFFSETS_PARTITIONS, "in", i)
+    plain.flush()
+
+    producer = TxnProducer(ctx, f"{sink}-tx")
+    consumer = ctx.consumer(**{
+        "group.id": group,
+        "auto.offset.reset": "earliest",
+        "isolation.level": "read_committed",
+    })
+    committed = {}
+    processed = 0
+    rounds = 0
+    aborted = 0
+    abort_detail = ""
+    try:
+        consumer.subscribe([source])
+        last_progress = time.monotonic()
+        while processed < n:
+            batch = [m for m in consumer.consume(num_messages=10, timeout=0.5) if m.error() is None]
+            if not batch:
+                check(
+                    time.monotonic() - last_progress < TXN_TIMEOUT_S,
+                    f"group consumer read {processed} of {n} input records, then nothing for {TXN_TIMEOUT_S:.0f} s",
+                )
+                continue
+            last_progress = time.monotonic()
+            firsts, nexts = {}, {}
+            producer.begin()
+            for m in batch:
+                firsts.setdefault(m.partition(), m.offset())
+                nexts[m.partition()] = m.offset() + 1
+                producer.send(sink, m.partition(), "out", 0, value_bytes=b"out-" + m.value(), key_bytes=m.key())
+            offsets = [TopicPartition(source, p, o) for p, o in nexts.items()]
+            producer.call(
+                "TxnOffsetCommit (send_offsets_to_transaction)",
+                producer.producer.send_offsets_to_transaction,
+                offsets,
+                consumer.consumer_group_metadata(),
+                TXN_TIMEOUT_S,
+            )
+            if rounds == TXN_ABORTED_ROUND:
+                # Flushed first: abort_transaction purges messages not yet sent (_PURGE_QUEUE),
+                # and the check below counts the aborted round's records in the output log.
+                producer.flush()
+                producer.abort()
+                aborted = len(batch)
+                stable = stable_group_offsets(ctx, group, source)
+                check(stable == committed, f"OffsetFetch after the aborted round: {stable}, expected the offsets before it {committed}")
+                abort_detail = f"offsets after the aborted round of {aborted} records unchanged {committed}"
+                for p, o in firsts.items():
+                    consumer.seek(TopicPartition(source, p, o))
+            else:
+                producer.commit()
+                committed.update(nexts)
+                processed += len(batch)
+            rounds += 1
+    finally:
+        consumer.close()
+    check(rounds > TXN_ABORTED_ROUND + 1, f"only {rounds} rounds: the aborted round was the last")
+    final = stable_group_offsets(ctx, group, source)
+    check(
+        final == {p: TXN_OFFSETS_PER_PARTITION for p in range(TXN_OFFSETS_PARTITIONS)},
+        f"OffsetFetch at the end: {final}, expected {TXN_OFFSETS_PER_PARTITION} per partition",
+    )
+    out = read_isolated(ctx, sink, TXN_OFFSETS_PARTITIONS, n, "read_committed")
+    got = {}
+    for m in out:
+        got.setdefault(m.partition(), []).append(m.value())
+    for p in range(TXN_OFFSETS_PARTITIONS):
+        want = [b"out-" + value("in", j * TXN_OFFSETS_PARTITIONS + p) for j in range(TXN_OFFSETS_PER_PARTITION)]
+        check(got.get(p) == want, f"output partition {p}: {len(got.get(p, []))} records, not each input record once in order")
+    everything = read_isolated(ctx, sink, TXN_OFFSETS_PARTITIONS, n + aborted, "read_uncommitted")
+    check(len(everything) == n + aborted, f"output under read_uncommitted: {len(everything)}, expected {n} + {aborted} aborted")
+    try:
+        ctx.admin.delete_consumer_groups([group], request_timeout=ADMIN_TIMEOUT_S)[group].result(timeout=ADMIN_TIMEOUT_S)
+    except Exception as e:  # noqa: BLE001 - cleanup
+        print(f"delete group {group}: {describe_error(e)}", file=sys.stderr)
+    return (
+        f"{n} input records in {rounds} transactions (round {TXN_ABORTED_ROUND} aborted); {abort_detail}; output "
+        f"read_committed exactly once in order, read_uncommitted {n + aborted} (+{aborted} aborted); group offsets = "
+        f"end offsets {TXN_OFFSETS_PER_PARTITION}"
+    )
+
+
 RUNNERS = {
     "admin.topics": admin_topics,
     "codec.none": codec("none"),
@@ -972,6 +1328,9 @@ RUNNERS = {
     "unknown.noautocreate": unknown_noautocreate,
     "group.rebalance": group_rebalance("classic"),
     "group.rebalance.consumer": group_rebalance("consumer"),
+    "txn.commit": txn_commit,
+    "txn.abort": txn_abort,
+    "txn.offsets": txn_offsets,
 }
 
 

@@ -39,6 +39,9 @@ func main() {
 		"unknown.autocreate":   unknownAutocreate,
 		"unknown.noautocreate": unknownNoAutocreate,
 		"group.rebalance":      groupRebalance,
+		"txn.commit":           txnCommit,
+		"txn.abort":            txnAbort,
+		"txn.offsets":          txnOffsets,
 	})
 }
 

@@ -27,6 +27,8 @@ var IDs = []string{
 	"unknown.autocreate", "unknown.noautocreate",
 	// Only the programs that implement it run it (franz-go; sarama does not yet).
 	"group.rebalance",
+	// Transactions (issue 30): franz-go only so far.
+	"txn.commit", "txn.abort", "txn.offsets",
 }
 
 // Timeout bounds one scenario; the contract allows 60 s and a hung client

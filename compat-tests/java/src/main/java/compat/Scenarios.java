@@ -89,7 +89,11 @@ public final class Scenarios {
           "group.rebalance.static",
           "group.rebalance.consumer",
           "group.rebalance.time.classic",
-          "group.rebalance.time.consumer");
+          "group.rebalance.time.consumer",
+          "txn.commit",
+          "txn.abort",
+          "txn.fence",
+          "txn.offsets");
 
   /** A scenario either returns its PASS detail or throws; Na marks a check this API cannot express. */
   interface Scenario {
@@ -195,6 +199,10 @@ public final class Scenarios {
       case "group.rebalance.consumer" -> () -> new GroupScenarios(this).rebalance(GroupScenarios.Variant.CONSUMER);
       case "group.rebalance.time.classic" -> () -> new GroupScenarios(this).rebalanceTime(false);
       case "group.rebalance.time.consumer" -> () -> new GroupScenarios(this).rebalanceTime(true);
+      case "txn.commit" -> () -> new TxnScenarios(this).commit();
+      case "txn.abort" -> () -> new TxnScenarios(this).abort();
+      case "txn.fence" -> () -> new TxnScenarios(this).fence();
+      case "txn.offsets" -> () -> new TxnScenarios(this).offsets();
       default -> null;
     };
   }
