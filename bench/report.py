@@ -32,11 +32,12 @@ RUN_WORKLOAD = {
     "w3-fill": "W3",
     "w3": "W3",
     "w4": "W4",
+    "txn": "TXN",
     "e2e": "E2E",
 }
 # Workloads whose tools must work against Kafka: a failure there means the
 # harness is broken. The end-to-end run is optional (skipped cleanly).
-REQUIRED_KAFKA = {"W1", "W2", "W3", "W4"}
+REQUIRED_KAFKA = {"W1", "W2", "W3", "W4", "TXN"}
 BROKERS = ("kafka", "ours")
 
 
@@ -277,6 +278,10 @@ def table(run_dir):
         target = (">=", 0.5)
         t.plain(w, f"records/s ÷ own W1 {meta.get('w4_codec', 'none')} records/s", fmt(own[0], "x"), fmt(own[1], "x"),
                 "-", target_text(target, "ours"), met_cell(own[1], target))
+    if "TXN" in selected:
+        w = f"TXN {meta.get('txn_codec', '?')}, transactions of {meta.get('txn_duration_ms', '?')} ms"
+        for label, key, kind in producer_metrics:
+            t.metric(w, label, pair("txn"), key, kind)
     if "W5" in selected:
         t.plain("W5 3 brokers, RF 3", "W1 and W2 again", "not run", "not run: needs replication (issue 6)")
     if "E2E" in selected:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Side-by-side benchmark of our broker against Apache Kafka 4.4.0 on this machine:
-#   bench/run.sh [--smoke] [--duration S] [--workloads W1,W2,W3,W4,W5,E2E]
+#   bench/run.sh [--smoke] [--duration S] [--workloads W1,W2,W3,W4,W5,TXN,E2E]
 # Installs the Kafka jars (compat-tests/install.sh kafka), builds our broker
 # (release) unless BROKER_BIN names one, starts both on their own ports with the
 # same settings, runs every workload with Kafka's own tools against each broker
@@ -19,9 +19,9 @@ source "$ROOT/compat-tests/lib.sh"
 
 # The workloads whose tools must succeed against our broker (W5 needs the
 # replicated cluster of issue 6 and is reported as not run).
-EXPECTED_OURS=(W1 W2 W3 W4 E2E)
+EXPECTED_OURS=(W1 W2 W3 W4 TXN E2E)
 
-ALL_WORKLOADS=(W1 W2 W3 W4 W5 E2E)
+ALL_WORKLOADS=(W1 W2 W3 W4 W5 TXN E2E)
 # Below the ephemeral range (32768-60999): an outgoing connection can hold a
 # port inside it and make a broker fail to bind.
 OURS_PORT=28092
@@ -35,6 +35,9 @@ W4_PARTITIONS=1000
 W4_CODEC=none
 # The producer of W1, W2 and W4 (issue 4): acks=all, 5 ms linger, 64 KiB batches.
 PRODUCER_PROPS=(acks=all linger.ms=5 batch.size=65536)
+# TXN: transactions as long as kafka-producer-perf-test's example, one codec.
+TXN_DURATION_MS=100
+TXN_CODEC=lz4
 # Kafka's JVM as issue 4 asks; the heap is touched at start so that its RSS is
 # what a production Kafka holds, not what a lazily paged heap happens to reach.
 KAFKA_JAVA_OPTS="-Xms512m -Xmx1g -XX:+AlwaysPreTouch"
@@ -57,7 +60,7 @@ SHARED_PROPS=(
 )
 
 usage() {
-  echo "usage: bench/run.sh [--smoke] [--duration S] [--workloads W1,W2,W3,W4,W5,E2E]" >&2
+  echo "usage: bench/run.sh [--smoke] [--duration S] [--workloads W1,W2,W3,W4,W5,TXN,E2E]" >&2
   exit 2
 }
 
@@ -372,6 +375,24 @@ if wants W4; then
     create_topic "$b" w4 "$W4_PARTITIONS"
     produce "$b" w4 w4 "$W4_CODEC" "$records" -1
     delete_topic "$b" w4
+  done
+fi
+
+# TXN: the W1 producer inside transactions (kafka-producer-perf-test's own
+# transactional mode: a commit every TXN_DURATION_MS), so the coordinator's
+# writes and the markers are in the measured path.
+if wants TXN; then
+  note txn_codec "$TXN_CODEC"
+  note txn_duration_ms "$TXN_DURATION_MS"
+  for b in $(brokers_in_turn); do
+    create_topic "$b" txn "$W1_PARTITIONS"
+    blog "txn on $b: $records records in transactions of ${TXN_DURATION_MS} ms"
+    run_tool "$b" txn "$tool_timeout_s" kafka-producer-perf-test \
+      --bootstrap-server "$(bootstrap "$b")" --topic txn --num-records "$records" \
+      --record-size "$RECORD_BYTES" --throughput -1 \
+      --transactional-id "bench-txn-$b" --transaction-duration-ms "$TXN_DURATION_MS" \
+      --command-property "${PRODUCER_PROPS[@]}" compression.type="$TXN_CODEC"
+    delete_topic "$b" txn
   done
 fi
 

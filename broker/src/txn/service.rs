@@ -438,8 +438,9 @@ impl TxnService {
     }
 
     /// Every transaction this node coordinates that passes the filters
-    /// (ListTransactions: states, producer ids, running longer than
-    /// `min_duration_ms`; empty filters match all).
+    /// (ListTransactions: states, producer ids, started more than
+    /// `min_duration_ms` ago when it is not negative; empty filters match
+    /// all).
     pub async fn list(
         &self,
         states: &[TxnState],
@@ -456,11 +457,12 @@ impl TxnService {
         for shard in shards {
             let txns = shard.txns.lock().await;
             for m in txns.values() {
-                let running = m.state == TxnState::Ongoing && m.start_ms >= 0;
+                // Kafka's `shouldInclude`: the duration is counted from the
+                // transaction's start (-1 for one not started).
                 if m.state == TxnState::Dead
                     || (!states.is_empty() && !states.contains(&m.state))
                     || (!producer_ids.is_empty() && !producer_ids.contains(&m.producer_id))
-                    || (min_duration_ms >= 0 && !(running && now - m.start_ms > min_duration_ms))
+                    || (min_duration_ms >= 0 && now.saturating_sub(m.start_ms) <= min_duration_ms)
                     || !id_matches(&m.transactional_id)
                 {
                     continue;
