@@ -22,11 +22,12 @@ source "$ROOT/compat-tests/lib.sh"
 EXPECTED_OURS=(W1 W2 W3 W4 TXN E2E)
 
 ALL_WORKLOADS=(W1 W2 W3 W4 W5 TXN E2E)
-# Below the ephemeral range (32768-60999): an outgoing connection can hold a
+# Ports (BENCH_OURS_PORT, BENCH_KAFKA_PORT, BENCH_KAFKA_CONTROLLER_PORT to move
+# them) below the ephemeral range (32768-60999): an outgoing connection can hold a
 # port inside it and make a broker fail to bind.
-OURS_PORT=28092
-KAFKA_PORT=28192
-KAFKA_CONTROLLER_PORT=28193
+OURS_PORT=${BENCH_OURS_PORT:-28092}
+KAFKA_PORT=${BENCH_KAFKA_PORT:-28192}
+KAFKA_CONTROLLER_PORT=${BENCH_KAFKA_CONTROLLER_PORT:-28193}
 RECORD_BYTES=1024
 W1_PARTITIONS=8
 W4_PARTITIONS=1000
