@@ -55,6 +55,10 @@ final class StreamsScenarios {
   static final List<String> WORDS = List.of("alpha", "bravo", "charlie", "delta", "echo", "foxtrot", "golf");
   static final int SENTENCES = 400;
   static final int PARTITIONS = 3;
+  static final int WARMUP = 20;
+  static final int KILL_AT = 160;
+  static final int PACE = 2;
+  static final int BURST = 40;
   /** Bound of each wait: for output progress, for the final counts. */
   static final long WAIT_MS = 25_000;
 
@@ -107,7 +111,11 @@ final class StreamsScenarios {
    * the topology until it is killed; prints RUNNING on stdout once the instance is running.
    */
   public static void main(String[] args) throws Exception {
-    KafkaStreams streams = new KafkaStreams(topology(args[2], args[3]), streamsProps(args[0], args[1], args[4]));
+    Properties p = streamsProps(args[0], args[1], args[4]);
+    // Streams' producer lingers 100 ms, so a killed instance's records would mostly die in its
+    // buffer; sent at once, its open transaction holds records the broker must then abort.
+    p.put(StreamsConfig.producerPrefix(ProducerConfig.LINGER_MS_CONFIG), 0);
+    KafkaStreams streams = new KafkaStreams(topology(args[2], args[3]), p);
     streams.setStateListener(
         (now, before) -> {
           if (now == KafkaStreams.State.RUNNING) {
@@ -150,12 +158,14 @@ final class StreamsScenarios {
           KafkaConsumer<String, Long> reader = new KafkaConsumer<>(cp)) {
         reader.assign(outTps);
         reader.seekToBeginning(outTps);
-        int half = SENTENCES / 2;
-        for (int i = 0; i < half; i++) producer.send(new ProducerRecord<>(input, "s" + i, sentence(i)));
-        producer.flush();
-
-        // Instance 1 in a child JVM, killed once some output is committed.
+        // Instance 1 in a child JVM. The first WARMUP sentences wait until it commits output; the
+        // input then keeps flowing (PACE sentences per poll of the output) and the child is killed
+        // when KILL_AT sentences are sent, so it dies with input to process and, most likely, a
+        // transaction open (SIGKILL: no close, no abort; the broker aborts it on timeout or fencing).
         Process child = startChild(appId, input, output, stateRoot.resolve("1").toString());
+        int next = 0;
+        for (; next < WARMUP; next++) producer.send(new ProducerRecord<>(input, "s" + next, sentence(next)));
+        producer.flush();
         long killedAt;
         long countsBeforeKill;
         try {
@@ -166,18 +176,25 @@ final class StreamsScenarios {
                 "no committed output from the first Streams instance within %d ms", WAIT_MS);
             poll(reader, seen, 100);
           }
-          // Let it get part of the way, then kill it mid-run (SIGKILL: no close, no abort).
-          deadline = System.currentTimeMillis() + WAIT_MS;
-          while (totalSeen(seen) < totalWords / 8 && System.currentTimeMillis() < deadline) poll(reader, seen, 50);
+          while (next < KILL_AT) {
+            for (int k = 0; k < PACE && next < KILL_AT; k++, next++)
+              producer.send(new ProducerRecord<>(input, "s" + next, sentence(next)));
+            producer.flush();
+            poll(reader, seen, 20);
+          }
+          // A last burst, and the kill while the child is processing it.
+          for (int k = 0; k < BURST; k++, next++) producer.send(new ProducerRecord<>(input, "s" + next, sentence(next)));
+          producer.flush();
+          poll(reader, seen, 40);
+          Scenarios.check(child.isAlive(), "the first Streams instance (child JVM) exited with %s", exitOf(child));
         } finally {
           child.destroyForcibly();
           child.waitFor(10, TimeUnit.SECONDS);
         }
         killedAt = System.nanoTime();
+        System.err.printf("streams.eos: first instance killed at %.1f s%n", (killedAt - t0) / 1e9);
         countsBeforeKill = totalSeen(seen);
-        Scenarios.check(countsBeforeKill < totalWords / 2,
-            "the first instance processed all of the first half (%d updates) before the kill", countsBeforeKill);
-        for (int i = half; i < SENTENCES; i++) producer.send(new ProducerRecord<>(input, "s" + i, sentence(i)));
+        for (; next < SENTENCES; next++) producer.send(new ProducerRecord<>(input, "s" + next, sentence(next)));
         producer.flush();
 
         // Instance 2 in this JVM, same application.id, a fresh state directory (restores from the changelog).
@@ -216,10 +233,12 @@ final class StreamsScenarios {
               e.getKey(), abbreviate(got), e.getValue(), got.size());
         }
         Scenarios.check(seen.keySet().equals(expected.keySet()), "words seen %s, expected %s", seen.keySet(), expected.keySet());
+        long uncommitted = countUncommitted(cp, outTps);
         String detail = String.format(
             "%d sentences, %d words, counts %s; each word's read_committed counts exactly 1..total; "
-                + "first instance SIGKILLed after %d committed updates; %s",
-            SENTENCES, totalWords, expected, countsBeforeKill, timing);
+                + "first instance SIGKILLed after %d committed updates; read_uncommitted sees %d updates "
+                + "(%d aborted); %s",
+            SENTENCES, totalWords, expected, countsBeforeKill, uncommitted, uncommitted - totalWords, timing);
         cleanup(admin, appId, input, output);
         return detail;
       }
@@ -247,6 +266,26 @@ final class StreamsScenarios {
   static void poll(KafkaConsumer<String, Long> reader, Map<String, List<Long>> seen, long ms) {
     for (ConsumerRecord<String, Long> r : reader.poll(Duration.ofMillis(ms)))
       seen.computeIfAbsent(r.key(), k -> new ArrayList<>()).add(r.value());
+  }
+
+  /**
+   * The output's data records under read_uncommitted (informative: more than the committed ones
+   * shows the kill left a transaction that was then aborted).
+   */
+  static long countUncommitted(Properties cp, List<TopicPartition> tps) {
+    Properties p = new Properties();
+    p.putAll(cp);
+    p.put(ConsumerConfig.ISOLATION_LEVEL_CONFIG, "read_uncommitted");
+    try (KafkaConsumer<String, Long> c = new KafkaConsumer<>(p)) {
+      c.assign(tps);
+      c.seekToBeginning(tps);
+      Map<TopicPartition, Long> end = c.endOffsets(tps);
+      long n = 0;
+      long deadline = System.currentTimeMillis() + WAIT_MS;
+      while (tps.stream().anyMatch(tp -> c.position(tp) < end.get(tp)) && System.currentTimeMillis() < deadline)
+        n += c.poll(Duration.ofMillis(200)).count();
+      return n;
+    }
   }
 
   static long totalSeen(Map<String, List<Long>> seen) {
