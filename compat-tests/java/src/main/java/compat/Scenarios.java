@@ -93,7 +93,8 @@ public final class Scenarios {
           "txn.commit",
           "txn.abort",
           "txn.fence",
-          "txn.offsets");
+          "txn.offsets",
+          "streams.eos");
 
   /** A scenario either returns its PASS detail or throws; Na marks a check this API cannot express. */
   interface Scenario {
@@ -203,6 +204,7 @@ public final class Scenarios {
       case "txn.abort" -> () -> new TxnScenarios(this).abort();
       case "txn.fence" -> () -> new TxnScenarios(this).fence();
       case "txn.offsets" -> () -> new TxnScenarios(this).offsets();
+      case "streams.eos" -> () -> new StreamsScenarios(this).eos();
       default -> null;
     };
   }
