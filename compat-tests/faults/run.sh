@@ -113,6 +113,7 @@ load_cluster "$data"
 # Brings every node back (resumes paused ones, heals partitions, starts dead ones) and
 # waits until the cluster lists all brokers.
 restore_cluster() {
+  local i
   node heal
   for ((i = 1; i <= N; i++)); do
     if node_alive "$i"; then node resume "$i"; else node start "$i"; fi
@@ -472,7 +473,7 @@ txn_fault() {
   local kind_=$1 hold=$2 n txid=$3 out=$4
   case $kind_ in
     kill-leader) n=$(leader0 "$out") || n=1; node kill "$n" ;;
-    kill-coordinator) n=$(txnf coordinator "$BOOTSTRAP" "$txid" 2>/dev/null); [[ $n =~ ^[1-9]$ ]] || n=1; node kill "$n" ;;
+    kill-coordinator) n=$(txnf coordinator "$BOOTSTRAP" "$txid" 2>>"$workdir/t.coordinator.err"); [[ $n =~ ^[1-9]$ ]] || n=1; node kill "$n" ;;
     pause) n=$((RANDOM % N + 1)); node pause "$n" ;;
     isolate) n=$((RANDOM % N + 1)); node isolate "$n" ;;
   esac
@@ -486,7 +487,7 @@ txn_fault() {
 # txn_run <seconds> <fixed|random>: seed, the read-process-write loop under faults, check.
 txn_run() {
   local budget=$1 mode=$2 in=fa-t-in out=fa-t-out group=fa-t-group txid=fa-t-txn logf="$workdir/t.log"
-  local end=$((SECONDS + budget)) kinds=(kill-leader kill-coordinator pause isolate) i=0 c
+  local end=$((SECONDS + budget)) kinds=(kill-leader kill-coordinator pause isolate) nf=0 c
   txn_done="" txn_notes=""
   { new_topic "$in" && new_topic "$out"; } || { check_line="CHECK FAIL"; row FAIL - "create-topic failed"; return; }
   txnf seed "$BOOTSTRAP" "$in" "${FAULTS_TXN_INPUTS:-$((budget * 300))}" >"$logf.seed" 2>&1 \
@@ -500,12 +501,12 @@ txn_run() {
   sleep 3
   while ((SECONDS < end)); do
     if [[ $mode == fixed ]]; then
-      ((i < ${#kinds[@]})) || break
-      txn_fault "${kinds[i]}" 8 "$txid" "$out"
+      ((nf < ${#kinds[@]})) || break
+      txn_fault "${kinds[nf]}" 8 "$txid" "$out"
     else
       txn_fault "${kinds[RANDOM % 4]}" $((RANDOM % 11 + 5)) "$txid" "$out"
     fi
-    i=$((i + 1))
+    nf=$((nf + 1))
     sleep $((RANDOM % 3 + 3))
   done
   # Let it commit after the last fault, then stop it.
@@ -524,7 +525,7 @@ txn_run() {
   # duplicated = duplicates; the other counts go to the notes.
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" \
     "$(field inputs_committed "$c")" "$(field lost_committed "$c")" "$(field duplicates "$c")" - - - "$v" \
-    "${txn_notes}aborted_read=$(field aborted_read "$c") torn=$(field torn "$c") offsets_without_output=$(field offsets_without_output "$c") unlogged=$(field unlogged "$c") txns=$(field txn_committed "$c")/$(field txn_aborted "$c")/$(field txn_unknown "$c") (committed/aborted/unknown); $i faults: $txn_done" >>"$results"
+    "${txn_notes}aborted_read=$(field aborted_read "$c") torn=$(field torn "$c") offsets_without_output=$(field offsets_without_output "$c") unlogged=$(field unlogged "$c") txns=$(field txn_committed "$c")/$(field txn_aborted "$c")/$(field txn_unknown "$c") (committed/aborted/unknown); $nf faults: $txn_done" >>"$results"
   say "verdict $v"
 }
 
