@@ -58,6 +58,10 @@ results="$workdir/results.tsv"
 
 "$COMPAT_DIR/install.sh" java >/dev/null 2>"$workdir/install.log" || { cat "$workdir/install.log" >&2; die "install.sh java failed"; }
 faults selftest >"$workdir/selftest.out" || { cat "$workdir/selftest.out"; die "checker selftest failed"; }
+TXN_JAVA=("${FAULTS_JAVA[@]}")
+TXN_JAVA[${#TXN_JAVA[@]}-1]=compat.TxnFaults
+txnf() { "${TXN_JAVA[@]}" "$@"; }
+txnf selftest >"$workdir/txn-selftest.out" || { cat "$workdir/txn-selftest.out"; die "transaction checker selftest failed"; }
 
 # Failure detection sped up for both brokers (our broker ignores keys it does not know):
 # a follower leaves the ISR after 5 s without catching up, Kafka fences a broker after
@@ -463,10 +467,6 @@ scenario_mixed() {
 }
 
 # ---------------------------------------------------------------- transactions
-
-TXN_JAVA=("${FAULTS_JAVA[@]}")
-TXN_JAVA[${#TXN_JAVA[@]}-1]=compat.TxnFaults
-txnf() { "${TXN_JAVA[@]}" "$@"; }
 
 # One transactional fault: kind and node; held $2 s, then the cluster is restored.
 txn_fault() {

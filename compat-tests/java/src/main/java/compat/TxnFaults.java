@@ -54,7 +54,8 @@ public final class TxnFaults {
             "  seed <bootstrap> <topicA> <n>                        writes in-0 .. in-<n-1>",
             "  process <bootstrap> <A> <B> <group> <txn-id> <log> <stop-file> <max-s>",
             "  coordinator <bootstrap> <txn-id>                     the node id of its coordinator",
-            "  check <bootstrap> <A> <B> <group> <log>              prints TXNCHECK PASS|FAIL k=v ..."));
+            "  check <bootstrap> <A> <B> <group> <log>              prints TXNCHECK PASS|FAIL k=v ...",
+            "  selftest                                             the checker on hand-made data"));
     System.exit(2);
   }
 
@@ -80,8 +81,41 @@ public final class TxnFaults {
         if (a.length != 5) usage();
         System.exit(check(a[0], a[1], a[2], a[3], Path.of(a[4])));
       }
+      case "selftest" -> System.exit(selftest());
       default -> usage();
     }
+  }
+
+  /** The checker on hand-made data: one anomaly of each kind. */
+  static int selftest() {
+    List<Txn> txns =
+        List.of(
+            new Txn("COMMITTED", "g1t1", List.of("in-0", "in-1")),
+            new Txn("ABORTED", "g1t2", List.of("in-2")),
+            new Txn("COMMITTED", "g1t3", List.of("in-2", "in-3")), // in-3 lost, torn
+            new Txn("UNKNOWN", "g1t4", List.of("in-4")),
+            new Txn("COMMITTED", "g2t1", List.of("in-4"))); // in-4 twice
+    List<String> visible =
+        List.of("in-0 g1t1", "in-1 g1t1", "in-2 g1t2", "in-2 g1t3", "in-4 g1t4", "in-4 g2t1", "in-9 g9t9");
+    // Offsets committed past in-5, which has no output.
+    Map<Integer, List<String>> inputs = Map.of(0, List.of("in-0", "in-1", "in-2", "in-3", "in-4", "in-5", "in-6"));
+    Report r = analyze(txns, visible, inputs, Map.of(0, 6L));
+    int f = 0;
+    f += Faults.expect("aborted_read", r.abortedRead, 1);
+    f += Faults.expect("lost_committed", r.lostCommitted, 1);
+    f += Faults.expect("torn", r.torn, 1);
+    // in-2 (g1t2 aborted + g1t3) and in-4 (g1t4 + g2t1).
+    f += Faults.expect("duplicates", r.duplicates, 2);
+    // in-3 and in-5 are below the committed offset 6 without output.
+    f += Faults.expect("offsets_without_output", r.offsetsWithoutOutput, 2);
+    f += Faults.expect("unlogged", r.unlogged, 1);
+    f += Faults.expect("inputs_committed", r.inputsCommitted, 6);
+    Report ok =
+        analyze(List.of(new Txn("COMMITTED", "g1t1", List.of("in-0")), new Txn("ABORTED", "g1t2", List.of("in-1"))),
+            List.of("in-0 g1t1"), Map.of(0, List.of("in-0", "in-1")), Map.of(0, 1L));
+    f += Faults.expect("clean verdict", ok.clean() ? 1 : 0, 1);
+    System.out.println(f == 0 ? "SELFTEST PASS" : "SELFTEST FAIL " + f);
+    return f == 0 ? 0 : 1;
   }
 
   // ---------------------------------------------------------------- seed
