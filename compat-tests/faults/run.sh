@@ -499,7 +499,9 @@ txn_run() {
   local deadline=$((SECONDS + 60))
   until grep -q $'\tCOMMITTED\t' "$logf" 2>/dev/null || ((SECONDS > deadline)); do sleep 1; done
   sleep 3
-  while ((SECONDS < end)); do
+  # fixed: the four faults once each whatever the budget (it sizes the input); random: until
+  # the budget is spent.
+  while [[ $mode == fixed ]] || ((SECONDS < end)); do
     if [[ $mode == fixed ]]; then
       ((nf < ${#kinds[@]})) || break
       txn_fault "${kinds[nf]}" 8 "$txid" "$out"
