@@ -13,23 +13,30 @@
 #   e  kill -9 the active (Raft/KRaft) controller: a topic creation succeeds after re-election
 #   f  rolling restart: SIGTERM (controlled shutdown) and restart each node in turn: the
 #      producer sees no error it does not retry, and no partition stalls > 10 s
+#   t  transactions: a read-process-write loop (compat.TxnFaults) under kill -9 of a leader
+#      of the output topic, kill -9 of the transaction coordinator, SIGSTOP and a network
+#      partition; the checker counts lost committed, aborted reads, torn transactions,
+#      duplicates and offsets committed without output (FAULTS_TXN_S, default 75 s)
+# --txn-duration S: the transactional loop alone for S seconds with random faults.
 # Environment: CLUSTER_PORT (default 30092), FAULTS_RATE (records/s, default 200),
 # FAULTS_WORKDIR (default a new directory under /tmp; kept), BROKER_BIN (ours).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../cluster/common.sh"
 
-usage() { sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [[ $# -ge 1 ]] || usage
 kind=$1
 shift
 [[ $kind == ours || $kind == kafka ]] || usage
 duration=0
-only="a,b,c,d,e,f"
+only="a,b,c,d,e,f,t"
+txn_duration=0
 keep=0
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --short) duration=0 ;;
     --duration) duration=${2:?}; shift ;;
+    --txn-duration) txn_duration=${2:?}; shift ;;
     --only) only=${2:?}; shift ;;
     --keep) keep=1 ;;
     *) usage ;;
@@ -51,6 +58,10 @@ results="$workdir/results.tsv"
 
 "$COMPAT_DIR/install.sh" java >/dev/null 2>"$workdir/install.log" || { cat "$workdir/install.log" >&2; die "install.sh java failed"; }
 faults selftest >"$workdir/selftest.out" || { cat "$workdir/selftest.out"; die "checker selftest failed"; }
+TXN_JAVA=("${FAULTS_JAVA[@]}")
+TXN_JAVA[${#TXN_JAVA[@]}-1]=compat.TxnFaults
+txnf() { "${TXN_JAVA[@]}" "$@"; }
+txnf selftest >"$workdir/txn-selftest.out" || { cat "$workdir/txn-selftest.out"; die "transaction checker selftest failed"; }
 
 # Failure detection sped up for both brokers (our broker ignores keys it does not know):
 # a follower leaves the ISR after 5 s without catching up, Kafka fences a broker after
@@ -58,11 +69,17 @@ faults selftest >"$workdir/selftest.out" || { cat "$workdir/selftest.out"; die "
 export CLUSTER_EXTRA_PROPERTIES="replica.lag.time.max.ms=5000
 broker.session.timeout.ms=6000
 broker.heartbeat.interval.ms=1000
+transaction.state.log.replication.factor=3
+transaction.state.log.min.isr=2
+offsets.topic.replication.factor=3
+group.initial.rebalance.delay.ms=0
 ${CLUSTER_EXTRA_PROPERTIES:-}"
 
 produce_pid=
+process_pid=
 cleanup() {
   [[ -n $produce_pid ]] && kill "$produce_pid" 2>/dev/null
+  [[ -n $process_pid ]] && kill "$process_pid" 2>/dev/null
   if [[ -f "$data/cluster.env" ]]; then
     "$CLUSTER_DIR/stop.sh" "$data" >/dev/null 2>&1
     ((keep)) || rm -rf "$data"/node*/data
@@ -75,7 +92,9 @@ node() { "$CLUSTER_DIR/node.sh" "$data" "$@"; }
 now_ms() { date +%s%3N; }
 say() { log "[$scenario] $*"; }
 
-if ((duration > 0)); then
+if ((txn_duration > 0)); then
+  list=(txnmixed)
+elif ((duration > 0)); then
   list=(mixed)
 else
   IFS=, read -r -a list <<<"$only"
@@ -98,6 +117,7 @@ load_cluster "$data"
 # Brings every node back (resumes paused ones, heals partitions, starts dead ones) and
 # waits until the cluster lists all brokers.
 restore_cluster() {
+  local i
   node heal
   for ((i = 1; i <= N; i++)); do
     if node_alive "$i"; then node resume "$i"; else node start "$i"; fi
@@ -445,6 +465,74 @@ scenario_mixed() {
   run_check "$topic" "$logf" --resume-from "$t"
   row "$verdict" "$(field resume_ms "$check_line")" "${notes}$faults_done faults: $done_list"
 }
+
+# ---------------------------------------------------------------- transactions
+
+# One transactional fault: kind and node; held $2 s, then the cluster is restored.
+txn_fault() {
+  local kind_=$1 hold=$2 n txid=$3 out=$4
+  case $kind_ in
+    kill-leader) n=$(leader0 "$out") || n=1; node kill "$n" ;;
+    kill-coordinator) n=$(txnf coordinator "$BOOTSTRAP" "$txid" 2>>"$workdir/t.coordinator.err"); [[ $n =~ ^[1-9]$ ]] || n=1; node kill "$n" ;;
+    pause) n=$((RANDOM % N + 1)); node pause "$n" ;;
+    isolate) n=$((RANDOM % N + 1)); node isolate "$n" ;;
+  esac
+  say "fault: $kind_ node $n for $hold s"
+  txn_done+="${txn_done:+, }$kind_ $n"
+  sleep "$hold"
+  restore_cluster || txn_notes+="cluster did not recover after $kind_ $n; "
+  faults await-isr "$BOOTSTRAP" "$out" full 90 >/dev/null 2>&1 || txn_notes+="ISR not full 90 s after $kind_ $n; "
+}
+
+# txn_run <seconds> <fixed|random>: seed, the read-process-write loop under faults, check.
+txn_run() {
+  local budget=$1 mode=$2 in=fa-t-in out=fa-t-out group=fa-t-group txid=fa-t-txn logf="$workdir/t.log"
+  local end=$((SECONDS + budget)) kinds=(kill-leader kill-coordinator pause isolate) nf=0 c
+  txn_done="" txn_notes=""
+  { new_topic "$in" && new_topic "$out"; } || { check_line="CHECK FAIL"; row FAIL - "create-topic failed"; return; }
+  txnf seed "$BOOTSTRAP" "$in" "${FAULTS_TXN_INPUTS:-$((budget * 300))}" >"$logf.seed" 2>&1 \
+    || { check_line="CHECK FAIL"; row FAIL - "seeding failed: $(tail -1 "$logf.seed")"; return; }
+  rm -f "$workdir/t.stop"
+  txnf process "$BOOTSTRAP" "$in" "$out" "$group" "$txid" "$logf" "$workdir/t.stop" $((budget + 600)) \
+    >"$logf.out" 2>"$logf.err" &
+  process_pid=$!
+  local deadline=$((SECONDS + 60))
+  until grep -q $'\tCOMMITTED\t' "$logf" 2>/dev/null || ((SECONDS > deadline)); do sleep 1; done
+  sleep 3
+  # fixed: the four faults once each whatever the budget (it sizes the input); random: until
+  # the budget is spent.
+  while [[ $mode == fixed ]] || ((SECONDS < end)); do
+    if [[ $mode == fixed ]]; then
+      ((nf < ${#kinds[@]})) || break
+      txn_fault "${kinds[nf]}" 8 "$txid" "$out"
+    else
+      txn_fault "${kinds[RANDOM % 4]}" $((RANDOM % 11 + 5)) "$txid" "$out"
+    fi
+    nf=$((nf + 1))
+    sleep $((RANDOM % 3 + 3))
+  done
+  # Let it commit after the last fault, then stop it.
+  sleep 5
+  touch "$workdir/t.stop"
+  wait "$process_pid"
+  process_pid=
+  txnf check "$BOOTSTRAP" "$in" "$out" "$group" "$logf" >"$logf.check" 2>"$logf.check.err"
+  c=$(grep -m1 '^TXNCHECK ' "$logf.check")
+  [[ -n $c ]] || c="TXNCHECK FAIL (checker crashed: $(tail -1 "$logf.check.err"))"
+  say "$c"
+  say "$(tail -1 "$logf.out")"
+  local v=PASS
+  [[ $c == "TXNCHECK PASS"* ]] || v=FAIL
+  # Columns: acked = inputs under the committed offsets, lost = lost committed,
+  # duplicated = duplicates; the other counts go to the notes.
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" \
+    "$(field inputs_committed "$c")" "$(field lost_committed "$c")" "$(field duplicates "$c")" - - - "$v" \
+    "${txn_notes}aborted_read=$(field aborted_read "$c") torn=$(field torn "$c") offsets_without_output=$(field offsets_without_output "$c") unlogged=$(field unlogged "$c") txns=$(field txn_committed "$c")/$(field txn_aborted "$c")/$(field txn_unknown "$c") (committed/aborted/unknown); $nf faults: $txn_done" >>"$results"
+  say "verdict $v"
+}
+
+scenario_t() { txn_run "${FAULTS_TXN_S:-75}" fixed; }
+scenario_txnmixed() { txn_run "$txn_duration" random; }
 
 # ---------------------------------------------------------------- run
 
