@@ -13,6 +13,10 @@ fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
 }
 
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
 /// Writes an encoded request body.
 type BodyWriter = Box<dyn FnOnce(&mut Vec<u8>)>;
 
@@ -374,6 +378,39 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
                 version,
             )
         }
+        ApiKey::AddPartitionsToTxn => {
+            let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
+            t.name = name("sweep");
+            t.partitions = vec![0];
+            enc(
+                AddPartitionsToTxnRequest::default()
+                    .with_v3_and_below_transactional_id(TransactionalId(s("sweep-tx")))
+                    .with_v3_and_below_producer_id(ProducerId(1))
+                    .with_v3_and_below_producer_epoch(0)
+                    .with_v3_and_below_topics(vec![t]),
+                version,
+            )
+        }
+        ApiKey::AddOffsetsToTxn => enc(
+            AddOffsetsToTxnRequest::default()
+                .with_transactional_id(TransactionalId(s("sweep-tx")))
+                .with_producer_id(ProducerId(1))
+                .with_group_id(GroupId(s("sweep-group"))),
+            version,
+        ),
+        ApiKey::EndTxn => enc(
+            EndTxnRequest::default()
+                .with_transactional_id(TransactionalId(s("sweep-tx")))
+                .with_producer_id(ProducerId(1))
+                .with_committed(true),
+            version,
+        ),
+        ApiKey::DescribeTransactions => enc(
+            DescribeTransactionsRequest::default()
+                .with_transactional_ids(vec![TransactionalId(s("sweep-tx"))]),
+            version,
+        ),
+        ApiKey::ListTransactions => enc(ListTransactionsRequest::default(), version),
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }
