@@ -310,8 +310,13 @@ pub fn remove_deleted_dirs(data_dir: &Path) -> io::Result<usize> {
         let entry = entry?;
         let name = entry.file_name();
         if name.to_str().is_some_and(is_deleted_dir_name) && entry.file_type()?.is_dir() {
-            fs::remove_dir_all(entry.path())?;
-            removed += 1;
+            // The background deletion of a directory renamed just now may
+            // remove it (or files in it) first: gone is what we want.
+            match fs::remove_dir_all(entry.path()) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
         }
     }
     Ok(removed)
