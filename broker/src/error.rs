@@ -69,6 +69,10 @@ pub enum PartitionError {
     /// id: Kafka refuses the whole request, every partition with this code.
     #[error("transactional records need the request's transactional id")]
     TransactionalIdAuthorizationFailed,
+    /// The transaction coordinator did not confirm the batch's transaction
+    /// (KIP-890), or its answer is stale: the code the producer gets.
+    #[error("transaction check failed: {reason}")]
+    TransactionCheck { code: ResponseError, reason: String },
     /// Kafka's rule: only the broker writes its internal topics.
     #[error("Cannot append to internal topic {0}")]
     InternalTopic(String),
@@ -115,6 +119,7 @@ impl PartitionError {
             PartitionError::TransactionalIdAuthorizationFailed => {
                 ResponseError::TransactionalIdAuthorizationFailed
             }
+            PartitionError::TransactionCheck { code, .. } => *code,
         };
         e.code()
     }

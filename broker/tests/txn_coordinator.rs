@@ -1,7 +1,9 @@
 //! The transaction coordinator over the wire, as a TV1 client drives it:
 //! FindCoordinator (key type 1), InitProducerId with a transactional id,
 //! AddPartitionsToTxn, transactional Produce, EndTxn, then what
-//! read_committed consumers and DescribeTransactions/ListTransactions see.
+//! read_committed consumers and DescribeTransactions/ListTransactions see;
+//! then transaction version 2 (Produce v12 and TxnOffsetCommit v5 adding
+//! partitions, EndTxn v5 bumping the epoch) and KIP-890 verification.
 
 mod common;
 
@@ -137,6 +139,18 @@ impl<'a> Txn<'a> {
 }
 
 async fn produce_txn(c: &mut Client, id: &str, topic: &str, partition: i32, batch: Bytes) -> i16 {
+    produce_at(c, 9, id, topic, partition, batch).await
+}
+
+/// A transactional Produce at `version`; the partition's error code.
+async fn produce_at(
+    c: &mut Client,
+    version: i16,
+    id: &str,
+    topic: &str,
+    partition: i32,
+    batch: Bytes,
+) -> i16 {
     let req = ProduceRequest::default()
         .with_transactional_id(Some(TransactionalId(s(id))))
         .with_acks(-1)
@@ -148,8 +162,73 @@ async fn produce_txn(c: &mut Client, id: &str, topic: &str, partition: i32, batc
                     .with_index(partition)
                     .with_records(Some(batch)),
             ])]);
-    let resp: ProduceResponse = c.call(ApiKey::Produce, 9, &req).await;
+    let resp: ProduceResponse = c.call(ApiKey::Produce, version, &req).await;
     resp.responses[0].partition_responses[0].error_code
+}
+
+/// EndTxn v5 (transaction version 2): the error and the producer id and
+/// epoch the client continues with.
+async fn end_txn_v5(
+    c: &mut Client,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+) -> (i16, i64, i16) {
+    let req = EndTxnRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_committed(commit);
+    let resp: EndTxnResponse = c.call(ApiKey::EndTxn, 5, &req).await;
+    (resp.error_code, resp.producer_id.0, resp.producer_epoch)
+}
+
+/// A TxnOffsetCommit at `version` of `offset` for partition 0 of `topic`,
+/// outside any group membership; the partition's error code.
+async fn txn_offset_commit(
+    c: &mut Client,
+    version: i16,
+    id: &str,
+    (pid, epoch): (i64, i16),
+    group: &str,
+    topic: &str,
+    offset: i64,
+) -> i16 {
+    let req = TxnOffsetCommitRequest::default()
+        .with_transactional_id(TransactionalId(s(id)))
+        .with_group_id(GroupId(s(group)))
+        .with_producer_id(ProducerId(pid))
+        .with_producer_epoch(epoch)
+        .with_generation_id(-1)
+        .with_member_id(s(""))
+        .with_topics(vec![
+            txn_offset_commit_request::TxnOffsetCommitRequestTopic::default()
+                .with_name(TopicName(s(topic)))
+                .with_partitions(vec![
+                    txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()
+                        .with_partition_index(0)
+                        .with_committed_offset(offset),
+                ]),
+        ]);
+    let resp: TxnOffsetCommitResponse = c.call(ApiKey::TxnOffsetCommit, version, &req).await;
+    resp.topics[0].partitions[0].error_code
+}
+
+/// The group's committed offset of partition 0 of `topic` (-1 for none),
+/// stable offsets required.
+async fn committed_offset(c: &mut Client, group: &str, topic: &str) -> (i16, i64) {
+    let req = OffsetFetchRequest::default()
+        .with_group_id(GroupId(s(group)))
+        .with_require_stable(true)
+        .with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default()
+                .with_name(TopicName(s(topic)))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let resp: OffsetFetchResponse = c.call(ApiKey::OffsetFetch, 7, &req).await;
+    let p = &resp.topics[0].partitions[0];
+    (p.error_code, p.committed_offset)
 }
 
 async fn end_txn(c: &mut Client, id: &str, pid: i64, epoch: i16, commit: bool) -> i16 {
@@ -511,4 +590,178 @@ async fn bad_transactional_requests_get_kafkas_errors() {
     let d = describe(wrong_pid.c, "never-seen").await;
     assert_eq!(d.error_code, ResponseError::TransactionalIdNotFound.code());
     b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_2_transaction_is_added_by_the_leader_and_bumps_the_epoch_when_it_ends() {
+    let b = common::start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("v2", 2, &[]).await, 0);
+    let mut reader = Client::connect(b.running.local_addr).await;
+    let tx = Txn::begin(&mut c, "tx-v2").await;
+    let (pid, id) = (tx.pid, tx.id.clone());
+
+    // Produce v12 with no AddPartitionsToTxn: the leader adds each partition.
+    for p in [0, 1] {
+        let batch = txn_batch(&["a"], pid, 0, 0);
+        assert_eq!(produce_at(tx.c, 12, &id, "v2", p, batch).await, 0);
+    }
+    let d = describe(tx.c, &id).await;
+    assert_eq!(
+        (d.transaction_state.as_str(), d.topics[0].partitions.clone()),
+        ("Ongoing", vec![0, 1])
+    );
+    assert_eq!(end_txn_v5(tx.c, &id, pid, 0, true).await, (0, pid, 1));
+    // The client continues at epoch 1, sequences from 0.
+    assert_eq!(
+        produce_at(tx.c, 12, &id, "v2", 0, txn_batch(&["b"], pid, 1, 0)).await,
+        0
+    );
+    assert_eq!(end_txn_v5(tx.c, &id, pid, 1, false).await, (0, pid, 2));
+    // A retry of that abort (its answer lost) succeeds with the same answer;
+    // a commit at the old epoch is a different request and is fenced... by
+    // state: the transaction it would retry was an abort.
+    wait_for_state(tx.c, &id, "CompleteAbort").await;
+    assert_eq!(end_txn_v5(tx.c, &id, pid, 1, false).await, (0, pid, 2));
+    assert_eq!(
+        end_txn_v5(tx.c, &id, pid, 1, true).await.0,
+        ResponseError::InvalidTxnState.code()
+    );
+    assert_eq!(
+        end_txn_v5(tx.c, &id, pid, 0, true).await.0,
+        ResponseError::ProducerFenced.code()
+    );
+    // A straggler of the committed transaction (epoch 0) is fenced by the
+    // bumped epoch its marker carried.
+    assert_eq!(
+        produce_at(tx.c, 12, &id, "v2", 1, txn_batch(&["late"], pid, 0, 1)).await,
+        ResponseError::InvalidProducerEpoch.code()
+    );
+    assert_eq!(
+        committed_values(&fetch(&mut reader, "v2", 0, 0, 1).await),
+        ["a"]
+    );
+    assert_eq!(
+        committed_values(&fetch(&mut reader, "v2", 1, 0, 1).await),
+        ["a"]
+    );
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_first_batch_the_coordinator_does_not_know_is_refused_unappended() {
+    let b = common::start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("vf", 1, &[]).await, 0);
+    let mut reader = Client::connect(b.running.local_addr).await;
+    let mut tx = Txn::begin(&mut c, "tx-verify").await;
+    let (pid, id) = (tx.pid, tx.id.clone());
+
+    // KIP-890 part 1: the partition was never added to the transaction.
+    let batch = txn_batch(&["hang"], pid, 0, 0);
+    assert_eq!(
+        produce_at(tx.c, 11, &id, "vf", 0, batch.clone()).await,
+        ResponseError::TransactionAbortable.code()
+    );
+    assert_eq!(
+        produce_at(tx.c, 9, &id, "vf", 0, batch.clone()).await,
+        ResponseError::InvalidTxnState.code()
+    );
+    assert_eq!(fetch(&mut reader, "vf", 0, 0, 0).await.high_watermark, 0);
+    // Once added, the same batch is appended.
+    assert_eq!(tx.add("vf", &[0]).await, vec![(0, 0)]);
+    assert_eq!(produce_at(tx.c, 11, &id, "vf", 0, batch).await, 0);
+    tx.seq = 1;
+    assert_eq!(tx.end(true).await, 0);
+    wait_for_state(tx.c, &id, "CompleteCommit").await;
+    // The next transaction's first batch is checked again: the producer
+    // did not add the partition this time.
+    assert_eq!(
+        produce_at(tx.c, 11, &id, "vf", 0, txn_batch(&["x"], pid, 0, 1)).await,
+        ResponseError::TransactionAbortable.code()
+    );
+    assert_eq!(
+        committed_values(&fetch(&mut reader, "vf", 0, 0, 1).await),
+        ["hang"]
+    );
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn txn_offset_commit_v5_adds_the_groups_partition_and_v3_must_find_it_added() {
+    let b = common::start(&[("offsets.topic.num.partitions", "3")]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("in", 1, &[]).await, 0);
+    // As a client does, find the group's coordinator first (which creates
+    // `__consumer_offsets`).
+    let found: FindCoordinatorResponse = c
+        .call(
+            ApiKey::FindCoordinator,
+            3,
+            &FindCoordinatorRequest::default().with_key(s("g5")),
+        )
+        .await;
+    assert_eq!(found.error_code, 0);
+    let tx = Txn::begin(&mut c, "tx-offsets").await;
+    let (pid, id) = (tx.pid, tx.id.clone());
+
+    // Before v5 the client must have called AddOffsetsToTxn.
+    assert_eq!(
+        txn_offset_commit(tx.c, 3, &id, (pid, 0), "g5", "in", 7).await,
+        ResponseError::InvalidTxnState.code()
+    );
+    // v5: the group coordinator adds `__consumer_offsets` for the client.
+    assert_eq!(
+        txn_offset_commit(tx.c, 5, &id, (pid, 0), "g5", "in", 7).await,
+        0
+    );
+    let d = describe(tx.c, &id).await;
+    assert_eq!(d.transaction_state.as_str(), "Ongoing");
+    assert_eq!(d.topics[0].topic.as_str(), "__consumer_offsets");
+    assert_eq!(
+        committed_offset(tx.c, "g5", "in").await.0,
+        ResponseError::UnstableOffsetCommit.code()
+    );
+    assert_eq!(end_txn_v5(tx.c, &id, pid, 0, true).await, (0, pid, 1));
+    wait_for_state(tx.c, &id, "CompleteCommit").await;
+    assert_eq!(committed_offset(tx.c, "g5", "in").await, (0, 7));
+    // A fenced epoch is refused before anything is stored.
+    assert_eq!(
+        txn_offset_commit(tx.c, 5, &id, (pid, 0), "g5", "in", 9).await,
+        ResponseError::InvalidProducerEpoch.code()
+    );
+    assert_eq!(committed_offset(tx.c, "g5", "in").await, (0, 7));
+    b.running.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn api_versions_finalizes_the_configured_transaction_version() {
+    async fn level(extra: &[(&str, &str)]) -> (Vec<(String, i16, i16)>, Vec<(String, i16)>) {
+        let b = common::start(extra).await;
+        let mut c = Client::connect(b.running.local_addr).await;
+        let req = ApiVersionsRequest::default()
+            .with_client_software_name(s("t"))
+            .with_client_software_version(s("1"));
+        let resp: ApiVersionsResponse = c.call(ApiKey::ApiVersions, 3, &req).await;
+        b.running.shutdown().await;
+        (
+            resp.supported_features
+                .iter()
+                .map(|f| (f.name.to_string(), f.min_version, f.max_version))
+                .collect(),
+            resp.finalized_features
+                .iter()
+                .map(|f| (f.name.to_string(), f.max_version_level))
+                .collect(),
+        )
+    }
+    let tv = "transaction.version".to_string();
+    assert_eq!(
+        level(&[]).await,
+        (vec![(tv.clone(), 0, 2)], vec![(tv.clone(), 2)])
+    );
+    assert_eq!(
+        level(&[("transaction.version", "1")]).await.1,
+        vec![(tv, 1)]
+    );
 }

@@ -382,14 +382,27 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             let mut t = add_partitions_to_txn_request::AddPartitionsToTxnTopic::default();
             t.name = name("sweep");
             t.partitions = vec![0];
-            enc(
-                AddPartitionsToTxnRequest::default()
-                    .with_v3_and_below_transactional_id(TransactionalId(s("sweep-tx")))
-                    .with_v3_and_below_producer_id(ProducerId(1))
-                    .with_v3_and_below_producer_epoch(0)
-                    .with_v3_and_below_topics(vec![t]),
-                version,
-            )
+            if version >= 4 {
+                // The batched form a partition leader sends.
+                let txn = add_partitions_to_txn_request::AddPartitionsToTxnTransaction::default()
+                    .with_transactional_id(TransactionalId(s("sweep-tx")))
+                    .with_producer_id(ProducerId(1))
+                    .with_verify_only(true)
+                    .with_topics(vec![t]);
+                enc(
+                    AddPartitionsToTxnRequest::default().with_transactions(vec![txn]),
+                    version,
+                )
+            } else {
+                enc(
+                    AddPartitionsToTxnRequest::default()
+                        .with_v3_and_below_transactional_id(TransactionalId(s("sweep-tx")))
+                        .with_v3_and_below_producer_id(ProducerId(1))
+                        .with_v3_and_below_producer_epoch(0)
+                        .with_v3_and_below_topics(vec![t]),
+                    version,
+                )
+            }
         }
         ApiKey::AddOffsetsToTxn => enc(
             AddOffsetsToTxnRequest::default()

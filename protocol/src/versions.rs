@@ -79,8 +79,9 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::ListGroups, 0, 5),
     ApiRange::new(ApiKey::DeleteGroups, 0, 2),
     ApiRange::new(ApiKey::OffsetDelete, 0, 0),
-    // Transactional offset commits (issue 30); v5 is KIP-890 part 2's.
-    ApiRange::new(ApiKey::TxnOffsetCommit, 0, 4),
+    // Transactional offset commits (issue 30); v5 is transaction version 2's
+    // (the group coordinator adds its partition to the transaction).
+    ApiRange::new(ApiKey::TxnOffsetCommit, 0, 5),
     // KIP-848: the consumer group protocol (group.protocol=consumer).
     ApiRange::new(ApiKey::ConsumerGroupHeartbeat, 0, 1),
     ApiRange::new(ApiKey::ConsumerGroupDescribe, 0, 1),
@@ -89,12 +90,11 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     // decode yet, and TV1 coordinators send v1.
     ApiRange::new(ApiKey::WriteTxnMarkers, 1, 1),
     ApiRange::new(ApiKey::DescribeProducers, 0, 0),
-    // The coordinator speaks transaction version 1: clients add partitions
-    // themselves (AddPartitionsToTxn v4+ is broker-to-coordinator
-    // verification, EndTxn v5 the TV2 epoch bump).
-    ApiRange::new(ApiKey::AddPartitionsToTxn, 0, 3),
+    // AddPartitionsToTxn v4+ is the batched form brokers send the
+    // coordinator (KIP-890); EndTxn v5 is transaction version 2's epoch bump.
+    ApiRange::new(ApiKey::AddPartitionsToTxn, 0, 5),
     ApiRange::new(ApiKey::AddOffsetsToTxn, 0, 4),
-    ApiRange::new(ApiKey::EndTxn, 0, 4),
+    ApiRange::new(ApiKey::EndTxn, 0, 5),
     ApiRange::new(ApiKey::DescribeTransactions, 0, 0),
     ApiRange::new(ApiKey::ListTransactions, 0, 2),
 ];

@@ -142,6 +142,16 @@ pub struct ServerConfig {
     /// `transaction.max.timeout.ms`: the longest `transaction.timeout.ms` a
     /// producer may ask for.
     pub transaction_max_timeout_ms: i32,
+    /// `transaction.version`: the finalized level of Kafka's feature of that
+    /// name (Kafka sets it when the cluster is formatted, or with
+    /// kafka-features.sh). 2 (KIP-890 part 2) as on a new Kafka 4.4 cluster;
+    /// 0 and 1 keep Java clients on the version 1 protocol.
+    pub transaction_version: i16,
+    /// `transaction.partition.verification.enable`: a producer's first
+    /// batch of a transaction on a partition (and a TxnOffsetCommit before
+    /// v5) is appended only once the coordinator confirms the partition is
+    /// in the transaction (KIP-890 part 1).
+    pub transaction_partition_verification_enable: bool,
     /// `transactional.id.expiration.ms`: an idle transactional id is removed.
     pub transactional_id_expiration_ms: i64,
     pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
@@ -245,6 +255,8 @@ impl Default for ServerConfig {
             transaction_state_log_min_isr: 1,
             transaction_state_log_segment_bytes: 104_857_600,
             transaction_max_timeout_ms: 900_000,
+            transaction_version: 2,
+            transaction_partition_verification_enable: true,
             transactional_id_expiration_ms: 604_800_000,
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
@@ -572,6 +584,16 @@ impl ServerConfig {
                 self.transaction_state_log_segment_bytes = parse_num(key, v)?
             }
             "transaction.max.timeout.ms" => self.transaction_max_timeout_ms = parse_num(key, v)?,
+            "transaction.partition.verification.enable" => {
+                self.transaction_partition_verification_enable = parse_bool(key, v)?
+            }
+            "transaction.version" => {
+                let level: i16 = parse_num(key, v)?;
+                if !(0..=2).contains(&level) {
+                    return Err(invalid(key, v, "must be 0, 1 or 2"));
+                }
+                self.transaction_version = level;
+            }
             "transactional.id.expiration.ms" => {
                 self.transactional_id_expiration_ms = parse_num(key, v)?
             }

@@ -75,7 +75,9 @@ pub async fn dispatch(
     use RequestKind as R;
     use ResponseKind as S;
     match request {
-        R::ApiVersions(r) => Reply::Respond(S::ApiVersions(api_versions::handle(version, r))),
+        R::ApiVersions(r) => {
+            Reply::Respond(S::ApiVersions(api_versions::handle(broker, version, r)))
+        }
         R::Metadata(r) => Reply::Respond(S::Metadata(metadata::handle(broker, version, r).await)),
         R::Produce(r) => match produce::handle(broker, version, r).await {
             Some(resp) => Reply::Respond(S::Produce(resp)),
@@ -103,7 +105,7 @@ pub async fn dispatch(
         R::AddOffsetsToTxn(r) => {
             Reply::Respond(S::AddOffsetsToTxn(txn::add_offsets(broker, r).await))
         }
-        R::EndTxn(r) => Reply::Respond(S::EndTxn(txn::end_txn(broker, r).await)),
+        R::EndTxn(r) => Reply::Respond(S::EndTxn(txn::end_txn(broker, version, r).await)),
         R::DescribeTransactions(r) => {
             Reply::Respond(S::DescribeTransactions(txn::describe(broker, r).await))
         }

@@ -15,8 +15,14 @@
 //!
 //! Transactional records need the request's `transactional_id`: without
 //! one Kafka answers TRANSACTIONAL_ID_AUTHORIZATION_FAILED for every
-//! partition. With one they are appended (whether the coordinator added the
-//! partition to the transaction is not verified yet: KIP-890 part 1).
+//! partition. A producer's first batch of a transaction on a partition is
+//! appended only once the transaction coordinator confirms it (KIP-890,
+//! Kafka's `AddPartitionsToTxnManager`): v0-11 have it verify that the
+//! client added the partition (part 1, which keeps a late batch from
+//! opening a transaction no marker will close); v12 (transaction version
+//! 2) has it add the partition for the client (part 2). Verification is
+//! skipped when `transaction.partition.verification.enable` is false, as in
+//! Kafka; adding never is.
 //!
 //! The wait happens inside the handler, so later requests on the same
 //! connection wait too. That is Kafka's behaviour: its network layer mutes a
@@ -31,6 +37,7 @@ use kafka_protocol::messages::{ProduceRequest, ProduceResponse};
 use kafka_protocol::ResponseError;
 use protocol::record_batch::RecordBatchView;
 
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use super::leader_hints::LeaderHints;
@@ -39,6 +46,8 @@ use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
 use crate::partition::validate::RecordErrors;
 use crate::replica_manager::PartitionRef;
+use crate::txn::service::TxnCheck;
+use crate::txn::TxnError;
 use crate::types::{Offset, TopicPartition};
 
 /// The first Produce version Kafka 4 accepts.
@@ -124,6 +133,120 @@ fn has_transactional_records(req: &ProduceRequest) -> bool {
         .any(|r| RecordBatchView::parse(r).is_ok_and(|b| b.is_transactional()))
 }
 
+/// A partition's confirmed transaction check: the batch's producer and the
+/// token its append presents (`None`: no check was needed).
+struct Checked {
+    producer_id: i64,
+    producer_epoch: i16,
+    token: Option<u64>,
+}
+
+/// The code a refused transactional batch gets: TRANSACTION_ABORTABLE from
+/// v11 (clients that know it abort and retry), INVALID_TXN_STATE before.
+fn refused_code(version: i16) -> ResponseError {
+    if version >= 11 {
+        ResponseError::TransactionAbortable
+    } else {
+        ResponseError::InvalidTxnState
+    }
+}
+
+/// Kafka's mapping of the coordinator's answer for a Produce response:
+/// a fenced producer gets INVALID_PRODUCER_EPOCH, and a coordinator that is
+/// moving, loading or still writing the previous transaction's markers
+/// gets NOT_ENOUGH_REPLICAS, which every client retries.
+fn check_error(version: i16, e: TxnError) -> PartitionError {
+    let code = match e {
+        TxnError::ProducerFenced => ResponseError::InvalidProducerEpoch,
+        TxnError::TransactionAbortable | TxnError::InvalidTxnState => refused_code(version),
+        TxnError::ConcurrentTransactions
+        | TxnError::NotCoordinator
+        | TxnError::CoordinatorNotAvailable
+        | TxnError::CoordinatorLoadInProgress => ResponseError::NotEnoughReplicas,
+        TxnError::InvalidProducerIdMapping => ResponseError::InvalidProducerIdMapping,
+        TxnError::InvalidTransactionTimeout
+        | TxnError::InvalidRequest
+        | TxnError::TransactionalIdNotFound => ResponseError::InvalidTxnState,
+    };
+    PartitionError::TransactionCheck {
+        code,
+        reason: e.to_string(),
+    }
+}
+
+/// Asks the transaction coordinator about every partition here whose batch
+/// opens a transaction, one request per producer, before anything is
+/// appended. Partitions needing no check (or that this node does not lead:
+/// the append answers those) are absent.
+async fn check_transactions(
+    broker: &Broker,
+    version: i16,
+    transactional_id: &str,
+    req: &ProduceRequest,
+) -> HashMap<(String, i32), Result<Checked, PartitionError>> {
+    let mut out = HashMap::new();
+    let check = if version >= 12 {
+        TxnCheck::Add
+    } else if broker.config.transaction_partition_verification_enable {
+        TxnCheck::Verify
+    } else {
+        return out;
+    };
+    let mut by_producer: BTreeMap<(i64, i16), BTreeMap<String, BTreeSet<i32>>> = BTreeMap::new();
+    for topic in &req.topic_data {
+        for pd in &topic.partition_data {
+            let Some(records) = &pd.records else { continue };
+            let Ok(batch) = RecordBatchView::parse(records) else {
+                continue;
+            };
+            if !batch.is_transactional() || batch.is_control() || batch.producer_id() < 0 {
+                continue;
+            }
+            let (pid, epoch) = (batch.producer_id(), batch.producer_epoch());
+            let tp = TopicPartition::new(topic.name.0.as_str(), pd.index);
+            let Some(part) = broker.replicas.get(&tp) else {
+                continue;
+            };
+            let token = part.lock().expect("poisoned").start_txn_check(pid, epoch);
+            let checked = Checked {
+                producer_id: pid,
+                producer_epoch: epoch,
+                token,
+            };
+            if token.is_some() {
+                by_producer
+                    .entry((pid, epoch))
+                    .or_default()
+                    .entry(topic.name.0.to_string())
+                    .or_default()
+                    .insert(pd.index);
+            }
+            out.insert((topic.name.0.to_string(), pd.index), Ok(checked));
+        }
+    }
+    for ((pid, epoch), partitions) in by_producer {
+        let results = broker
+            .txn
+            .check_partitions(broker, transactional_id, pid, epoch, &partitions, check)
+            .await;
+        for (topic, parts) in &partitions {
+            for p in parts {
+                let r = match &results {
+                    Err(e) => Err(*e),
+                    Ok(r) => r
+                        .get(&(topic.clone(), *p))
+                        .copied()
+                        .unwrap_or(Err(TxnError::CoordinatorNotAvailable)),
+                };
+                if let Err(e) = r {
+                    out.insert((topic.clone(), *p), Err(check_error(version, e)));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// Returns `None` for acks=0, which gets no response.
 pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Option<ProduceResponse> {
     let acks = req.acks;
@@ -136,6 +259,12 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
     let mut appended = false;
     let mut waits = Vec::new();
     let unauthorized_txn = req.transactional_id.is_none() && has_transactional_records(&req);
+    let mut checks = match &req.transactional_id {
+        Some(id) if version >= MIN_ACCEPTED_VERSION && matches!(acks, -1..=1) => {
+            check_transactions(broker, version, id, &req).await
+        }
+        _ => HashMap::new(),
+    };
     for topic in req.topic_data {
         let name = topic.name.0.to_string();
         let mut t = TopicProduceResponse::default();
@@ -161,13 +290,24 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
                 Err(PartitionError::InternalTopic(name.clone()))
             } else {
                 let tp = TopicPartition::new(name.as_str(), pd.index);
-                match (broker.replicas.get(&tp), pd.records) {
-                    (None, _) => Err(PartitionError::UnknownTopicOrPartition),
-                    (Some(_), None) => Err(PartitionError::InvalidRecord("null records".into())),
-                    (Some(part), Some(records)) => {
+                let check = checks.remove(&(name.clone(), pd.index));
+                match (broker.replicas.get(&tp), pd.records, check) {
+                    (_, _, Some(Err(e))) => Err(e),
+                    (None, _, _) => Err(PartitionError::UnknownTopicOrPartition),
+                    (Some(_), None, _) => Err(PartitionError::InvalidRecord("null records".into())),
+                    (Some(part), Some(records), check) => {
                         let size = records.len();
                         let mut locked = part.lock().expect("poisoned");
-                        let r = locked.append_as_leader(&records, acks, now);
+                        let r = match check {
+                            Some(Ok(c)) => locked.confirm_txn_check(
+                                c.producer_id,
+                                c.producer_epoch,
+                                c.token,
+                                refused_code(version),
+                            ),
+                            _ => Ok(()),
+                        }
+                        .and_then(|()| locked.append_as_leader(&records, acks, now));
                         if let Ok(out) = &r {
                             appended = true;
                             metrics::counter!("kafka_broker_bytes_in_total", "topic" => name.clone())

@@ -1,11 +1,13 @@
-//! The transaction coordinator's client APIs: AddPartitionsToTxn (24,
-//! v0-3), AddOffsetsToTxn (25), EndTxn (26), DescribeTransactions (65) and
-//! ListTransactions (66). The state machine is in `txn/`.
+//! The transaction coordinator's APIs: AddPartitionsToTxn (24; v0-3 from
+//! clients, v4-5 batched from partition leaders and group coordinators,
+//! KIP-890), AddOffsetsToTxn (25), EndTxn (26; v5 bumps the epoch),
+//! DescribeTransactions (65) and ListTransactions (66). The state machine
+//! is in `txn/`.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use kafka_protocol::messages::add_partitions_to_txn_response::{
-    AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
+    self, AddPartitionsToTxnPartitionResult, AddPartitionsToTxnTopicResult,
 };
 use kafka_protocol::messages::describe_transactions_response::{self, TopicData};
 use kafka_protocol::messages::list_transactions_response;
@@ -28,12 +30,10 @@ pub async fn add_partitions(
     version: i16,
     req: AddPartitionsToTxnRequest,
 ) -> AddPartitionsToTxnResponse {
-    let mut resp = AddPartitionsToTxnResponse::default();
     if version > 3 {
-        // Broker-to-coordinator verification (KIP-890) is not served.
-        resp.error_code = ResponseError::UnsupportedVersion.code();
-        return resp;
+        return add_partitions_batch(broker, req).await;
     }
+    let mut resp = AddPartitionsToTxnResponse::default();
     // Kafka answers a partition of an unknown topic (or beyond its count)
     // UNKNOWN_TOPIC_OR_PARTITION and every other OPERATION_NOT_ATTEMPTED,
     // before asking the coordinator anything.
@@ -60,6 +60,7 @@ pub async fn add_partitions(
                 req.v3_and_below_producer_id.0,
                 req.v3_and_below_producer_epoch,
                 added.clone(),
+                0,
             )
             .await
             .map_err(Some)
@@ -95,6 +96,79 @@ pub async fn add_partitions(
     resp
 }
 
+/// AddPartitionsToTxn v4+ (Kafka's broker-to-coordinator form): each
+/// transaction is verified (`verify_only`, KIP-890 part 1) or has its
+/// partitions added for a version 2 client, with one result per partition.
+/// Kafka requires CLUSTER_ACTION for it, which no ACL denies here.
+async fn add_partitions_batch(
+    broker: &Broker,
+    req: AddPartitionsToTxnRequest,
+) -> AddPartitionsToTxnResponse {
+    let mut resp = AddPartitionsToTxnResponse::default();
+    for txn in req.transactions {
+        let mut partitions: BTreeMap<String, BTreeSet<i32>> = BTreeMap::new();
+        for t in &txn.topics {
+            partitions
+                .entry(t.name.to_string())
+                .or_default()
+                .extend(t.partitions.iter().copied());
+        }
+        let id = txn.transactional_id.to_string();
+        let results = if txn.verify_only {
+            broker
+                .txn
+                .verify_partitions(&id, txn.producer_id.0, txn.producer_epoch, &partitions)
+                .await
+        } else {
+            let r = broker
+                .txn
+                .add_partitions(
+                    &id,
+                    txn.producer_id.0,
+                    txn.producer_epoch,
+                    partitions.clone(),
+                    crate::txn::TV2,
+                )
+                .await;
+            Ok(partitions
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |p| ((t.clone(), *p), r)))
+                .collect())
+        };
+        let mut topics: BTreeMap<String, Vec<AddPartitionsToTxnPartitionResult>> = BTreeMap::new();
+        for (topic, parts) in &partitions {
+            for p in parts {
+                let code = match &results {
+                    Err(e) => error_code(*e),
+                    Ok(r) => r
+                        .get(&(topic.clone(), *p))
+                        .map_or(0, |r| r.map_or_else(error_code, |()| 0)),
+                };
+                topics.entry(topic.clone()).or_default().push(
+                    AddPartitionsToTxnPartitionResult::default()
+                        .with_partition_index(*p)
+                        .with_partition_error_code(code),
+                );
+            }
+        }
+        resp.results_by_transaction.push(
+            add_partitions_to_txn_response::AddPartitionsToTxnResult::default()
+                .with_transactional_id(txn.transactional_id)
+                .with_topic_results(
+                    topics
+                        .into_iter()
+                        .map(|(t, results)| {
+                            AddPartitionsToTxnTopicResult::default()
+                                .with_name(TopicName(str_bytes(t)))
+                                .with_results_by_partition(results)
+                        })
+                        .collect(),
+                ),
+        );
+    }
+    resp
+}
+
 /// AddOffsetsToTxn: the group's `__consumer_offsets` partition joins the
 /// transaction, so its TxnOffsetCommit gets a marker.
 pub async fn add_offsets(broker: &Broker, req: AddOffsetsToTxnRequest) -> AddOffsetsToTxnResponse {
@@ -108,6 +182,7 @@ pub async fn add_offsets(broker: &Broker, req: AddOffsetsToTxnRequest) -> AddOff
             req.producer_id.0,
             req.producer_epoch,
             added,
+            0,
         )
         .await
     {
@@ -116,17 +191,21 @@ pub async fn add_offsets(broker: &Broker, req: AddOffsetsToTxnRequest) -> AddOff
     resp
 }
 
-pub async fn end_txn(broker: &Broker, req: EndTxnRequest) -> EndTxnResponse {
+/// EndTxn; v5 is transaction version 2: the epoch is bumped and the
+/// answer carries the producer id and epoch the client continues with.
+pub async fn end_txn(broker: &Broker, version: i16, req: EndTxnRequest) -> EndTxnResponse {
     let mut resp = EndTxnResponse::default();
     resp.producer_id = ProducerId(-1);
     resp.producer_epoch = -1;
     match broker
         .txn
         .end_txn(
+            broker,
             &req.transactional_id,
             req.producer_id.0,
             req.producer_epoch,
             req.committed,
+            version >= 5,
         )
         .await
     {

@@ -2,8 +2,10 @@
 //! group's offsets inside its transaction (`sendOffsetsToTransaction`).
 //! v2+ carry leader epochs, v3+ the member id, generation and instance id
 //! the group checks. The offsets stay pending until the transaction's
-//! marker; v5 (KIP-890 part 2) is served like v4: the client must have
-//! added `__consumer_offsets` to the transaction with AddOffsetsToTxn.
+//! marker. Before storing them the group's `__consumer_offsets` partition
+//! is confirmed with the transaction coordinator, as Kafka does: v0-4
+//! verify that the client added it with AddOffsetsToTxn (KIP-890 part 1),
+//! v5 (transaction version 2, no AddOffsetsToTxn) has it added.
 
 use kafka_protocol::messages::txn_offset_commit_response::{
     TxnOffsetCommitResponsePartition, TxnOffsetCommitResponseTopic,
@@ -24,6 +26,8 @@ pub async fn handle(
     let (codes, commits) = known_partitions(broker, version, &req);
     let results = if commits.is_empty() {
         Vec::new()
+    } else if let Err(code) = confirm_offsets_partition(broker, version, &req).await {
+        vec![code; commits.len()]
     } else {
         commit(broker, &req, commits).await
     };
@@ -41,6 +45,58 @@ pub async fn handle(
         resp.topics.push(rt);
     }
     resp
+}
+
+/// Has the transaction coordinator verify (v0-4) or add (v5) the group's
+/// `__consumer_offsets` partition. Kafka's codes: a fenced producer gets
+/// INVALID_PRODUCER_EPOCH; a partition outside the transaction
+/// TRANSACTION_ABORTABLE from v5 and INVALID_TXN_STATE before; a
+/// coordinator that is moving, loading or busy COORDINATOR_NOT_AVAILABLE,
+/// which the client retries.
+async fn confirm_offsets_partition(
+    broker: &Broker,
+    version: i16,
+    req: &TxnOffsetCommitRequest,
+) -> Result<(), i16> {
+    use crate::txn::service::TxnCheck;
+    use crate::txn::TxnError;
+    let partition = crate::coordinator::partition_of(broker, &req.group_id);
+    let partitions = std::collections::BTreeMap::from([(
+        crate::coordinator::OFFSETS_TOPIC.to_string(),
+        std::collections::BTreeSet::from([partition]),
+    )]);
+    let check = if version >= 5 {
+        TxnCheck::Add
+    } else if broker.config.transaction_partition_verification_enable {
+        TxnCheck::Verify
+    } else {
+        return Ok(());
+    };
+    let outcome = broker
+        .txn
+        .check_partitions(
+            broker,
+            &req.transactional_id,
+            req.producer_id.0,
+            req.producer_epoch,
+            &partitions,
+            check,
+        )
+        .await
+        .and_then(|r| r.into_values().find(Result::is_err).unwrap_or(Ok(())));
+    let code = match outcome {
+        Ok(()) => return Ok(()),
+        Err(TxnError::ProducerFenced) => ResponseError::InvalidProducerEpoch,
+        Err(TxnError::TransactionAbortable | TxnError::InvalidTxnState) if version >= 5 => {
+            ResponseError::TransactionAbortable
+        }
+        Err(TxnError::TransactionAbortable | TxnError::InvalidTxnState) => {
+            ResponseError::InvalidTxnState
+        }
+        Err(TxnError::InvalidProducerIdMapping) => ResponseError::InvalidProducerIdMapping,
+        Err(_) => ResponseError::CoordinatorNotAvailable,
+    };
+    Err(code.code())
 }
 
 /// Kafka answers partitions of unknown topics (and unknown partitions of

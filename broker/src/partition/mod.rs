@@ -84,6 +84,9 @@ pub struct Partition {
     checkpoint_writer: std::sync::Arc<std::sync::Mutex<CheckpointWriter>>,
     /// The sequence number of the last capture of the checkpoint files.
     checkpoint_seq: u64,
+    /// Transactional producers being checked with their coordinator before
+    /// their first batch of a transaction here (`txn.rs`); not persisted.
+    txn_checks: txn::TxnChecks,
 }
 
 /// What this replica does for its partition.
@@ -225,6 +228,7 @@ impl Partition {
             epochs,
             checkpoint_writer,
             checkpoint_seq: 0,
+            txn_checks: txn::TxnChecks::default(),
         })
     }
 
@@ -621,6 +625,7 @@ impl Partition {
             }
         }
         tracing::info!(tp = %self.tp, leader = leader.0, epoch = leader_epoch.0, "following");
+        self.clear_txn_checks();
         self.leader_epoch = leader_epoch;
         self.role = Role::Follower {
             leader,
@@ -631,6 +636,7 @@ impl Partition {
 
     /// The replica leaves this node: waiting producers learn it at once.
     pub fn resign(&mut self) {
+        self.clear_txn_checks();
         self.role = Role::None;
         self.changed();
     }

@@ -6,6 +6,8 @@
 //! replays them at start-up, so every replica agrees on the ongoing and
 //! aborted transactions.
 
+use std::collections::HashMap;
+
 use bytes::{Bytes, BytesMut};
 use kafka_protocol::records::{
     Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
@@ -17,6 +19,7 @@ use super::{AppendOutcome, Partition, Role};
 use crate::error::PartitionError;
 use crate::log::AbortedRange;
 use crate::types::{Offset, ProducerId};
+use kafka_protocol::ResponseError;
 
 /// A control batch holding one end-transaction marker, as Kafka's
 /// `MemoryRecords.withEndTransactionMarker` builds it: transactional and
@@ -55,7 +58,116 @@ pub(super) fn marker_batch(
     Ok(buf.freeze())
 }
 
+/// Kafka's verification guard (KIP-890): before a producer's first batch
+/// of a transaction here, the leader asks the transaction coordinator
+/// whether the partition is in that transaction (or has it added). The
+/// check runs without the partition's lock, so a marker for the producer
+/// may land meanwhile. A marker that may end the checked transaction drops
+/// the check, and a batch whose check is gone is refused rather than
+/// appended after its transaction ended, where no marker would ever close
+/// it. The marker of the producer's previous transaction, still open here
+/// when the check began (version 2: the client starts its next transaction
+/// as soon as EndTxn answers), leaves the check standing.
+#[derive(Debug, Default)]
+pub struct TxnChecks {
+    next_token: u64,
+    by_producer: HashMap<i64, TxnCheck>,
+}
+
+#[derive(Clone, Copy, Debug)]
+struct TxnCheck {
+    epoch: i16,
+    token: u64,
+    /// The first offset of the producer's transaction open here when the
+    /// check began: its marker is not the checked transaction's.
+    after: Option<Offset>,
+}
+
 impl Partition {
+    /// Whether a transactional batch of `producer_id` at `producer_epoch`
+    /// opens a transaction here (no transaction of that epoch is ongoing),
+    /// so the coordinator must confirm it first.
+    pub fn txn_check_needed(&self, producer_id: i64, producer_epoch: i16) -> bool {
+        !self
+            .producers
+            .entry(ProducerId(producer_id))
+            .is_some_and(|e| {
+                e.current_txn_first_offset.is_some() && e.producer_epoch == producer_epoch
+            })
+    }
+
+    /// Starts a check for the producer's batch: the token its append must
+    /// present, or `None` when no check is needed.
+    pub fn start_txn_check(&mut self, producer_id: i64, producer_epoch: i16) -> Option<u64> {
+        if !self.txn_check_needed(producer_id, producer_epoch) {
+            return None;
+        }
+        let after = self
+            .producers
+            .entry(ProducerId(producer_id))
+            .and_then(|e| e.current_txn_first_offset);
+        let checks = &mut self.txn_checks;
+        checks.next_token += 1;
+        let token = checks.next_token;
+        checks.by_producer.insert(
+            producer_id,
+            TxnCheck {
+                epoch: producer_epoch,
+                token,
+                after,
+            },
+        );
+        Some(token)
+    }
+
+    /// Just before the append (under the same lock): the check started
+    /// with `token` still stands, or the transaction it confirmed is
+    /// already open here. `refused` is the code the producer gets
+    /// otherwise (INVALID_TXN_STATE, or TRANSACTION_ABORTABLE for clients
+    /// that know it).
+    pub fn confirm_txn_check(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        token: Option<u64>,
+        refused: ResponseError,
+    ) -> Result<(), PartitionError> {
+        let current = self.txn_checks.by_producer.get(&producer_id).copied();
+        if !self.txn_check_needed(producer_id, producer_epoch) {
+            return Ok(());
+        }
+        match (token, current) {
+            (Some(t), Some(c)) if t == c.token && c.epoch == producer_epoch => {
+                self.txn_checks.by_producer.remove(&producer_id);
+                Ok(())
+            }
+            _ => Err(PartitionError::TransactionCheck {
+                code: refused,
+                reason: format!(
+                    "producer {producer_id}'s transaction ended while its first batch here was checked"
+                ),
+            }),
+        }
+    }
+
+    /// A marker ended the producer's transaction that began at `ended`:
+    /// a check waiting for exactly that one stands, any other is dropped.
+    fn marker_ends_checks(&mut self, producer_id: i64, ended: Option<Offset>) {
+        let checks = &mut self.txn_checks.by_producer;
+        match checks.get_mut(&producer_id) {
+            Some(c) if c.after.is_some() && c.after == ended => c.after = None,
+            Some(_) => {
+                checks.remove(&producer_id);
+            }
+            None => {}
+        }
+    }
+
+    /// Leadership moved: checks in progress answer to the old leader.
+    pub(super) fn clear_txn_checks(&mut self) {
+        self.txn_checks.by_producer.clear();
+    }
+
     /// Writes a commit or abort marker for `producer_id` as the leader
     /// (WriteTxnMarkers), with Kafka's checks: an older producer epoch is
     /// INVALID_PRODUCER_EPOCH, an older coordinator epoch is
@@ -101,6 +213,10 @@ impl Partition {
         } else {
             -1
         };
+        let ended = self
+            .producers
+            .entry(ProducerId(producer_id))
+            .and_then(|e| e.current_txn_first_offset);
         let appended = self.log.append(&batch, now_ms);
         if self.log.log_end_offset() > base_offset {
             // In the log even if a flush after it failed: the producer state
@@ -109,6 +225,7 @@ impl Partition {
                 .map_err(|e| PartitionError::Storage(e.to_string()))?;
             self.producers.update(&stored);
             self.epochs.assign(self.leader_epoch, base_offset);
+            self.marker_ends_checks(producer_id, ended);
         }
         appended?;
         self.maybe_increment_high_watermark(now_ms);
@@ -364,6 +481,56 @@ mod tests {
         let max = |limit| p.list_offset(-3, limit).unwrap();
         assert_eq!(max(FetchLimit::HighWatermark), Some((Offset(9), NOW + 2)));
         assert_eq!(max(FetchLimit::LastStableOffset), None);
+    }
+
+    #[test]
+    fn a_marker_during_a_transaction_check_refuses_the_checked_batch() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut p = leader(dir.path());
+        let refused = ResponseError::TransactionAbortable;
+        // A first batch needs a check; once it is in, the rest do not.
+        let token = p.start_txn_check(7, 0);
+        assert!(token.is_some());
+        p.confirm_txn_check(7, 0, token, refused).unwrap();
+        p.append_as_leader(&txn(7, 0, 2), -1, NOW).unwrap();
+        assert_eq!(p.start_txn_check(7, 0), None);
+        p.confirm_txn_check(7, 0, None, refused).unwrap();
+        // The coordinator confirmed the next transaction, but its marker
+        // (a timeout's abort) landed before the batch: no append.
+        p.write_txn_marker(7, 0, 0, true, NOW).unwrap();
+        let token = p.start_txn_check(7, 0);
+        p.write_txn_marker(7, 0, 0, false, NOW).unwrap();
+        let err = p.confirm_txn_check(7, 0, token, refused).unwrap_err();
+        assert_eq!(err.code(), refused.code(), "{err}");
+        // The marker of the transaction still open when the check began
+        // (version 2: the next one starts at the bumped epoch at once)
+        // leaves the check standing; a second marker does not.
+        let token = p.start_txn_check(7, 0);
+        p.confirm_txn_check(7, 0, token, refused).unwrap();
+        p.append_as_leader(&txn(7, 2, 1), -1, NOW).unwrap();
+        let token = p.start_txn_check(7, 1);
+        assert!(token.is_some());
+        p.write_txn_marker(7, 1, 0, true, NOW).unwrap();
+        p.confirm_txn_check(7, 1, token, refused).unwrap();
+        let token = p.start_txn_check(7, 1);
+        p.write_txn_marker(7, 1, 0, true, NOW).unwrap();
+        assert!(p.confirm_txn_check(7, 1, token, refused).is_err());
+        // Nor does a token from before a leadership change count.
+        let token = p.start_txn_check(7, 0);
+        p.become_follower(NodeId(2), LeaderEpoch(1), 1);
+        p.become_leader(
+            NodeId(1),
+            AssignedState {
+                leader_epoch: LeaderEpoch(2),
+                partition_epoch: 2,
+                replicas: vec![NodeId(1), NodeId(2)],
+                isr: vec![NodeId(1)],
+            },
+            Default::default(),
+            30_000,
+            NOW,
+        );
+        assert!(p.confirm_txn_check(7, 0, token, refused).is_err());
     }
 
     #[test]

@@ -1,6 +1,10 @@
 //! The transaction coordinator: Kafka's `TransactionCoordinator` and
-//! `TransactionStateManager`, for transaction version 1 (clients add
-//! partitions with AddPartitionsToTxn; EndTxn keeps the producer epoch).
+//! `TransactionStateManager`, for transaction versions 1 and 2. Under
+//! version 1 clients add partitions with AddPartitionsToTxn and EndTxn keeps
+//! the producer epoch. Under version 2 (KIP-890 part 2, EndTxn v5) partition
+//! leaders and the group coordinator add partitions for the client, and
+//! every EndTxn bumps the epoch, so each transaction has its own epoch and a
+//! straggler from an earlier one is fenced by the ordinary epoch checks.
 //!
 //! `TxnMetadata` is one transactional id's state machine (Kafka's
 //! `TransactionMetadata`), pure and synchronous: every change is prepared
@@ -105,10 +109,19 @@ pub enum TxnError {
     InvalidRequest,
     #[error("no transaction state for this transactional id")]
     TransactionalIdNotFound,
+    #[error("the partition is not part of the ongoing transaction")]
+    TransactionAbortable,
 }
+
+/// One outcome per (topic, partition) of an add or a verification.
+pub type PartitionResults = BTreeMap<(String, i32), Result<(), TxnError>>;
 
 pub const NO_PRODUCER_ID: i64 = -1;
 pub const NO_PRODUCER_EPOCH: i16 = -1;
+
+/// The transaction version from which EndTxn bumps the epoch (Kafka's
+/// `TransactionVersion.supportsEpochBump`).
+pub const TV2: i16 = 2;
 
 /// Kafka's `TransactionMetadata.isEpochExhausted`: the epoch a fence would
 /// bump to must still fit, so a producer id is rotated one short of the max.
@@ -262,12 +275,17 @@ impl TxnMetadata {
     /// AddPartitionsToTxn / AddOffsetsToTxn: the transaction becomes (or
     /// stays) Ongoing with these partitions added; it starts now if it was
     /// not ongoing.
+    /// `client_version` is the transaction version of the request (0 for
+    /// AddPartitionsToTxn v0-3 and AddOffsetsToTxn, 2 for v4+), recorded
+    /// as Kafka records it.
     pub fn prepare_add_partitions(
         &self,
         added: &BTreeMap<String, BTreeSet<i32>>,
+        client_version: i16,
         now_ms: i64,
     ) -> TxnMetadata {
         let mut next = self.transit(now_ms);
+        next.client_transaction_version = client_version;
         if matches!(
             self.state,
             TxnState::Empty | TxnState::CompleteCommit | TxnState::CompleteAbort
@@ -301,17 +319,52 @@ impl TxnMetadata {
     /// fence (a new InitProducerId, or the transaction timed out): Kafka's
     /// `prepareFenceProducerEpoch` followed by the abort, written as one
     /// PrepareAbort at the bumped epoch so the markers fence the old one.
+    /// A version 2 transaction's abort bumps once more, as Kafka's does, so
+    /// the fenced client's epoch is not mistaken for a retry (`epoch + 1`).
     pub fn prepare_fence_and_abort(&self, now_ms: i64) -> TxnMetadata {
         let mut next = self.prepare_end(false, now_ms);
-        if self.producer_epoch < i16::MAX {
-            next.producer_epoch = self.producer_epoch + 1;
+        let bumps = if self.client_transaction_version >= TV2 {
+            2
+        } else {
+            1
+        };
+        next.producer_epoch = self.producer_epoch.saturating_add(bumps);
+        next.last_producer_epoch = if bumps == 2 {
+            self.producer_epoch.saturating_add(1)
+        } else {
+            NO_PRODUCER_EPOCH
+        };
+        next
+    }
+
+    /// Version 2's PrepareCommit/PrepareAbort (Kafka's
+    /// `prepareAbortOrCommit` with an epoch bump): the epoch moves on, and
+    /// an exhausted one moves to `next_producer_id` once complete. An abort
+    /// with no partitions (`empty`) starts its transaction now.
+    fn prepare_end_v2(
+        &self,
+        commit: bool,
+        next_producer_id: i64,
+        empty: bool,
+        now_ms: i64,
+    ) -> TxnMetadata {
+        let mut next = self.prepare_end(commit, now_ms);
+        next.producer_epoch = self.producer_epoch.saturating_add(1);
+        next.last_producer_epoch = self.producer_epoch;
+        next.next_producer_id = next_producer_id;
+        next.client_transaction_version = TV2;
+        if empty {
+            next.partitions.clear();
+            next.start_ms = now_ms;
         }
-        next.last_producer_epoch = NO_PRODUCER_EPOCH;
         next
     }
 
     /// Every marker was written: CompleteCommit or CompleteAbort, with no
     /// partitions left.
+    /// Under version 2 an exhausted epoch continues as epoch 0 of the
+    /// producer id allocated at the Prepare (the client was told so by
+    /// EndTxn); the last epoch stays the one the client last used.
     pub fn prepare_complete(&self, now_ms: i64) -> TxnMetadata {
         let mut next = self.transit(now_ms);
         next.state = match self.state {
@@ -319,7 +372,23 @@ impl TxnMetadata {
             _ => TxnState::CompleteAbort,
         };
         next.partitions.clear();
+        if self.client_transaction_version >= TV2 && self.next_producer_id != NO_PRODUCER_ID {
+            next.previous_producer_id = self.producer_id;
+            next.producer_id = self.next_producer_id;
+            next.producer_epoch = 0;
+        }
+        next.next_producer_id = NO_PRODUCER_ID;
         next
+    }
+
+    /// The producer id and epoch a client continues with once this Prepare
+    /// is written: EndTxn v5's answer.
+    pub fn continuation(&self) -> (i64, i16) {
+        if self.next_producer_id != NO_PRODUCER_ID {
+            (self.next_producer_id, 0)
+        } else {
+            (self.producer_id, self.producer_epoch)
+        }
     }
 
     /// Whether an Ongoing transaction has outlived its timeout.
@@ -356,7 +425,7 @@ impl TxnMetadata {
 }
 
 /// What EndTxn does for the id's current state (Kafka's `endTransaction`,
-/// TV1, after the producer checks).
+/// after the producer checks).
 #[derive(Debug, PartialEq, Eq)]
 pub enum EndPlan {
     /// Write PrepareCommit/PrepareAbort, then the markers.
@@ -365,6 +434,7 @@ pub enum EndPlan {
     AlreadyDone,
 }
 
+/// Version 1 (EndTxn v0-4): the epoch stays.
 pub fn plan_end(meta: &TxnMetadata, commit: bool, now_ms: i64) -> Result<EndPlan, TxnError> {
     match (meta.state, commit) {
         (TxnState::Ongoing, _) => Ok(EndPlan::Prepare(meta.prepare_end(commit, now_ms))),
@@ -376,6 +446,102 @@ pub fn plan_end(meta: &TxnMetadata, commit: bool, now_ms: i64) -> Result<EndPlan
         }
         _ => Err(TxnError::InvalidTxnState),
     }
+}
+
+/// Version 2 (EndTxn v5), Kafka's table: a request at the current epoch
+/// ends the transaction and bumps the epoch (an abort may end one with no
+/// partitions, which a client cannot tell from one whose partitions a
+/// leader added); a request at the epoch before (or the last epoch of a
+/// rotated producer id) is the retry of one that succeeded, answered with
+/// success when its result matches; anything else is fenced or invalid.
+/// `new_producer_id` is called when the epoch is exhausted.
+pub fn plan_end_v2(
+    meta: &TxnMetadata,
+    producer_id: i64,
+    producer_epoch: i16,
+    commit: bool,
+    new_producer_id: impl FnOnce() -> Option<i64>,
+    now_ms: i64,
+) -> Result<EndPlan, TxnError> {
+    let retry_on_overflow = meta.previous_producer_id == producer_id
+        && producer_epoch == i16::MAX - 1
+        && meta.producer_epoch == 0;
+    let retry_on_bump = producer_epoch != i16::MAX && meta.producer_epoch == producer_epoch + 1;
+    if meta.producer_id != producer_id && !retry_on_overflow {
+        return Err(TxnError::InvalidProducerIdMapping);
+    }
+    let current = meta.producer_id == producer_id && meta.producer_epoch == producer_epoch;
+    let valid = match meta.state {
+        TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
+        TxnState::CompleteCommit | TxnState::CompleteAbort => {
+            retry_on_bump || retry_on_overflow || current
+        }
+        _ => current,
+    };
+    if !valid {
+        return Err(TxnError::ProducerFenced);
+    }
+    if meta.pending {
+        return Err(TxnError::ConcurrentTransactions);
+    }
+    let retry = retry_on_bump || retry_on_overflow;
+    let prepare = |empty: bool| {
+        let next_id = if is_epoch_exhausted(meta.producer_epoch) {
+            new_producer_id().ok_or(TxnError::CoordinatorNotAvailable)?
+        } else {
+            NO_PRODUCER_ID
+        };
+        Ok(EndPlan::Prepare(
+            meta.prepare_end_v2(commit, next_id, empty, now_ms),
+        ))
+    };
+    match (meta.state, commit) {
+        (TxnState::Ongoing, _) => prepare(false),
+        (TxnState::CompleteCommit, true) | (TxnState::CompleteAbort, false) if retry => {
+            Ok(EndPlan::AlreadyDone)
+        }
+        (TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Empty, false) if !retry => {
+            prepare(true)
+        }
+        (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
+            Err(TxnError::ConcurrentTransactions)
+        }
+        _ => Err(TxnError::InvalidTxnState),
+    }
+}
+
+/// Kafka's `handleVerifyPartitionsInTransaction` (AddPartitionsToTxn v4+
+/// with `verify_only`, KIP-890 part 1): whether each partition is in the
+/// producer's ongoing transaction; TRANSACTION_ABORTABLE for one that is
+/// not, so the leader refuses a batch that would hang.
+pub fn verify_partitions(
+    meta: &TxnMetadata,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: &BTreeMap<String, BTreeSet<i32>>,
+) -> Result<PartitionResults, TxnError> {
+    if meta.producer_id != producer_id {
+        return Err(TxnError::InvalidProducerIdMapping);
+    }
+    if meta.producer_epoch != producer_epoch {
+        return Err(TxnError::ProducerFenced);
+    }
+    if matches!(meta.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+        return Err(TxnError::ConcurrentTransactions);
+    }
+    Ok(partitions
+        .iter()
+        .flat_map(|(t, ps)| ps.iter().map(move |p| (t.clone(), *p)))
+        .map(|(t, p)| {
+            let ok = meta.state == TxnState::Ongoing && meta.contains(&t, p);
+            let r = if ok {
+                Ok(())
+            } else {
+                Err(TxnError::TransactionAbortable)
+            };
+            ((t, p), r)
+        })
+        .collect())
 }
 
 #[cfg(test)]
@@ -439,9 +605,9 @@ mod tests {
     #[test]
     fn a_transaction_runs_from_ongoing_through_prepare_to_complete() {
         let m = initialized();
-        let ongoing = m.prepare_add_partitions(&parts(&[("a", 0)]), 10);
+        let ongoing = m.prepare_add_partitions(&parts(&[("a", 0)]), 0, 10);
         assert_eq!((ongoing.state, ongoing.start_ms), (TxnState::Ongoing, 10));
-        let more = ongoing.prepare_add_partitions(&parts(&[("a", 1), ("b", 0)]), 20);
+        let more = ongoing.prepare_add_partitions(&parts(&[("a", 1), ("b", 0)]), 0, 20);
         assert_eq!((more.partition_count(), more.start_ms), (3, 10));
         let EndPlan::Prepare(prep) = plan_end(&more, true, 30).unwrap() else {
             panic!("expected a prepare")
@@ -463,7 +629,7 @@ mod tests {
         assert_eq!(plan_end(&done, true, 41), Ok(EndPlan::AlreadyDone));
         assert_eq!(plan_end(&done, false, 41), Err(TxnError::InvalidTxnState));
         // The next transaction starts afresh.
-        let next = done.prepare_add_partitions(&parts(&[("c", 0)]), 50);
+        let next = done.prepare_add_partitions(&parts(&[("c", 0)]), 0, 50);
         assert_eq!((next.partition_count(), next.start_ms), (1, 50));
     }
 
@@ -477,7 +643,7 @@ mod tests {
 
     #[test]
     fn a_fencing_abort_bumps_the_epoch_the_markers_carry() {
-        let ongoing = initialized().prepare_add_partitions(&parts(&[("a", 0)]), 10);
+        let ongoing = initialized().prepare_add_partitions(&parts(&[("a", 0)]), 0, 10);
         let fence = ongoing.prepare_fence_and_abort(20);
         assert_eq!(
             (fence.state, fence.producer_epoch),
@@ -503,13 +669,137 @@ mod tests {
 
     #[test]
     fn timeouts_and_expiry_look_at_the_right_states() {
-        let ongoing = initialized().prepare_add_partitions(&parts(&[("a", 0)]), 1_000);
+        let ongoing = initialized().prepare_add_partitions(&parts(&[("a", 0)]), 0, 1_000);
         assert!(!ongoing.timed_out(61_000));
         assert!(ongoing.timed_out(61_001));
         assert!(!ongoing.expired(10_000_000, 1_000));
         let done = ongoing.prepare_end(true, 2_000).prepare_complete(3_000);
         assert!(done.expired(4_000, 1_000));
         assert!(!done.expired(3_999, 1_000));
+    }
+
+    fn ongoing_v2() -> TxnMetadata {
+        initialized().prepare_add_partitions(&parts(&[("a", 0)]), TV2, 10)
+    }
+
+    fn prepared(plan: Result<EndPlan, TxnError>) -> TxnMetadata {
+        match plan {
+            Ok(EndPlan::Prepare(m)) => m,
+            other => panic!("expected a prepare, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_version_2_end_bumps_the_epoch_and_a_retry_at_the_old_epoch_succeeds() {
+        let prep = prepared(plan_end_v2(&ongoing_v2(), 100, 0, true, || None, 20));
+        assert_eq!(
+            (prep.state, prep.producer_epoch, prep.last_producer_epoch),
+            (TxnState::PrepareCommit, 1, 0)
+        );
+        assert_eq!(prep.continuation(), (100, 1));
+        // A retry while the markers are written waits; one at the new epoch
+        // is not a retry.
+        assert_eq!(
+            plan_end_v2(&prep, 100, 0, true, || None, 21),
+            Err(TxnError::ConcurrentTransactions)
+        );
+        assert_eq!(
+            plan_end_v2(&prep, 100, 1, true, || None, 21),
+            Err(TxnError::ProducerFenced)
+        );
+        let done = prep.prepare_complete(30);
+        assert_eq!(
+            (done.state, done.producer_epoch),
+            (TxnState::CompleteCommit, 1)
+        );
+        assert_eq!(
+            plan_end_v2(&done, 100, 0, true, || None, 31),
+            Ok(EndPlan::AlreadyDone)
+        );
+        assert_eq!(
+            plan_end_v2(&done, 100, 0, false, || None, 31),
+            Err(TxnError::InvalidTxnState)
+        );
+        // At the current epoch, a commit of nothing is invalid and an abort
+        // of nothing bumps the epoch again.
+        assert_eq!(
+            plan_end_v2(&done, 100, 1, true, || None, 31),
+            Err(TxnError::InvalidTxnState)
+        );
+        let empty_abort = prepared(plan_end_v2(&done, 100, 1, false, || None, 32));
+        assert_eq!(
+            (
+                empty_abort.state,
+                empty_abort.producer_epoch,
+                empty_abort.partition_count(),
+                empty_abort.start_ms
+            ),
+            (TxnState::PrepareAbort, 2, 0, 32)
+        );
+        assert_eq!(
+            plan_end_v2(&done, 100, 5, false, || None, 31),
+            Err(TxnError::ProducerFenced)
+        );
+    }
+
+    #[test]
+    fn a_version_2_end_at_an_exhausted_epoch_continues_on_a_new_producer_id() {
+        let mut m = ongoing_v2();
+        m.producer_epoch = i16::MAX - 1;
+        let prep = prepared(plan_end_v2(&m, 100, i16::MAX - 1, true, || Some(777), 20));
+        // The markers fence the old id at the maximum epoch.
+        assert_eq!((prep.producer_id, prep.producer_epoch), (100, i16::MAX));
+        assert_eq!(prep.continuation(), (777, 0));
+        let done = prep.prepare_complete(30);
+        assert_eq!(
+            (
+                done.producer_id,
+                done.producer_epoch,
+                done.previous_producer_id,
+                done.next_producer_id
+            ),
+            (777, 0, 100, NO_PRODUCER_ID)
+        );
+        assert_eq!(
+            plan_end_v2(&done, 100, i16::MAX - 1, true, || None, 31),
+            Ok(EndPlan::AlreadyDone)
+        );
+        assert_eq!(
+            plan_end_v2(&done, 101, 0, true, || None, 31),
+            Err(TxnError::InvalidProducerIdMapping)
+        );
+    }
+
+    #[test]
+    fn fencing_a_version_2_transaction_skips_the_epoch_a_retry_would_use() {
+        let fence = ongoing_v2().prepare_fence_and_abort(20);
+        assert_eq!(fence.producer_epoch, 2);
+        let done = fence.prepare_complete(30);
+        // The fenced client (epoch 0) is not taken for a retry at epoch 1.
+        assert_eq!(
+            plan_end_v2(&done, 100, 0, false, || None, 31),
+            Err(TxnError::ProducerFenced)
+        );
+    }
+
+    #[test]
+    fn verification_names_partitions_outside_the_transaction() {
+        let m = ongoing_v2();
+        let checked = verify_partitions(&m, 100, 0, &parts(&[("a", 0), ("a", 1)])).unwrap();
+        assert_eq!(checked[&("a".to_string(), 0)], Ok(()));
+        assert_eq!(
+            checked[&("a".to_string(), 1)],
+            Err(TxnError::TransactionAbortable)
+        );
+        assert_eq!(
+            verify_partitions(&m, 100, 1, &parts(&[("a", 0)])),
+            Err(TxnError::ProducerFenced)
+        );
+        let done = initialized();
+        assert_eq!(
+            verify_partitions(&done, 100, 0, &parts(&[("a", 0)])).unwrap()[&("a".to_string(), 0)],
+            Err(TxnError::TransactionAbortable)
+        );
     }
 
     #[test]

@@ -21,6 +21,11 @@
 //! connection), retrying until every partition has its marker or the shard
 //! is dropped, then writes CompleteCommit/CompleteAbort. A new leader of the
 //! shard's partition finds the Prepare state in the log and does the same.
+//!
+//! Partition leaders and the group coordinator reach the coordinator of an
+//! id through [`TxnService::check_partitions`] (KIP-890): directly when this
+//! node coordinates it, else with AddPartitionsToTxn v5 over a peer
+//! connection kept apart from the markers'.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -28,11 +33,15 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
+use kafka_protocol::messages::add_partitions_to_txn_request::{
+    AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
+};
 use kafka_protocol::messages::write_txn_markers_request::{
     WritableTxnMarker, WritableTxnMarkerTopic,
 };
 use kafka_protocol::messages::{
-    ApiKey, ProducerId, TopicName, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
+    AddPartitionsToTxnRequest, AddPartitionsToTxnResponse, ApiKey, ProducerId, TopicName,
+    TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::records::{
@@ -43,7 +52,9 @@ use protocol::record_batch::{BatchIter, BatchIterItem};
 use tokio::sync::watch;
 
 use super::records::{self, VALUE_WRITE_VERSION};
-use super::{is_epoch_exhausted, plan_end, EndPlan, TxnError, TxnMetadata, TxnState};
+use super::{
+    is_epoch_exhausted, plan_end, EndPlan, PartitionResults, TxnError, TxnMetadata, TxnState,
+};
 use crate::broker::{now_ms, Broker};
 use crate::config::ServerConfig;
 use crate::error::PartitionError;
@@ -59,6 +70,12 @@ const LOAD_READ_BYTES: usize = 4 << 20;
 const MARKER_RETRY_BACKOFF: Duration = Duration::from_millis(100);
 const PEER_CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 const WRITE_TXN_MARKERS_VERSION: i16 = 1;
+/// The AddPartitionsToTxn version brokers send each other (Kafka's
+/// `forBroker` builder): batched transactions with `verify_only`.
+const ADD_PARTITIONS_BROKER_VERSION: i16 = 5;
+/// Kafka's `add.partitions.to.txn.retry.backoff.ms` and `.max.ms`.
+const ADD_PARTITIONS_RETRY_BACKOFF: Duration = Duration::from_millis(20);
+const ADD_PARTITIONS_RETRY_MAX: Duration = Duration::from_millis(100);
 /// Kafka's `request.timeout.ms` default, which bounds its coordinator's
 /// writes and its marker requests.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
@@ -96,12 +113,23 @@ pub struct TxnService {
     ownership: tokio::sync::Mutex<()>,
     broker: OnceLock<Weak<Broker>>,
     settings: Settings,
-    peers: Mutex<HashMap<NodeId, PeerSlot>>,
+    peers: Mutex<HashMap<(NodeId, PeerUse), PeerSlot>>,
     stop: watch::Sender<bool>,
 }
 
 /// What InitProducerId answers for a transactional id.
 pub type InitResult = Result<(i64, i16), TxnError>;
+
+/// A partition leader's or the group coordinator's request to the
+/// transaction coordinator before it writes a transactional batch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TxnCheck {
+    /// KIP-890 part 1: the partitions must already be in the transaction.
+    Verify,
+    /// Version 2: add the partitions for the client (starting a
+    /// transaction if none is ongoing).
+    Add,
+}
 
 /// One transaction as DescribeTransactions and ListTransactions show it.
 #[derive(Clone, Debug)]
@@ -360,13 +388,16 @@ impl TxnService {
     }
 
     /// AddPartitionsToTxn / AddOffsetsToTxn (Kafka's
-    /// `handleAddPartitionsToTransaction`).
+    /// `handleAddPartitionsToTransaction`). `client_version` is 0 for a
+    /// client's AddPartitionsToTxn v0-3 and AddOffsetsToTxn, 2 when a leader
+    /// or the group coordinator adds for a version 2 client (v4+).
     pub async fn add_partitions(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
         added: BTreeMap<String, BTreeSet<i32>>,
+        client_version: i16,
     ) -> Result<(), TxnError> {
         if transactional_id.is_empty() {
             return Err(TxnError::InvalidRequest);
@@ -391,19 +422,19 @@ impl TxnService {
             }
             _ => {}
         }
-        let next = meta.prepare_add_partitions(&added, now_ms());
+        let next = meta.prepare_add_partitions(&added, client_version, now_ms());
         self.write(&shard, txns, next).await
     }
 
-    /// EndTxn (Kafka's `handleEndTransaction`, TV1): answers once the
-    /// Prepare record is replicated; the markers follow.
-    pub async fn end_txn(
+    /// AddPartitionsToTxn v4+ with `verify_only` (KIP-890 part 1): whether
+    /// each partition is in the producer's ongoing transaction.
+    pub async fn verify_partitions(
         &self,
         transactional_id: &str,
         producer_id: i64,
         producer_epoch: i16,
-        commit: bool,
-    ) -> Result<(i64, i16), TxnError> {
+        partitions: &BTreeMap<String, BTreeSet<i32>>,
+    ) -> Result<PartitionResults, TxnError> {
         if transactional_id.is_empty() {
             return Err(TxnError::InvalidRequest);
         }
@@ -411,13 +442,62 @@ impl TxnService {
         let txns = shard.txns.lock().await;
         let meta = txns
             .get(transactional_id)
+            .ok_or(TxnError::InvalidProducerIdMapping)?;
+        super::verify_partitions(meta, producer_id, producer_epoch, partitions)
+    }
+
+    /// EndTxn (Kafka's `handleEndTransaction`): answers once the Prepare
+    /// record is replicated; the markers follow. `bump` is version 2
+    /// (EndTxn v5): the answer is the producer id and epoch the client
+    /// continues with.
+    pub async fn end_txn(
+        &self,
+        broker: &Broker,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        commit: bool,
+        bump: bool,
+    ) -> Result<(i64, i16), TxnError> {
+        if transactional_id.is_empty() {
+            return Err(TxnError::InvalidRequest);
+        }
+        let shard = self.shard(transactional_id)?;
+        let mut txns = shard.txns.lock().await;
+        let mut meta = txns
+            .get(transactional_id)
             .ok_or(TxnError::InvalidProducerIdMapping)?
             .clone();
-        meta.check_producer(producer_id, producer_epoch)?;
-        match plan_end(&meta, commit, now_ms())? {
+        if bump && is_epoch_exhausted(meta.producer_epoch) && meta.next_producer_id < 0 {
+            // Allocated before planning, which is synchronous; unused ids
+            // are harmless gaps.
+            drop(txns);
+            let id = new_producer_id(broker).await?;
+            txns = shard.txns.lock().await;
+            meta = txns
+                .get(transactional_id)
+                .ok_or(TxnError::InvalidProducerIdMapping)?
+                .clone();
+            meta.next_producer_id = id;
+        }
+        let plan = if bump {
+            let next_id = meta.next_producer_id;
+            super::plan_end_v2(
+                &meta,
+                producer_id,
+                producer_epoch,
+                commit,
+                || (next_id >= 0).then_some(next_id),
+                now_ms(),
+            )?
+        } else {
+            meta.check_producer(producer_id, producer_epoch)?;
+            plan_end(&meta, commit, now_ms())?
+        };
+        match plan {
             EndPlan::AlreadyDone => Ok((meta.producer_id, meta.producer_epoch)),
             EndPlan::Prepare(next) => {
-                let answer = (next.producer_id, next.producer_epoch);
+                let answer = next.continuation();
                 self.write(&shard, txns, next.clone()).await?;
                 self.spawn_markers(&shard, next);
                 Ok(answer)
@@ -544,28 +624,51 @@ impl TxnService {
         }
     }
 
-    /// Sends one WriteTxnMarkers request to `leader` (another broker), over
-    /// a connection kept per peer.
+    /// Sends one WriteTxnMarkers request to `leader` (another broker).
     async fn send_markers_to_peer(
         &self,
         broker: &Broker,
         leader: NodeId,
         req: &WriteTxnMarkersRequest,
     ) -> Result<WriteTxnMarkersResponse, crate::net::CallError> {
+        self.call_peer(
+            broker,
+            leader,
+            PeerUse::Markers,
+            ApiKey::WriteTxnMarkers,
+            WRITE_TXN_MARKERS_VERSION,
+            req,
+        )
+        .await
+    }
+
+    /// One request to `node` (another broker), over a connection kept per
+    /// peer and use, so markers and checks do not queue behind each other.
+    async fn call_peer<Req, Resp>(
+        &self,
+        broker: &Broker,
+        node: NodeId,
+        purpose: PeerUse,
+        key: ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<Resp, crate::net::CallError>
+    where
+        Req: kafka_protocol::protocol::Encodable,
+        Resp: kafka_protocol::protocol::Decodable,
+    {
         let slot = {
             let mut peers = self.peers.lock().expect("poisoned");
-            peers.entry(leader).or_default().clone()
+            peers.entry((node, purpose)).or_default().clone()
         };
         let mut conn = slot.lock().await;
         if conn.is_none() {
             let image = broker.metadata.image();
             let addr = image
                 .brokers
-                .get(&leader)
+                .get(&node)
                 .map(|b| format!("{}:{}", b.host, b.port))
-                .ok_or_else(|| {
-                    crate::net::CallError::Protocol(format!("no address for {leader}"))
-                })?;
+                .ok_or_else(|| crate::net::CallError::Protocol(format!("no address for {node}")))?;
             let own = image.brokers.get(&broker.node_id()).map(|b| b.host.clone());
             let stream = tokio::time::timeout(
                 PEER_CONNECT_TIMEOUT,
@@ -580,25 +683,192 @@ impl TxnService {
                 stream,
                 correlation_id: 0,
                 client_id: StrBytes::from_string(format!(
-                    "broker-{}-txn-markers",
-                    broker.node_id()
+                    "broker-{}-{}",
+                    broker.node_id(),
+                    purpose.name()
                 )),
                 max_response: 1 << 20,
                 timeout: self.settings.request_timeout,
             });
         }
         let c = conn.as_mut().expect("connected above");
-        let result = c
-            .call(ApiKey::WriteTxnMarkers, WRITE_TXN_MARKERS_VERSION, req)
-            .await;
+        let result = c.call(key, version, req).await;
         if result.is_err() {
             *conn = None;
         }
         result
     }
+
+    /// Asks the coordinator of `transactional_id`, wherever it is, to
+    /// verify or add `partitions` for the producer (Kafka's
+    /// `AddPartitionsToTxnManager`). CONCURRENT_TRANSACTIONS (the previous
+    /// transaction's markers are still being written) is retried for a
+    /// short while, as Kafka's `add.partitions.to.txn.retry.backoff.*` do.
+    pub async fn check_partitions(
+        &self,
+        broker: &Broker,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &BTreeMap<String, BTreeSet<i32>>,
+        check: TxnCheck,
+    ) -> Result<PartitionResults, TxnError> {
+        let deadline = tokio::time::Instant::now() + ADD_PARTITIONS_RETRY_MAX;
+        loop {
+            let outcome = self
+                .check_once(
+                    broker,
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    partitions,
+                    check,
+                )
+                .await;
+            let concurrent = match &outcome {
+                Err(TxnError::ConcurrentTransactions) => true,
+                Ok(results) => results
+                    .values()
+                    .any(|r| *r == Err(TxnError::ConcurrentTransactions)),
+                Err(_) => false,
+            };
+            if !concurrent || tokio::time::Instant::now() >= deadline {
+                return outcome;
+            }
+            tokio::time::sleep(ADD_PARTITIONS_RETRY_BACKOFF).await;
+        }
+    }
+
+    async fn check_once(
+        &self,
+        broker: &Broker,
+        transactional_id: &str,
+        producer_id: i64,
+        producer_epoch: i16,
+        partitions: &BTreeMap<String, BTreeSet<i32>>,
+        check: TxnCheck,
+    ) -> Result<PartitionResults, TxnError> {
+        let each = |r: Result<(), TxnError>| -> PartitionResults {
+            partitions
+                .iter()
+                .flat_map(|(t, ps)| ps.iter().map(move |p| ((t.clone(), *p), r)))
+                .collect()
+        };
+        let coordinator = {
+            let image = broker.metadata.image();
+            let partition = self.partition_for(broker, transactional_id);
+            image
+                .topics
+                .get(TXN_TOPIC)
+                .and_then(|t| t.partitions.get(partition as usize))
+                .map(|p| p.leader)
+        };
+        match coordinator {
+            None => Err(TxnError::CoordinatorNotAvailable),
+            Some(node) if node == broker.node_id() => match check {
+                TxnCheck::Verify => {
+                    self.verify_partitions(
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        partitions,
+                    )
+                    .await
+                }
+                TxnCheck::Add => Ok(each(
+                    self.add_partitions(
+                        transactional_id,
+                        producer_id,
+                        producer_epoch,
+                        partitions.clone(),
+                        super::TV2,
+                    )
+                    .await,
+                )),
+            },
+            Some(node) => {
+                let req = add_partitions_request(
+                    transactional_id,
+                    producer_id,
+                    producer_epoch,
+                    partitions,
+                    check == TxnCheck::Verify,
+                );
+                let resp: AddPartitionsToTxnResponse = self
+                    .call_peer(
+                        broker,
+                        node,
+                        PeerUse::Checks,
+                        ApiKey::AddPartitionsToTxn,
+                        ADD_PARTITIONS_BROKER_VERSION,
+                        &req,
+                    )
+                    .await
+                    .map_err(|e| {
+                        tracing::debug!(%node, error = %e, "asking the transaction coordinator failed");
+                        TxnError::CoordinatorNotAvailable
+                    })?;
+                txn_error_of(resp.error_code)?;
+                let mut results = each(Err(TxnError::CoordinatorNotAvailable));
+                for txn in resp.results_by_transaction {
+                    for topic in txn.topic_results {
+                        for p in topic.results_by_partition {
+                            let key = (topic.name.to_string(), p.partition_index);
+                            if let Some(r) = results.get_mut(&key) {
+                                *r = txn_error_of(p.partition_error_code);
+                            }
+                        }
+                    }
+                }
+                Ok(results)
+            }
+        }
+    }
 }
 
-/// The Kafka error code a client is given for `e`.
+/// Which connection to a peer a request uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+enum PeerUse {
+    Markers,
+    Checks,
+}
+
+impl PeerUse {
+    fn name(self) -> &'static str {
+        match self {
+            PeerUse::Markers => "txn-markers",
+            PeerUse::Checks => "txn-checks",
+        }
+    }
+}
+
+/// AddPartitionsToTxn v4+ as a broker sends it: one transaction.
+fn add_partitions_request(
+    transactional_id: &str,
+    producer_id: i64,
+    producer_epoch: i16,
+    partitions: &BTreeMap<String, BTreeSet<i32>>,
+    verify_only: bool,
+) -> AddPartitionsToTxnRequest {
+    let topics = partitions
+        .iter()
+        .map(|(t, ps)| {
+            AddPartitionsToTxnTopic::default()
+                .with_name(TopicName(StrBytes::from_string(t.clone())))
+                .with_partitions(ps.iter().copied().collect())
+        })
+        .collect();
+    let txn = AddPartitionsToTxnTransaction::default()
+        .with_transactional_id(TransactionalId(StrBytes::from_string(
+            transactional_id.to_string(),
+        )))
+        .with_producer_id(ProducerId(producer_id))
+        .with_producer_epoch(producer_epoch)
+        .with_verify_only(verify_only)
+        .with_topics(topics);
+    AddPartitionsToTxnRequest::default().with_transactions(vec![txn])
+}
+
 pub fn error_code(e: TxnError) -> i16 {
     let code = match e {
         TxnError::ConcurrentTransactions => ResponseError::ConcurrentTransactions,
@@ -611,8 +881,27 @@ pub fn error_code(e: TxnError) -> i16 {
         TxnError::CoordinatorLoadInProgress => ResponseError::CoordinatorLoadInProgress,
         TxnError::InvalidRequest => ResponseError::InvalidRequest,
         TxnError::TransactionalIdNotFound => ResponseError::TransactionalIdNotFound,
+        TxnError::TransactionAbortable => ResponseError::TransactionAbortable,
     };
     code.code()
+}
+
+/// The coordinator error an AddPartitionsToTxn response code stands for.
+fn txn_error_of(code: i16) -> Result<(), TxnError> {
+    Err(match ResponseError::try_from_code(code) {
+        None => return Ok(()),
+        Some(ResponseError::ConcurrentTransactions) => TxnError::ConcurrentTransactions,
+        Some(ResponseError::ProducerFenced | ResponseError::InvalidProducerEpoch) => {
+            TxnError::ProducerFenced
+        }
+        Some(ResponseError::InvalidProducerIdMapping) => TxnError::InvalidProducerIdMapping,
+        Some(ResponseError::InvalidTxnState) => TxnError::InvalidTxnState,
+        Some(ResponseError::TransactionAbortable) => TxnError::TransactionAbortable,
+        Some(ResponseError::NotCoordinator) => TxnError::NotCoordinator,
+        Some(ResponseError::CoordinatorLoadInProgress) => TxnError::CoordinatorLoadInProgress,
+        Some(ResponseError::InvalidRequest) => TxnError::InvalidRequest,
+        Some(_) => TxnError::CoordinatorNotAvailable,
+    })
 }
 
 fn describe(m: &TxnMetadata) -> TxnDescription {
