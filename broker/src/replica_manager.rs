@@ -87,6 +87,52 @@ pub async fn wait_for_ack(
     }
 }
 
+/// A batch a coordinator appended to its internal topic, acknowledged once
+/// the high watermark reaches `required` (wait with [`wait_for_ack`]).
+pub struct InternalAppend {
+    pub part: PartitionRef,
+    pub base_offset: crate::types::Offset,
+    pub required: crate::types::Offset,
+    pub events: tokio::sync::watch::Receiver<()>,
+}
+
+/// Encodes `records` as one uncompressed batch and appends it to `part` as
+/// its leader with acks=all (refused below `min.insync.replicas`), the way
+/// the group and transaction coordinators write their internal topics.
+/// Disk work: call it on a blocking thread.
+pub fn append_internal(
+    replicas: &ReplicaManager,
+    part: PartitionRef,
+    records: &[kafka_protocol::records::Record],
+    now_ms: i64,
+) -> Result<InternalAppend, PartitionError> {
+    use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+    let mut buf = bytes::BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .map_err(|e| PartitionError::Storage(format!("encoding an internal batch: {e}")))?;
+    let bytes = buf.freeze();
+    let (outcome, events) = {
+        let mut guard = part.lock().expect("partition poisoned");
+        let outcome = guard.append_as_leader(&bytes, -1, now_ms)?;
+        // Subscribed under the append's lock: no HW change after it is missed.
+        (outcome, guard.subscribe())
+    };
+    replicas.appended.notify_waiters();
+    Ok(InternalAppend {
+        part,
+        base_offset: outcome.base_offset,
+        required: outcome.last_offset.next(),
+        events,
+    })
+}
+
 fn partition_dir(data_dir: &std::path::Path, tp: &TopicPartition) -> PathBuf {
     data_dir.join(format!("{}-{}", tp.topic, tp.partition))
 }

@@ -8,10 +8,8 @@
 //! transaction's producer id and epoch; the transaction's commit or abort
 //! marker (a control batch) is written later by WriteTxnMarkers.
 
-use bytes::{Bytes, BytesMut};
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use bytes::Bytes;
+use kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
 
 use protocol::record_batch::{BatchIter, BatchIterItem, RecordBatchView};
 
@@ -156,34 +154,17 @@ pub fn append_acked(
             })
         })
         .collect::<Result<_, StorageError>>()?;
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &batch,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .map_err(|e| StorageError::Encode(e.to_string()))?;
-    let bytes: Bytes = buf.freeze();
     crate::slow_io::pause(
         OFFSETS_TOPIC,
         partition,
         crate::slow_io::Step::OffsetsAppend,
     );
-    let (outcome, events) = {
-        let mut guard = part.lock().expect("partition poisoned");
-        let outcome = guard.append_as_leader(&bytes, -1, now)?;
-        // Subscribed under the append's lock: no HW change after it is missed.
-        (outcome, guard.subscribe())
-    };
-    replicas.appended.notify_waiters();
+    let appended = crate::replica_manager::append_internal(replicas, part, &batch, now)?;
     Ok(Some(PendingAck {
-        part,
-        base_offset: outcome.base_offset,
-        required: Offset(outcome.last_offset.0 + 1),
-        events,
+        part: appended.part,
+        base_offset: appended.base_offset,
+        required: appended.required,
+        events: appended.events,
     }))
 }
 
@@ -364,6 +345,8 @@ pub fn marker_commits(key: Option<&[u8]>) -> Option<bool> {
 mod tests {
     use super::*;
     use crate::group::offsets::OffsetAndMetadata;
+    use bytes::BytesMut;
+    use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
 
     fn encode(records: &[Record]) -> Bytes {
         let mut buf = BytesMut::new();

@@ -32,7 +32,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use kafka_protocol::messages::add_partitions_to_txn_request::{
     AddPartitionsToTxnTopic, AddPartitionsToTxnTransaction,
 };
@@ -44,9 +44,7 @@ use kafka_protocol::messages::{
     TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
 use kafka_protocol::ResponseError;
 use protocol::record_batch::{BatchIter, BatchIterItem};
 use tokio::sync::watch;
@@ -586,9 +584,10 @@ impl TxnService {
                 .and_then(|r| r);
         drop(txns);
         let acked = match appended {
-            Ok((part, required, mut events)) => {
+            Ok(mut a) => {
                 let deadline = tokio::time::Instant::now() + self.settings.write_timeout;
-                crate::replica_manager::wait_for_ack(&part, required, &mut events, deadline).await
+                crate::replica_manager::wait_for_ack(&a.part, a.required, &mut a.events, deadline)
+                    .await
             }
             Err(e) => Err(e),
         };
@@ -1146,14 +1145,7 @@ fn append_record(
     partition: i32,
     key: Bytes,
     value: Option<Bytes>,
-) -> Result<
-    (
-        crate::replica_manager::PartitionRef,
-        Offset,
-        watch::Receiver<()>,
-    ),
-    PartitionError,
-> {
+) -> Result<crate::replica_manager::InternalAppend, PartitionError> {
     let tp = TopicPartition::new(TXN_TOPIC, partition);
     let part = replicas
         .get(&tp)
@@ -1174,24 +1166,7 @@ fn append_record(
         headers: Default::default(),
         delete_horizon: false,
     };
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &[record],
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .map_err(|e| PartitionError::Storage(e.to_string()))?;
-    let bytes = buf.freeze();
-    let (outcome, events) = {
-        let mut guard = part.lock().expect("partition poisoned");
-        let outcome = guard.append_as_leader(&bytes, -1, now)?;
-        (outcome, guard.subscribe())
-    };
-    replicas.appended.notify_waiters();
-    Ok((part, Offset(outcome.last_offset.0 + 1), events))
+    crate::replica_manager::append_internal(replicas, part, &[record], now)
 }
 
 /// Every transactional id stored in one local partition, as of its log end
