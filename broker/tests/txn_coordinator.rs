@@ -9,51 +9,15 @@ mod common;
 
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
-use common::{base_timestamp_ms, Client};
+use bytes::Bytes;
+use common::{txn_batch, Client};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchDecoder, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::RecordBatchDecoder;
 use kafka_protocol::ResponseError;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
-}
-
-/// One transactional batch of `values` from `(pid, epoch)` starting at `seq`.
-fn txn_batch(values: &[&str], pid: i64, epoch: i16, seq: i32) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Record {
-            transactional: true,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: pid,
-            producer_epoch: epoch,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: seq + i as i32,
-            timestamp: base_timestamp_ms() + i as i64,
-            key: None,
-            value: Some(Bytes::from(v.to_string())),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
 }
 
 struct Txn<'a> {

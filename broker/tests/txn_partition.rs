@@ -4,13 +4,11 @@
 
 mod common;
 
-use bytes::{Bytes, BytesMut};
-use common::{base_timestamp_ms, start, values, Client};
+use bytes::Bytes;
+use common::{base_timestamp_ms, start, txn_batch, values, Client};
 use kafka_protocol::messages::*;
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{
-    Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
-};
+use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 
 const TOPIC: &str = "txn";
@@ -22,42 +20,6 @@ const UNVERIFIED: &[(&str, &str)] = &[("transaction.partition.verification.enabl
 
 fn name(s: &str) -> TopicName {
     TopicName(StrBytes::from_string(s.to_string()))
-}
-
-/// `values` as one transactional batch of producer `pid` (epoch 0) from
-/// sequence `seq`, as kafka-protocol's encoder writes it for a producer in a
-/// transaction.
-fn txn_batch(pid: i64, seq: i32, values: &[&str]) -> Bytes {
-    let records: Vec<Record> = values
-        .iter()
-        .enumerate()
-        .map(|(i, v)| Record {
-            transactional: true,
-            control: false,
-            delete_horizon: false,
-            partition_leader_epoch: 0,
-            producer_id: pid,
-            producer_epoch: 0,
-            timestamp_type: TimestampType::Creation,
-            offset: i as i64,
-            sequence: seq + i as i32,
-            timestamp: base_timestamp_ms() + i as i64,
-            key: None,
-            value: Some(Bytes::from(v.to_string())),
-            headers: Default::default(),
-        })
-        .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
 }
 
 /// Produces `records` with acks=all as the transactional producer `tx`.
@@ -182,7 +144,10 @@ async fn read_committed_sees_a_transaction_only_after_its_marker_and_is_told_wha
     assert_eq!(c.create_topic(TOPIC, 1, &[]).await, 0);
     let pid = producer_id(&mut c).await;
     // An open transaction (0, 1), then a plain record (2).
-    assert_eq!(produce_txn(&mut c, txn_batch(pid, 0, &["a", "b"])).await, 0);
+    assert_eq!(
+        produce_txn(&mut c, txn_batch(&["a", "b"], pid, 0, 0)).await,
+        0
+    );
     let plain = c
         .produce(TOPIC, 0, -1, common::batch(&["p"], Compression::None, None))
         .await;
@@ -224,7 +189,7 @@ async fn read_committed_sees_a_transaction_only_after_its_marker_and_is_told_wha
     assert_eq!(aborted(&committed), Some(vec![(pid, 0)]));
     assert_eq!(aborted(&fetch(&mut c, 12, 1, 4).await), Some(vec![]));
     // A second transaction commits; a stale coordinator is fenced.
-    assert_eq!(produce_txn(&mut c, txn_batch(pid, 2, &["c"])).await, 0);
+    assert_eq!(produce_txn(&mut c, txn_batch(&["c"], pid, 0, 2)).await, 0);
     assert_eq!(list_offset(&mut c, 1, -1).await, (0, 4));
     assert_eq!(
         write_marker(&mut c, pid, -1, true, &[(TOPIC, 0)]).await,
@@ -240,7 +205,7 @@ async fn read_committed_sees_a_transaction_only_after_its_marker_and_is_told_wha
     assert_eq!(committed.last_stable_offset, 6);
     assert_eq!(aborted(&committed), Some(vec![]));
     // A plain batch from a producer inside a transaction is refused.
-    assert_eq!(produce_txn(&mut c, txn_batch(pid, 3, &["d"])).await, 0);
+    assert_eq!(produce_txn(&mut c, txn_batch(&["d"], pid, 0, 3)).await, 0);
     let plain = c
         .produce(
             TOPIC,
@@ -251,7 +216,7 @@ async fn read_committed_sees_a_transaction_only_after_its_marker_and_is_told_wha
         .await;
     assert_eq!(plain.error_code, ResponseError::InvalidTxnState.code());
     // Transactional records without a transactional id: refused whole.
-    let anonymous = c.produce(TOPIC, 0, -1, txn_batch(pid, 4, &["f"])).await;
+    let anonymous = c.produce(TOPIC, 0, -1, txn_batch(&["f"], pid, 0, 4)).await;
     assert_eq!(
         anonymous.error_code,
         ResponseError::TransactionalIdAuthorizationFailed.code()
@@ -269,7 +234,10 @@ async fn describe_producers_reports_the_open_transaction_and_the_coordinator_epo
         .produce(TOPIC, 0, -1, common::batch(&["p"], Compression::None, None))
         .await;
     assert_eq!(plain.error_code, 0);
-    assert_eq!(produce_txn(&mut c, txn_batch(pid, 0, &["a", "b"])).await, 0);
+    assert_eq!(
+        produce_txn(&mut c, txn_batch(&["a", "b"], pid, 0, 0)).await,
+        0
+    );
     let describe = |topics: Vec<(&str, i32)>| {
         DescribeProducersRequest::default().with_topics(
             topics

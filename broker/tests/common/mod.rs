@@ -261,6 +261,41 @@ pub fn batch(
     buf.freeze()
 }
 
+/// `values` as one transactional batch (no keys) of producer `pid` at
+/// `epoch` from sequence `seq`, as a producer in a transaction writes it.
+pub fn txn_batch(values: &[&str], pid: i64, epoch: i16, seq: i32) -> Bytes {
+    let records: Vec<Record> = values
+        .iter()
+        .enumerate()
+        .map(|(i, v)| Record {
+            transactional: true,
+            control: false,
+            delete_horizon: false,
+            partition_leader_epoch: 0,
+            producer_id: pid,
+            producer_epoch: epoch,
+            timestamp_type: TimestampType::Creation,
+            offset: i as i64,
+            sequence: seq + i as i32,
+            timestamp: base_timestamp_ms() + i as i64,
+            key: None,
+            value: Some(Bytes::from(v.to_string())),
+            headers: Default::default(),
+        })
+        .collect();
+    let mut buf = BytesMut::new();
+    RecordBatchEncoder::encode(
+        &mut buf,
+        &records,
+        &RecordEncodeOptions {
+            version: 2,
+            compression: Compression::None,
+        },
+    )
+    .unwrap();
+    buf.freeze()
+}
+
 /// Decodes every record value in a fetch response's records.
 pub fn values(records: &Option<Bytes>) -> Vec<(i64, String)> {
     let Some(r) = records else { return vec![] };
