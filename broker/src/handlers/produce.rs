@@ -207,7 +207,10 @@ async fn check_transactions(
             let Some(part) = broker.replicas.get(&tp) else {
                 continue;
             };
-            let token = part.lock().expect("poisoned").start_txn_check(pid, epoch);
+            let token =
+                part.lock()
+                    .expect("poisoned")
+                    .start_txn_check(pid, epoch, check == TxnCheck::Add);
             let checked = Checked {
                 producer_id: pid,
                 producer_epoch: epoch,

@@ -65,9 +65,12 @@ pub(super) fn marker_batch(
 /// may land meanwhile. A marker that may end the checked transaction drops
 /// the check, and a batch whose check is gone is refused rather than
 /// appended after its transaction ended, where no marker would ever close
-/// it. The marker of the producer's previous transaction, still open here
-/// when the check began (version 2: the client starts its next transaction
-/// as soon as EndTxn answers), leaves the check standing.
+/// it. Markers of earlier transactions leave the check standing: the one
+/// ending the transaction still open here when the check began, and, for a
+/// version 2 check (an add), any at or below the checked epoch, since
+/// every version 2 end bumps the epoch past it. Those arrive while a
+/// version 2 client starts its next transaction as soon as EndTxn answers,
+/// and again when a new coordinator resends a transaction's markers.
 #[derive(Debug, Default)]
 pub struct TxnChecks {
     next_token: u64,
@@ -81,6 +84,8 @@ struct TxnCheck {
     /// The first offset of the producer's transaction open here when the
     /// check began: its marker is not the checked transaction's.
     after: Option<Offset>,
+    /// A version 2 check: the checked transaction ends at a higher epoch.
+    adds: bool,
 }
 
 impl Partition {
@@ -97,8 +102,14 @@ impl Partition {
     }
 
     /// Starts a check for the producer's batch: the token its append must
-    /// present, or `None` when no check is needed.
-    pub fn start_txn_check(&mut self, producer_id: i64, producer_epoch: i16) -> Option<u64> {
+    /// present, or `None` when no check is needed. `adds`: the coordinator
+    /// adds the partition (version 2) rather than verifies it.
+    pub fn start_txn_check(
+        &mut self,
+        producer_id: i64,
+        producer_epoch: i16,
+        adds: bool,
+    ) -> Option<u64> {
         if !self.txn_check_needed(producer_id, producer_epoch) {
             return None;
         }
@@ -115,6 +126,7 @@ impl Partition {
                 epoch: producer_epoch,
                 token,
                 after,
+                adds,
             },
         );
         Some(token)
@@ -150,12 +162,13 @@ impl Partition {
         }
     }
 
-    /// A marker ended the producer's transaction that began at `ended`:
-    /// a check waiting for exactly that one stands, any other is dropped.
-    fn marker_ends_checks(&mut self, producer_id: i64, ended: Option<Offset>) {
+    /// A marker at `epoch` ended the producer's transaction that began at
+    /// `ended` (none here when `None`): drops a check it may end.
+    fn marker_ends_checks(&mut self, producer_id: i64, epoch: i16, ended: Option<Offset>) {
         let checks = &mut self.txn_checks.by_producer;
         match checks.get_mut(&producer_id) {
             Some(c) if c.after.is_some() && c.after == ended => c.after = None,
+            Some(c) if c.adds && epoch <= c.epoch => {}
             Some(_) => {
                 checks.remove(&producer_id);
             }
@@ -225,7 +238,7 @@ impl Partition {
                 .map_err(|e| PartitionError::Storage(e.to_string()))?;
             self.producers.update(&stored);
             self.epochs.assign(self.leader_epoch, base_offset);
-            self.marker_ends_checks(producer_id, ended);
+            self.marker_ends_checks(producer_id, producer_epoch, ended);
         }
         appended?;
         self.maybe_increment_high_watermark(now_ms);
@@ -489,34 +502,43 @@ mod tests {
         let mut p = leader(dir.path());
         let refused = ResponseError::TransactionAbortable;
         // A first batch needs a check; once it is in, the rest do not.
-        let token = p.start_txn_check(7, 0);
+        let token = p.start_txn_check(7, 0, false);
         assert!(token.is_some());
         p.confirm_txn_check(7, 0, token, refused).unwrap();
         p.append_as_leader(&txn(7, 0, 2), -1, NOW).unwrap();
-        assert_eq!(p.start_txn_check(7, 0), None);
+        assert_eq!(p.start_txn_check(7, 0, false), None);
         p.confirm_txn_check(7, 0, None, refused).unwrap();
         // The coordinator confirmed the next transaction, but its marker
         // (a timeout's abort) landed before the batch: no append.
         p.write_txn_marker(7, 0, 0, true, NOW).unwrap();
-        let token = p.start_txn_check(7, 0);
+        let token = p.start_txn_check(7, 0, false);
         p.write_txn_marker(7, 0, 0, false, NOW).unwrap();
         let err = p.confirm_txn_check(7, 0, token, refused).unwrap_err();
         assert_eq!(err.code(), refused.code(), "{err}");
         // The marker of the transaction still open when the check began
         // (version 2: the next one starts at the bumped epoch at once)
         // leaves the check standing; a second marker does not.
-        let token = p.start_txn_check(7, 0);
+        let token = p.start_txn_check(7, 0, false);
         p.confirm_txn_check(7, 0, token, refused).unwrap();
         p.append_as_leader(&txn(7, 2, 1), -1, NOW).unwrap();
-        let token = p.start_txn_check(7, 1);
+        let token = p.start_txn_check(7, 1, false);
         assert!(token.is_some());
         p.write_txn_marker(7, 1, 0, true, NOW).unwrap();
         p.confirm_txn_check(7, 1, token, refused).unwrap();
-        let token = p.start_txn_check(7, 1);
+        let token = p.start_txn_check(7, 1, false);
         p.write_txn_marker(7, 1, 0, true, NOW).unwrap();
         assert!(p.confirm_txn_check(7, 1, token, refused).is_err());
+        // A version 2 check outlives markers at or below its epoch (a new
+        // coordinator resending an earlier transaction's), not one above.
+        let token = p.start_txn_check(7, 2, true);
+        p.write_txn_marker(7, 1, 0, true, NOW).unwrap();
+        p.write_txn_marker(7, 2, 0, true, NOW).unwrap();
+        p.confirm_txn_check(7, 2, token, refused).unwrap();
+        let token = p.start_txn_check(7, 2, true);
+        p.write_txn_marker(7, 3, 0, false, NOW).unwrap();
+        assert!(p.confirm_txn_check(7, 2, token, refused).is_err());
         // Nor does a token from before a leadership change count.
-        let token = p.start_txn_check(7, 0);
+        let token = p.start_txn_check(7, 0, false);
         p.become_follower(NodeId(2), LeaderEpoch(1), 1);
         p.become_leader(
             NodeId(1),
