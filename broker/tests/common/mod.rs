@@ -248,10 +248,15 @@ pub fn batch(
             .collect(),
         })
         .collect();
+    encode_v2(&records, compression)
+}
+
+/// `records` as one v2 batch.
+fn encode_v2(records: &[Record], compression: Compression) -> Bytes {
     let mut buf = BytesMut::new();
     RecordBatchEncoder::encode(
         &mut buf,
-        &records,
+        records,
         &RecordEncodeOptions {
             version: 2,
             compression,
@@ -283,17 +288,7 @@ pub fn txn_batch(values: &[&str], pid: i64, epoch: i16, seq: i32) -> Bytes {
             headers: Default::default(),
         })
         .collect();
-    let mut buf = BytesMut::new();
-    RecordBatchEncoder::encode(
-        &mut buf,
-        &records,
-        &RecordEncodeOptions {
-            version: 2,
-            compression: Compression::None,
-        },
-    )
-    .unwrap();
-    buf.freeze()
+    encode_v2(&records, Compression::None)
 }
 
 /// Decodes every record value in a fetch response's records.
