@@ -160,8 +160,12 @@ impl<'a> RecordBatchView<'a> {
     pub fn last_offset_delta(&self) -> i32 {
         i32_at(self.bytes, OFF_LAST_OFFSET_DELTA)
     }
+    /// `baseOffset + lastOffsetDelta`, wrapping as Java's `long` does: a
+    /// client's base offset is arbitrary until the leader assigns one, and
+    /// a torn or hostile header must not panic whoever asks.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset() + self.last_offset_delta() as i64
+        self.base_offset()
+            .wrapping_add(self.last_offset_delta() as i64)
     }
     pub fn partition_leader_epoch(&self) -> i32 {
         i32_at(self.bytes, OFF_LEADER_EPOCH)

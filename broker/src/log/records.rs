@@ -73,11 +73,13 @@ impl BatchHeader {
         Self::parse(view.as_bytes()).expect("a parsed batch has a valid header")
     }
 
+    /// Wrapping, as [`RecordBatchView::last_offset`] does: a damaged header
+    /// read during recovery must be refused, not panic the reader.
     pub fn last_offset(&self) -> i64 {
-        self.base_offset + self.last_offset_delta as i64
+        self.base_offset.wrapping_add(self.last_offset_delta as i64)
     }
     pub fn next_offset(&self) -> i64 {
-        self.last_offset() + 1
+        self.last_offset().wrapping_add(1)
     }
 }
 
