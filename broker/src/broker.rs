@@ -39,6 +39,8 @@ pub struct Broker {
     /// partitions this node leads).
     pub txn: crate::txn::service::TxnService,
     producer_ids: Mutex<(i64, i64)>,
+    /// SCRAM credentials from the metadata quorum, for the SASL listeners.
+    credentials: Arc<dyn crate::security::sasl::CredentialSource>,
 }
 
 /// The most metadata records one CreateTopics or CreatePartitions request
@@ -262,6 +264,9 @@ impl Broker {
         ));
         let groups = crate::coordinator::GroupService::new(&config, replicas.clone());
         let txn = crate::txn::service::TxnService::new(&config);
+        let credentials = Arc::new(crate::security::credentials::MetadataCredentials::new(
+            metadata.subscribe(),
+        ));
         Self {
             groups,
             txn,
@@ -270,7 +275,12 @@ impl Broker {
             replicas,
             fetchers,
             producer_ids: Mutex::new((0, 0)),
+            credentials,
         }
+    }
+
+    pub fn scram_credentials(&self) -> Arc<dyn crate::security::sasl::CredentialSource> {
+        self.credentials.clone()
     }
 
     pub fn node_id(&self) -> NodeId {

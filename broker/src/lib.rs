@@ -14,6 +14,7 @@ pub mod net;
 pub mod partition;
 pub mod replica_manager;
 pub mod replication;
+pub mod security;
 pub mod server;
 pub mod slow_io;
 #[cfg(test)]
@@ -28,13 +29,19 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 
 use crate::broker::{now_ms, Broker};
-use crate::config::ServerConfig;
-use crate::metadata::{BrokerRegistration, MetadataCommand, MetadataController, QuorumConfig};
+use crate::config::{Listener, ServerConfig};
+use crate::metadata::{
+    BrokerRegistration, Endpoint, MetadataCommand, MetadataController, QuorumConfig,
+};
 
-/// A started broker: its bound address and a way to stop it.
+/// A started broker: its bound addresses and a way to stop it.
 pub struct RunningBroker {
     pub broker: Arc<Broker>,
+    /// The inter-broker listener's bound address (the PLAINTEXT listener
+    /// of a default config).
     pub local_addr: std::net::SocketAddr,
+    /// Every client listener's name and bound address.
+    pub listener_addrs: Vec<(String, std::net::SocketAddr)>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<tokio::task::JoinHandle<()>>,
     liveness_stop: Arc<watch::Sender<bool>>,
@@ -56,6 +63,8 @@ pub enum StartError {
     Groups(#[from] coordinator::StorageError),
     #[error("cannot listen on {0}: {1}")]
     Listen(String, std::io::Error),
+    #[error("listener {0}: {1}")]
+    Security(String, String),
 }
 
 /// Opens storage, joins (or forms) the metadata quorum, and starts serving.
@@ -63,19 +72,37 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let data_dir = config.data_dir().clone();
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| StartError::DataDir(data_dir.display().to_string(), e))?;
-    let listener_cfg = config.client_listener();
-    let addr = listener_cfg.socket_addr().map_err(|e| {
-        StartError::Listen(
-            format!("{}:{}", listener_cfg.host, listener_cfg.port),
-            std::io::Error::other(e),
-        )
-    })?;
-    let listener = TcpListener::bind(addr)
-        .await
-        .map_err(|e| StartError::Listen(addr.to_string(), e))?;
-    let local_addr = listener
-        .local_addr()
-        .map_err(|e| StartError::Listen(addr.to_string(), e))?;
+    // Every client listener is bound before anything else starts, so a port
+    // in use stops the broker at once.
+    let mut bound: Vec<(Listener, TcpListener)> = Vec::new();
+    for l in config.client_listeners() {
+        let addr = l.socket_addr().map_err(|e| {
+            StartError::Listen(format!("{}:{}", l.host, l.port), std::io::Error::other(e))
+        })?;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|e| StartError::Listen(addr.to_string(), e))?;
+        bound.push((l.clone(), listener));
+    }
+    let bound_addr = |name: &str| -> Option<std::net::SocketAddr> {
+        bound
+            .iter()
+            .find(|(l, _)| l.name.eq_ignore_ascii_case(name))
+            .and_then(|(_, t)| t.local_addr().ok())
+    };
+    let inter_broker = config.inter_broker_listener_name();
+    let local_addr = bound_addr(&inter_broker)
+        .or_else(|| bound.first().and_then(|(_, t)| t.local_addr().ok()))
+        .ok_or_else(|| {
+            StartError::Listen(
+                "listeners".into(),
+                std::io::Error::other("no client listener"),
+            )
+        })?;
+    let listener_addrs: Vec<(String, std::net::SocketAddr)> = bound
+        .iter()
+        .filter_map(|(l, t)| Some((l.name.clone(), t.local_addr().ok()?)))
+        .collect();
 
     // With voters, peers reach this node's quorum member on the controller
     // listener (validate() made sure it exists and matches our voter entry).
@@ -113,14 +140,28 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     // An advertised port 0 (tests bind to port 0) means "the port we got".
     for l in &mut config.advertised_listeners {
         if l.port == 0 {
-            l.port = local_addr.port();
+            if let Some((_, addr)) = listener_addrs
+                .iter()
+                .find(|(name, _)| name.eq_ignore_ascii_case(&l.name))
+            {
+                l.port = addr.port();
+            }
         }
     }
-    let advertised = config.advertised_listeners[0].clone();
+    let advertised = config.advertised_inter_broker_listener().clone();
     let registration = BrokerRegistration {
         node_id: config.node_id,
         host: advertised.host.clone(),
         port: advertised.port,
+        listeners: config
+            .advertised_listeners
+            .iter()
+            .map(|l| Endpoint {
+                name: l.name.clone(),
+                host: l.host.clone(),
+                port: l.port,
+            })
+            .collect(),
         rack: config.broker_rack.clone(),
         fenced: false,
     };
@@ -145,12 +186,15 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
 
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = Vec::new();
-    {
+    let shared = server::Shared::new(&broker.config);
+    for (l, listener) in bound {
         let broker = broker.clone();
+        let shared = shared.clone();
         let rx = shutdown_rx.clone();
+        let context = server::ListenerContext::build(&broker.config, &l)?;
         tasks.push(tokio::spawn(async move {
-            if let Err(e) = server::serve(broker, listener, rx).await {
-                tracing::error!(error = %e, "listener failed");
+            if let Err(e) = server::serve(broker, listener, context, shared, rx).await {
+                tracing::error!(listener = %l.name, error = %e, "listener failed");
             }
         }));
     }
@@ -293,6 +337,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     Ok(RunningBroker {
         broker,
         local_addr,
+        listener_addrs,
         shutdown,
         tasks,
         liveness_stop,

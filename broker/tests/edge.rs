@@ -348,6 +348,7 @@ async fn a_replica_fetch_from_another_address_than_the_brokers_is_refused() {
             node_id: NodeId(2),
             host: "127.0.0.2".into(),
             port: 1,
+            listeners: Vec::new(),
             rack: None,
             fenced: false,
         }))

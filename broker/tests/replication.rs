@@ -40,6 +40,7 @@ async fn register(b: &TestBroker, node: i32) {
             node_id: NodeId(node),
             host: "127.0.0.1".into(),
             port: 9,
+            listeners: Vec::new(),
             rack: None,
             fenced: false,
         }))

@@ -72,6 +72,7 @@ async fn register_node(b: &TestBroker, node_id: i32) {
             node_id: NodeId(node_id),
             host: "127.0.0.1".into(),
             port: 1,
+            listeners: Vec::new(),
             rack: None,
             fenced: false,
         }))

@@ -424,6 +424,17 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             version,
         ),
         ApiKey::ListTransactions => enc(ListTransactionsRequest::default(), version),
+        ApiKey::SaslHandshake => enc(
+            SaslHandshakeRequest::default().with_mechanism(s("PLAIN")),
+            version,
+        ),
+        ApiKey::SaslAuthenticate => enc(SaslAuthenticateRequest::default(), version),
+        ApiKey::DescribeUserScramCredentials => {
+            enc(DescribeUserScramCredentialsRequest::default(), version)
+        }
+        ApiKey::AlterUserScramCredentials => {
+            enc(AlterUserScramCredentialsRequest::default(), version)
+        }
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

@@ -52,6 +52,11 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::ListOffsets, 1, 9),
     ApiRange::new(ApiKey::Metadata, 0, 12),
     ApiRange::new(ApiKey::ApiVersions, 0, 4),
+    // SASL on SASL_PLAINTEXT/SASL_SSL listeners (elsewhere ILLEGAL_SASL_STATE).
+    // Handshake v0 is the pre-1.0 exchange of raw tokens outside Kafka
+    // framing, which no current client sends.
+    ApiRange::new(ApiKey::SaslHandshake, 1, 1),
+    ApiRange::new(ApiKey::SaslAuthenticate, 0, 2),
     ApiRange::new(ApiKey::CreateTopics, 2, 7),
     ApiRange::new(ApiKey::DeleteTopics, 1, 6),
     ApiRange::new(ApiKey::DeleteRecords, 0, 2),
@@ -97,6 +102,9 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::EndTxn, 0, 5),
     ApiRange::new(ApiKey::DescribeTransactions, 0, 0),
     ApiRange::new(ApiKey::ListTransactions, 0, 2),
+    // SCRAM users in the metadata quorum (kafka-configs.sh --entity-type users).
+    ApiRange::new(ApiKey::DescribeUserScramCredentials, 0, 0),
+    ApiRange::new(ApiKey::AlterUserScramCredentials, 0, 0),
 ];
 
 /// The entry for `api_key` in [`SUPPORTED_APIS`].

@@ -50,6 +50,10 @@ APIS = [
     ("END_TXN", "end_txn_request", "EndTxn"),
     ("DESCRIBE_TRANSACTIONS", "describe_transactions_request", "DescribeTransactions"),
     ("LIST_TRANSACTIONS", "list_transactions_request", "ListTransactions"),
+    ("SASL_HANDSHAKE", "sasl_handshake_request", "SaslHandshake"),
+    ("SASL_AUTHENTICATE", "sasl_authenticate_request", "SaslAuthenticate"),
+    ("DESCRIBE_USER_SCRAM_CREDENTIALS", "describe_user_scram_credentials_request", "DescribeUserScramCredentials"),
+    ("ALTER_USER_SCRAM_CREDENTIALS", "alter_user_scram_credentials_request", "AlterUserScramCredentials"),
 ]
 
 ALL = frozenset(range(0, 64))

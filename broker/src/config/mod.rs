@@ -4,8 +4,10 @@
 //! Everything feeds one plain struct: a properties file, then `--override
 //! key=value` flags in order, exactly as `kafka-server-start.sh` does.
 
+mod security;
 mod server;
 mod topic;
 
+pub use security::{SecurityProtocol, SUPPORTED_SASL_MECHANISMS};
 pub use server::{ConfigError, Listener, ServerConfig};
 pub use topic::{TopicConfigEntry, TopicConfigError, TopicConfigs, TOPIC_CONFIGS};

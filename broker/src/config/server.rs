@@ -4,6 +4,7 @@ use std::path::PathBuf;
 
 use thiserror::Error;
 
+use super::security::{parse_protocol_map, SecurityProtocol};
 use crate::types::NodeId;
 
 /// A config key whose value cannot be used. Printed as one line naming the
@@ -195,7 +196,24 @@ pub struct ServerConfig {
     /// How long a starting node waits for a quorum leader and to catch up with
     /// it before giving up (ours; Kafka waits without a bound).
     pub controller_quorum_startup_timeout_ms: u64,
-    /// Every key that was set, as given, for DescribeConfigs.
+    /// `listener.security.protocol.map` as given; empty means Kafka's
+    /// default (each protocol's name maps to itself).
+    pub listener_security_protocol_map: Vec<(String, SecurityProtocol)>,
+    /// `inter.broker.listener.name`, if set.
+    pub inter_broker_listener_name: Option<String>,
+    /// `security.inter.broker.protocol`, if set.
+    pub security_inter_broker_protocol: Option<SecurityProtocol>,
+    /// `connections.max.reauth.ms` (KIP-368): a SASL session lasts at most
+    /// this long before the client must re-authenticate; 0 means forever.
+    pub connections_max_reauth_ms: i64,
+    /// `sasl.server.max.receive.size`: the largest SASL token before
+    /// authentication completes (Kafka's default 512 KiB).
+    pub sasl_server_max_receive_size: usize,
+    /// `connection.failed.authentication.delay.ms`: a failed
+    /// authentication's connection closes this long after the answer.
+    pub connection_failed_authentication_delay_ms: u64,
+    /// Every key that was set, as given, for DescribeConfigs (and for the
+    /// per-listener `ssl.*`/`sasl.*` lookups).
     pub explicit: BTreeMap<String, String>,
 }
 
@@ -280,12 +298,18 @@ impl Default for ServerConfig {
             controller_quorum_election_timeout_ms: 1_000,
             controller_quorum_request_timeout_ms: 2_000,
             controller_quorum_startup_timeout_ms: 60_000,
+            listener_security_protocol_map: Vec::new(),
+            inter_broker_listener_name: None,
+            security_inter_broker_protocol: None,
+            connections_max_reauth_ms: 0,
+            sasl_server_max_receive_size: 524_288,
+            connection_failed_authentication_delay_ms: 100,
             explicit: BTreeMap::new(),
         }
     }
 }
 
-fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
+pub(super) fn invalid(key: &str, value: &str, reason: impl Into<String>) -> ConfigError {
     ConfigError::InvalidValue {
         key: key.into(),
         value: value.into(),
@@ -660,6 +684,36 @@ impl ServerConfig {
             "controller.quorum.startup.timeout.ms" => {
                 self.controller_quorum_startup_timeout_ms = parse_num(key, v)?
             }
+            "listener.security.protocol.map" => {
+                self.listener_security_protocol_map = parse_protocol_map(key, v)?
+            }
+            "inter.broker.listener.name" => self.inter_broker_listener_name = Some(v.to_string()),
+            "security.inter.broker.protocol" => {
+                self.security_inter_broker_protocol =
+                    Some(SecurityProtocol::parse(v).ok_or_else(|| {
+                        invalid(
+                            key,
+                            v,
+                            "expected PLAINTEXT, SSL, SASL_PLAINTEXT or SASL_SSL",
+                        )
+                    })?)
+            }
+            "connections.max.reauth.ms" => {
+                self.connections_max_reauth_ms = parse_num(key, v)?;
+                if self.connections_max_reauth_ms < 0 {
+                    return Err(invalid(key, v, "must be at least 0"));
+                }
+            }
+            "sasl.server.max.receive.size" => {
+                self.sasl_server_max_receive_size = parse_num(key, v)?
+            }
+            "connection.failed.authentication.delay.ms" => {
+                self.connection_failed_authentication_delay_ms = parse_num(key, v)?
+            }
+            // Read per listener through `listener_value`, when the listener is built.
+            k if k.starts_with("ssl.")
+                || k.starts_with("sasl.")
+                || k.starts_with("listener.name.") => {}
             other => {
                 // Kafka logs unknown keys and carries on; so do we, so that a
                 // server.properties written for Kafka starts unchanged.
@@ -870,6 +924,7 @@ impl ServerConfig {
                 );
             }
         }
+        self.validate_security()?;
         for a in &self.advertised_listeners {
             let known = self
                 .listeners
@@ -990,17 +1045,21 @@ impl ServerConfig {
         Ok(())
     }
 
-    /// The first listener for clients (and for replication between brokers).
-    pub fn client_listener(&self) -> &Listener {
+    /// The listeners clients (and peer brokers) connect to: all but the
+    /// controller listeners, which carry the metadata quorum.
+    pub fn client_listeners(&self) -> impl Iterator<Item = &Listener> {
         self.listeners
             .iter()
-            .find(|l| !self.controller_listener_names.contains(&l.name))
-            .unwrap_or(&self.listeners[0])
+            .filter(|l| !self.controller_listener_names.contains(&l.name))
     }
 
-    /// The address clients are told to use for this broker.
-    pub fn advertised_client_listener(&self) -> &Listener {
-        &self.advertised_listeners[0]
+    /// The address a client connected on `listener` is told to use for
+    /// this broker (the first advertised listener for a name not advertised).
+    pub fn advertised_listener(&self, listener: &str) -> &Listener {
+        self.advertised_listeners
+            .iter()
+            .find(|l| l.name.eq_ignore_ascii_case(listener))
+            .unwrap_or(&self.advertised_listeners[0])
     }
 
     /// The listener the metadata quorum's peers connect to, if one is configured.

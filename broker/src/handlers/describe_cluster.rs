@@ -9,6 +9,7 @@ use crate::broker::Broker;
 
 pub fn handle(
     broker: &Broker,
+    listener: &str,
     _version: i16,
     req: DescribeClusterRequest,
 ) -> DescribeClusterResponse {
@@ -25,7 +26,7 @@ pub fn handle(
     resp.cluster_id = str_bytes(image.cluster_id.clone());
     resp.controller_id = BrokerId(super::metadata::controller_id(broker).0);
     resp.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
-    resp.brokers = super::metadata::live_brokers(broker)
+    resp.brokers = super::metadata::live_brokers(broker, listener)
         .into_iter()
         .map(|(id, host, port, rack)| {
             let mut b = DescribeClusterBroker::default();

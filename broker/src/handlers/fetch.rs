@@ -129,12 +129,12 @@ pub async fn handle(
         let notified = broker.replicas.appended.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let (reply, bytes, had_error) = read_once(broker, version, &req, max_bytes);
+        let (reply, bytes, had_error) = read_once(broker, &ctx.listener, version, &req, max_bytes);
         if bytes >= min_bytes || had_error || tokio::time::Instant::now() >= deadline {
             return account(broker, reply);
         }
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
-            let (reply, _, _) = read_once(broker, version, &req, max_bytes);
+            let (reply, _, _) = read_once(broker, &ctx.listener, version, &req, max_bytes);
             return account(broker, reply);
         }
     }
@@ -243,6 +243,7 @@ fn refused(version: i16, req: &FetchRequest) -> FetchReply {
 /// holds, and whether a partition had an error.
 fn read_once(
     broker: &Broker,
+    listener: &str,
     version: i16,
     req: &FetchRequest,
     max_bytes: usize,
@@ -385,7 +386,7 @@ fn read_once(
         broker.replicas.appended.notify_waiters();
     }
     if version >= 16 {
-        resp.node_endpoints = leaders.fetch_endpoints(&image);
+        resp.node_endpoints = leaders.fetch_endpoints(&image, listener);
     }
     (
         FetchReply {

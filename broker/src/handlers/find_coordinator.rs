@@ -19,6 +19,7 @@ const TRANSACTION: i8 = 1;
 
 pub async fn handle(
     broker: &Broker,
+    listener: &str,
     version: i16,
     req: FindCoordinatorRequest,
 ) -> FindCoordinatorResponse {
@@ -29,7 +30,7 @@ pub async fn handle(
     };
     let mut coordinators = Vec::with_capacity(keys.len());
     for key in keys {
-        coordinators.push(find(broker, key, req.key_type).await);
+        coordinators.push(find(broker, listener, key, req.key_type).await);
     }
     let mut resp = FindCoordinatorResponse::default();
     if version < 4 {
@@ -47,7 +48,7 @@ pub async fn handle(
     resp
 }
 
-async fn find(broker: &Broker, key: StrBytes, key_type: i8) -> Coordinator {
+async fn find(broker: &Broker, listener: &str, key: StrBytes, key_type: i8) -> Coordinator {
     let mut c = Coordinator::default();
     c.key = key;
     c.node_id = BrokerId(-1);
@@ -60,7 +61,7 @@ async fn find(broker: &Broker, key: StrBytes, key_type: i8) -> Coordinator {
                     tracing::warn!(error = %e, "loading groups after creating {OFFSETS_TOPIC}");
                 }
                 let partition = crate::coordinator::partition_of(broker, &c.key);
-                match leader_of(broker, OFFSETS_TOPIC, partition, &mut c) {
+                match leader_of(broker, listener, OFFSETS_TOPIC, partition, &mut c) {
                     Ok(()) => return c,
                     Err(e) => e,
                 }
@@ -70,7 +71,7 @@ async fn find(broker: &Broker, key: StrBytes, key_type: i8) -> Coordinator {
         TRANSACTION => match ensure_transaction_topic(broker).await {
             Ok(()) => {
                 let partition = broker.txn.partition_for(broker, &c.key);
-                match leader_of(broker, TXN_TOPIC, partition, &mut c) {
+                match leader_of(broker, listener, TXN_TOPIC, partition, &mut c) {
                     Ok(()) => return c,
                     Err(e) => e,
                 }
@@ -91,6 +92,7 @@ async fn find(broker: &Broker, key: StrBytes, key_type: i8) -> Coordinator {
 /// coordinator of a key is the leader of its partition.
 fn leader_of(
     broker: &Broker,
+    listener: &str,
     topic: &str,
     partition: i32,
     c: &mut Coordinator,
@@ -104,15 +106,23 @@ fn leader_of(
         .and_then(|leader| image.brokers.get(&leader))
         .filter(|b| !b.fenced);
     match (leader, image.brokers.is_empty()) {
-        (Some(b), _) => {
-            c.node_id = BrokerId(b.node_id.0);
-            c.host = str_bytes(b.host.clone());
-            c.port = i32::from(b.port);
-            Ok(())
-        }
+        (Some(b), _) => match b.endpoint(listener) {
+            Some((host, port)) => {
+                c.node_id = BrokerId(b.node_id.0);
+                c.host = str_bytes(host.to_string());
+                c.port = i32::from(port);
+                Ok(())
+            }
+            None => Err((
+                ResponseError::CoordinatorNotAvailable,
+                format!(
+                    "the leader of partition {partition} of {topic} has no listener {listener}"
+                ),
+            )),
+        },
         // A node that has not registered yet is the whole cluster.
         (None, true) => {
-            let l = broker.config.advertised_client_listener();
+            let l = broker.config.advertised_listener(listener);
             c.node_id = BrokerId(broker.node_id().0);
             c.host = str_bytes(l.host.clone());
             c.port = i32::from(l.port);

@@ -33,33 +33,47 @@ impl LeaderHints {
         Some((p.leader, p.leader_epoch.0))
     }
 
+    /// The named leaders' (registration, host, port) on `listener`.
     fn endpoints<'a>(
         &'a self,
         image: &'a MetadataImage,
-    ) -> impl Iterator<Item = &'a crate::metadata::BrokerRegistration> + 'a {
-        self.named.iter().filter_map(|n| image.brokers.get(n))
+        listener: &'a str,
+    ) -> impl Iterator<Item = (&'a crate::metadata::BrokerRegistration, &'a str, u16)> + 'a {
+        self.named.iter().filter_map(move |n| {
+            let b = image.brokers.get(n)?;
+            let (host, port) = b.endpoint(listener)?;
+            Some((b, host, port))
+        })
     }
 
-    pub fn fetch_endpoints(&self, image: &MetadataImage) -> Vec<fetch_response::NodeEndpoint> {
-        self.endpoints(image)
-            .map(|b| {
+    pub fn fetch_endpoints(
+        &self,
+        image: &MetadataImage,
+        listener: &str,
+    ) -> Vec<fetch_response::NodeEndpoint> {
+        self.endpoints(image, listener)
+            .map(|(b, host, port)| {
                 let mut e = fetch_response::NodeEndpoint::default();
                 e.node_id = BrokerId(b.node_id.0);
-                e.host = str_bytes(b.host.clone());
-                e.port = b.port as i32;
+                e.host = str_bytes(host.to_string());
+                e.port = port as i32;
                 e.rack = b.rack.clone().map(str_bytes);
                 e
             })
             .collect()
     }
 
-    pub fn produce_endpoints(&self, image: &MetadataImage) -> Vec<produce_response::NodeEndpoint> {
-        self.endpoints(image)
-            .map(|b| {
+    pub fn produce_endpoints(
+        &self,
+        image: &MetadataImage,
+        listener: &str,
+    ) -> Vec<produce_response::NodeEndpoint> {
+        self.endpoints(image, listener)
+            .map(|(b, host, port)| {
                 let mut e = produce_response::NodeEndpoint::default();
                 e.node_id = BrokerId(b.node_id.0);
-                e.host = str_bytes(b.host.clone());
-                e.port = b.port as i32;
+                e.host = str_bytes(host.to_string());
+                e.port = port as i32;
                 e.rack = b.rack.clone().map(str_bytes);
                 e
             })

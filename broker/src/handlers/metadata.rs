@@ -20,19 +20,23 @@ use super::{str_bytes, AUTHORIZED_OPERATIONS_OMITTED};
 use crate::broker::{Broker, NewTopic};
 use crate::metadata::{MetadataImage, TopicImage, NO_LEADER};
 
-/// (node id, host, port, rack) of every registered, unfenced broker: the ones
-/// clients may be sent to (Kafka lists fenced brokers nowhere).
-pub fn live_brokers(broker: &Broker) -> Vec<(i32, String, i32, Option<String>)> {
+/// (node id, host, port, rack) of every registered, unfenced broker with
+/// the client's listener: the ones clients may be sent to (Kafka lists
+/// fenced brokers nowhere, and a broker without the listener is left out).
+pub fn live_brokers(broker: &Broker, listener: &str) -> Vec<(i32, String, i32, Option<String>)> {
     let image = broker.metadata.image();
     if image.brokers.is_empty() {
-        let l = &broker.config.advertised_listeners[0];
+        let l = broker.config.advertised_listener(listener);
         return vec![(broker.node_id().0, l.host.clone(), l.port as i32, None)];
     }
     image
         .brokers
         .values()
         .filter(|b| !b.fenced)
-        .map(|b| (b.node_id.0, b.host.clone(), b.port as i32, b.rack.clone()))
+        .filter_map(|b| {
+            let (host, port) = b.endpoint(listener)?;
+            Some((b.node_id.0, host.to_string(), port as i32, b.rack.clone()))
+        })
         .collect()
 }
 
@@ -79,9 +83,14 @@ fn error_topic(name: Option<String>, id: Uuid, code: ResponseError) -> MetadataR
     t
 }
 
-pub async fn handle(broker: &Broker, version: i16, req: MetadataRequest) -> MetadataResponse {
+pub async fn handle(
+    broker: &Broker,
+    listener: &str,
+    version: i16,
+    req: MetadataRequest,
+) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
-    resp.brokers = live_brokers(broker)
+    resp.brokers = live_brokers(broker, listener)
         .into_iter()
         .map(|(id, host, port, rack)| {
             let mut b = MetadataResponseBroker::default();

@@ -31,6 +31,7 @@ mod offset_delete;
 mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
+mod scram;
 mod sync_group;
 mod txn;
 mod txn_offset_commit;
@@ -64,6 +65,12 @@ pub struct RequestContext {
     pub client_host: String,
     /// The peer's IP, where the socket knew it.
     pub client_ip: Option<std::net::IpAddr>,
+    /// The listener the connection came in on: clients are told the
+    /// endpoints of that listener.
+    pub listener: std::sync::Arc<str>,
+    /// Who the connection authenticated as: `User:<name>`, or
+    /// `User:ANONYMOUS`.
+    pub principal: std::sync::Arc<str>,
 }
 
 pub async fn dispatch(
@@ -78,8 +85,10 @@ pub async fn dispatch(
         R::ApiVersions(r) => {
             Reply::Respond(S::ApiVersions(api_versions::handle(broker, version, r)))
         }
-        R::Metadata(r) => Reply::Respond(S::Metadata(metadata::handle(broker, version, r).await)),
-        R::Produce(r) => match produce::handle(broker, version, r).await {
+        R::Metadata(r) => Reply::Respond(S::Metadata(
+            metadata::handle(broker, &ctx.listener, version, r).await,
+        )),
+        R::Produce(r) => match produce::handle(broker, &ctx.listener, version, r).await {
             Some(resp) => Reply::Respond(S::Produce(resp)),
             None => Reply::NoResponse,
         },
@@ -119,7 +128,10 @@ pub async fn dispatch(
             describe_quorum::handle(broker, version, r).await,
         )),
         R::DescribeCluster(r) => Reply::Respond(S::DescribeCluster(describe_cluster::handle(
-            broker, version, r,
+            broker,
+            &ctx.listener,
+            version,
+            r,
         ))),
         R::DeleteRecords(r) => {
             Reply::Respond(S::DeleteRecords(delete_records::handle(broker, version, r)))
@@ -130,8 +142,14 @@ pub async fn dispatch(
         R::IncrementalAlterConfigs(r) => Reply::Respond(S::IncrementalAlterConfigs(
             alter_configs::handle_incremental(broker, version, r).await,
         )),
+        R::AlterUserScramCredentials(r) => {
+            Reply::Respond(S::AlterUserScramCredentials(scram::alter(broker, r).await))
+        }
+        R::DescribeUserScramCredentials(r) => {
+            Reply::Respond(S::DescribeUserScramCredentials(scram::describe(broker, r)))
+        }
         R::FindCoordinator(r) => Reply::Respond(S::FindCoordinator(
-            find_coordinator::handle(broker, version, r).await,
+            find_coordinator::handle(broker, &ctx.listener, version, r).await,
         )),
         R::JoinGroup(r) => Reply::Respond(S::JoinGroup(
             join_group::handle(broker, ctx, version, r).await,

@@ -251,7 +251,12 @@ async fn check_transactions(
 }
 
 /// Returns `None` for acks=0, which gets no response.
-pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Option<ProduceResponse> {
+pub async fn handle(
+    broker: &Broker,
+    listener: &str,
+    version: i16,
+    req: ProduceRequest,
+) -> Option<ProduceResponse> {
     let acks = req.acks;
     let now = now_ms();
     let deadline =
@@ -386,7 +391,7 @@ pub async fn handle(broker: &Broker, version: i16, req: ProduceRequest) -> Optio
         set_error(p, version, &e, || leaders.hint(&image, &w.tp));
     }
     if version >= 10 {
-        resp.node_endpoints = leaders.produce_endpoints(&image);
+        resp.node_endpoints = leaders.produce_endpoints(&image, listener);
     }
     if acks == 0 {
         None

@@ -24,20 +24,65 @@ pub struct MetadataImage {
     /// The first producer id of the next block handed out. Only ever grows, so
     /// a producer id is never handed out twice, even across restarts.
     pub next_producer_id: i64,
+    /// SCRAM credentials by user, then by mechanism (Kafka's
+    /// `UserScramCredentialRecord`s): never the password, only what a
+    /// server needs to check a proof.
+    #[serde(default)]
+    pub scram_credentials: BTreeMap<String, BTreeMap<i8, StoredScramCredential>>,
 }
 
-/// A broker's advertised endpoint as it registered itself.
+/// One user's SCRAM credential for one mechanism (RFC 5802's StoredKey and
+/// ServerKey, with the salt and iteration count the client needs).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StoredScramCredential {
+    pub salt: Vec<u8>,
+    pub stored_key: Vec<u8>,
+    pub server_key: Vec<u8>,
+    pub iterations: i32,
+}
+
+/// A broker's advertised endpoints as it registered itself.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerRegistration {
     pub node_id: NodeId,
+    /// The inter-broker listener's endpoint: where peers replicate from and
+    /// send transaction markers.
     pub host: String,
     pub port: u16,
+    /// Every advertised client listener. A client is told the endpoints of
+    /// the listener it connected to, as Kafka does. Empty in registrations
+    /// written before listeners were named: then `host:port` serves all.
+    #[serde(default)]
+    pub listeners: Vec<Endpoint>,
     pub rack: Option<String>,
     /// A fenced broker leads nothing and is in no ISR it could leave. The
     /// active controller fences a broker whose heartbeats stop (or that asks
     /// to, in a controlled shutdown); registering again unfences it.
     #[serde(default)]
     pub fenced: bool,
+}
+
+/// One advertised listener of a broker.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Endpoint {
+    pub name: String,
+    pub host: String,
+    pub port: u16,
+}
+
+impl BrokerRegistration {
+    /// Where a client connected on `listener` reaches this broker, if the
+    /// broker has that listener (Kafka leaves a broker without it out of
+    /// the answer).
+    pub fn endpoint(&self, listener: &str) -> Option<(&str, u16)> {
+        if self.listeners.is_empty() {
+            return Some((&self.host, self.port));
+        }
+        self.listeners
+            .iter()
+            .find(|e| e.name.eq_ignore_ascii_case(listener))
+            .map(|e| (e.host.as_str(), e.port))
+    }
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -134,6 +179,13 @@ pub enum MetadataCommand {
     /// Reserves `count` producer ids, returned as a block.
     AllocateProducerIds {
         count: i64,
+    },
+    /// Removes then sets SCRAM credentials (AlterUserScramCredentials, whose
+    /// handler validated them): `(user, mechanism type)` pairs to delete,
+    /// and credentials to set.
+    AlterScramCredentials {
+        delete: Vec<(String, i8)>,
+        upsert: Vec<(String, i8, StoredScramCredential)>,
     },
 }
 
@@ -393,6 +445,23 @@ impl MetadataImage {
                     .ok_or(MetadataError::InvalidProducerIdCount(count))?;
                 self.next_producer_id = next;
                 Ok(MetadataOutcome::ProducerIdBlock { first, count })
+            }
+            MetadataCommand::AlterScramCredentials { delete, upsert } => {
+                for (user, mechanism) in delete {
+                    if let Some(by_mechanism) = self.scram_credentials.get_mut(user) {
+                        by_mechanism.remove(mechanism);
+                        if by_mechanism.is_empty() {
+                            self.scram_credentials.remove(user);
+                        }
+                    }
+                }
+                for (user, mechanism, credential) in upsert {
+                    self.scram_credentials
+                        .entry(user.clone())
+                        .or_default()
+                        .insert(*mechanism, credential.clone());
+                }
+                Ok(MetadataOutcome::Done)
             }
         }
     }
@@ -734,6 +803,7 @@ mod tests {
                 node_id: NodeId(1),
                 host: "localhost".into(),
                 port,
+                listeners: Vec::new(),
                 rack: None,
                 fenced: false,
             });
@@ -748,6 +818,7 @@ mod tests {
             node_id: NodeId(id),
             host: format!("127.0.0.{id}"),
             port: 9092,
+            listeners: Vec::new(),
             rack: None,
             fenced: false,
         });

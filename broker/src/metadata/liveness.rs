@@ -286,6 +286,7 @@ mod tests {
                     node_id: NodeId(id),
                     host: "h".into(),
                     port: 1,
+                    listeners: Vec::new(),
                     rack: None,
                     fenced,
                 },

@@ -36,8 +36,8 @@ use tokio::time::Instant;
 use crate::types::NodeId;
 
 pub use image::{
-    BrokerRegistration, MetadataCommand, MetadataError, MetadataImage, MetadataOutcome,
-    PartitionImage, TopicImage, NO_LEADER,
+    BrokerRegistration, Endpoint, MetadataCommand, MetadataError, MetadataImage, MetadataOutcome,
+    PartitionImage, StoredScramCredential, TopicImage, NO_LEADER,
 };
 use liveness::LivenessTracker;
 use network::MetadataNetwork;

@@ -24,25 +24,27 @@
 //! they are never copied into this process.
 
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
-use kafka_protocol::messages::ApiKey;
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use protocol::fetch_response::{encode_fetch_response, Part};
 use protocol::{
     check_request, encode_response, unsupported_api_versions_response,
     unsupported_produce_response, Request, RequestError,
 };
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::TcpStream;
 use tokio::sync::{mpsc, watch};
 use tokio::time::Instant;
 
 use super::budget::{Charge, MemoryBudget};
+use super::session::{Gate, Session};
+use super::stream::{ReadSource, ResponseSink};
+use super::ListenerContext;
 use crate::broker::Broker;
 use crate::handlers::fetch::FetchedRecords;
 use crate::handlers::{dispatch, Reply, RequestContext};
@@ -94,6 +96,47 @@ pub enum ConnectionError {
     Idle,
     #[error(transparent)]
     Request(#[from] RequestError),
+    #[error("closing unauthenticated connection: {0}")]
+    Unauthenticated(String),
+    #[error("SASL frame of {0} bytes exceeds sasl.server.max.receive.size")]
+    SaslFrameTooLarge(i64),
+}
+
+/// What authentication makes of a request.
+enum Authenticated {
+    /// A SASL request, answered here (encoded), maybe closing after a delay.
+    Answer(Result<Bytes, ConnectionError>, Option<Duration>),
+    /// Not allowed in the session's state: the connection closes.
+    Refused(String),
+    /// Allowed: dispatch it.
+    Pass(Box<Request>),
+}
+
+/// Answers SaslHandshake and SaslAuthenticate from the session, and lets
+/// through what the session allows.
+fn authenticate(session: &mut Session, request: Request) -> Authenticated {
+    let api_key = ApiKey::try_from(request.api_key()).expect("decoded requests have known keys");
+    let version = request.api_version();
+    let correlation_id = request.correlation_id();
+    let (response, close) = match &request.body {
+        RequestKind::SaslHandshake(r) => {
+            let a = session.handshake(r);
+            (ResponseKind::SaslHandshake(a.response), a.close_after)
+        }
+        RequestKind::SaslAuthenticate(r) => {
+            let a = session.authenticate(version, r);
+            (ResponseKind::SaslAuthenticate(a.response), a.close_after)
+        }
+        _ => {
+            return match session.gate(api_key) {
+                Gate::Pass => Authenticated::Pass(Box::new(request)),
+                Gate::Close(reason) => Authenticated::Refused(reason),
+            }
+        }
+    };
+    let bytes = encode_response(api_key, version, correlation_id, &response)
+        .map_err(|e| ConnectionError::Io(std::io::Error::other(e.to_string())));
+    Authenticated::Answer(bytes, close)
 }
 
 /// The limits one connection's reader works within.
@@ -140,16 +183,98 @@ impl Activity {
     }
 }
 
+/// Serves one accepted connection: the TLS handshake first on an SSL or
+/// SASL_SSL listener (bounded by `socket.request.read.timeout.ms`), then
+/// requests until the client leaves, the connection fails, or shutdown.
 pub async fn run(
     broker: Arc<Broker>,
     stream: TcpStream,
+    listener: Arc<ListenerContext>,
+    memory: Arc<MemoryBudget>,
+    limits: ReadLimits,
+    shutdown: watch::Receiver<bool>,
+) -> Result<(), ConnectionError> {
+    let client_ip: Option<IpAddr> = stream.peer_addr().map(|a| a.ip()).ok();
+    let Some(tls) = listener.tls.clone() else {
+        let (read_half, write_half) = stream.into_split();
+        let peer = Peer {
+            ip: client_ip,
+            tls_principal: None,
+        };
+        return serve(
+            broker, read_half, write_half, peer, listener, memory, limits, shutdown,
+        )
+        .await;
+    };
+    let accepted = tokio::time::timeout(limits.read_timeout, tls.acceptor().accept(stream)).await;
+    let stream = match accepted {
+        Ok(Ok(stream)) => stream,
+        Ok(Err(e)) => {
+            metrics::counter!("kafka_broker_tls_handshake_failures_total", "listener" => listener.name.to_string())
+                .increment(1);
+            return Err(e.into());
+        }
+        Err(_) => {
+            metrics::counter!("kafka_broker_tls_handshake_failures_total", "listener" => listener.name.to_string())
+                .increment(1);
+            return Err(ConnectionError::RequestReadTimeout {
+                received: 0,
+                size: 0,
+            });
+        }
+    };
+    // A certificate whose subject cannot be read, or that no mapping rule
+    // maps, fails authentication, as in Kafka (it is not anonymous).
+    let tls_principal = match crate::security::tls::peer_principal(stream.get_ref().1, &tls.mapper)
+    {
+        Ok(principal) => principal,
+        Err(e) => {
+            metrics::counter!("kafka_broker_tls_handshake_failures_total", "listener" => listener.name.to_string())
+                    .increment(1);
+            return Err(ConnectionError::Unauthenticated(e.to_string()));
+        }
+    };
+    let (read_half, write_half) = tokio::io::split(stream);
+    let peer = Peer {
+        ip: client_ip,
+        tls_principal,
+    };
+    serve(
+        broker,
+        super::stream::TlsSource::new(read_half),
+        write_half,
+        peer,
+        listener,
+        memory,
+        limits,
+        shutdown,
+    )
+    .await
+}
+
+/// Who is on the other end, as the transport knows it.
+struct Peer {
+    ip: Option<IpAddr>,
+    /// The client certificate's principal name, on a TLS connection that
+    /// presented one.
+    tls_principal: Option<String>,
+}
+
+#[allow(clippy::too_many_arguments)]
+async fn serve<R: ReadSource, W: ResponseSink>(
+    broker: Arc<Broker>,
+    read_half: R,
+    write_half: W,
+    peer: Peer,
+    listener: Arc<ListenerContext>,
     memory: Arc<MemoryBudget>,
     limits: ReadLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
-    let client_ip: Option<IpAddr> = stream.peer_addr().map(|a| a.ip()).ok();
+    let client_ip = peer.ip;
     let client_host = client_ip.map(|ip| format!("/{ip}")).unwrap_or_default();
-    let (read_half, write_half) = stream.into_split();
+    let mut session = Session::new(&broker, listener.clone(), peer.tls_principal);
+    let authenticated = Arc::new(AtomicBool::new(session.authenticated()));
     let (tx, mut rx) =
         mpsc::channel::<Result<Frame, ConnectionError>>(broker.config.queued_max_requests);
     let activity = Arc::new(Activity {
@@ -163,6 +288,8 @@ pub async fn run(
             memory,
             limits,
             activity: activity.clone(),
+            authenticated: authenticated.clone(),
+            sasl_max_receive: broker.config.sasl_server_max_receive_size,
         }
         .run(tx),
     );
@@ -177,11 +304,31 @@ pub async fn run(
             Some(Err(e)) => break Err(e),
             Some(Ok(f)) => f,
         };
+        let mut close_after = None;
         let reply = match inbound {
             Inbound::Answer(bytes) => Ok(Some(Outgoing::Frame(bytes))),
-            Inbound::Request(request) => {
-                handle_request(&broker, &client_host, client_ip, request).await
-            }
+            Inbound::Request(request) => match authenticate(&mut session, request) {
+                Authenticated::Answer(bytes, close) => {
+                    close_after = close;
+                    authenticated.store(session.authenticated(), Ordering::SeqCst);
+                    bytes.map(|b| Some(Outgoing::Frame(b)))
+                }
+                Authenticated::Refused(reason) => {
+                    metrics::counter!("kafka_broker_unauthenticated_requests_total").increment(1);
+                    Err(ConnectionError::Unauthenticated(reason))
+                }
+                Authenticated::Pass(request) => {
+                    handle_request(
+                        &broker,
+                        &listener,
+                        session.principal(),
+                        &client_host,
+                        client_ip,
+                        *request,
+                    )
+                    .await
+                }
+            },
         };
         match reply {
             Ok(Some(response)) => {
@@ -198,6 +345,16 @@ pub async fn run(
                 break Err(e);
             }
         }
+        if let Some(delay) = close_after {
+            // A failed authentication (or a SASL request out of turn): the
+            // answer goes out, and the connection closes after Kafka's
+            // connection.failed.authentication.delay.ms.
+            out.flush().await.ok();
+            tokio::time::sleep(delay).await;
+            break Err(ConnectionError::Unauthenticated(
+                "SASL authentication failed or out of turn".into(),
+            ));
+        }
         drop(charge);
         activity.finished_one();
     };
@@ -207,14 +364,18 @@ pub async fn run(
 
 /// Reads size-prefixed frames, charging the memory budget as their bytes
 /// arrive, and walks and decodes them.
-struct Reader {
-    rd: OwnedReadHalf,
+struct Reader<R> {
+    rd: R,
+    /// Until the session authenticates, frames are bounded by
+    /// `sasl.server.max.receive.size` instead.
+    authenticated: Arc<AtomicBool>,
+    sasl_max_receive: usize,
     memory: Arc<MemoryBudget>,
     limits: ReadLimits,
     activity: Arc<Activity>,
 }
 
-impl Reader {
+impl<R: ReadSource> Reader<R> {
     async fn run(mut self, tx: mpsc::Sender<Result<Frame, ConnectionError>>) {
         loop {
             let frame = match self.next_frame().await {
@@ -242,7 +403,11 @@ impl Reader {
                             metrics::counter!("kafka_broker_malformed_requests_total").increment(1);
                             tracing::info!(error = %e, "closing connection on a request we cannot answer");
                         }
-                        ConnectionError::Io(_) => {}
+                        ConnectionError::SaslFrameTooLarge(_) => {
+                            metrics::counter!("kafka_broker_requests_too_large_total", "limit" => "sasl.server.max.receive.size")
+                                .increment(1)
+                        }
+                        ConnectionError::Io(_) | ConnectionError::Unauthenticated(_) => {}
                     }
                     let _ = tx.send(Err(e)).await;
                     return;
@@ -279,6 +444,9 @@ impl Reader {
         let size = i32::from_be_bytes(prefix) as i64;
         if size < 0 || size as usize > self.limits.max_frame_bytes {
             return Err(ConnectionError::FrameTooLarge(size));
+        }
+        if !self.authenticated.load(Ordering::SeqCst) && size as usize > self.sasl_max_receive {
+            return Err(ConnectionError::SaslFrameTooLarge(size));
         }
         let size = size as usize;
         let mut charge = Charge::new(self.memory.clone());
@@ -400,6 +568,8 @@ enum Outgoing {
 /// response is due (acks=0). `Err`: the connection must close.
 async fn handle_request(
     broker: &Broker,
+    listener: &ListenerContext,
+    principal: &Arc<str>,
     client_host: &str,
     client_ip: Option<IpAddr>,
     request: Request,
@@ -418,6 +588,8 @@ async fn handle_request(
             .unwrap_or_default(),
         client_host: client_host.to_string(),
         client_ip,
+        listener: listener.name.clone(),
+        principal: principal.clone(),
     };
     let reply = dispatch(broker, &ctx, version, request.body).await;
     let encoding_failed = |e: protocol::EncodeError| {
@@ -450,8 +622,8 @@ async fn handle_request(
 /// Writes one response. Encoded bytes are buffered; record regions are sent
 /// from their files after the buffer is flushed, so the order on the wire is
 /// the parts' order.
-async fn write_response(
-    out: &mut BufWriter<OwnedWriteHalf>,
+async fn write_response<W: ResponseSink>(
+    out: &mut BufWriter<W>,
     response: Outgoing,
 ) -> std::io::Result<()> {
     let parts = match response {
@@ -464,7 +636,7 @@ async fn write_response(
             Part::Records(records) => {
                 out.flush().await?;
                 for region in &records.regions {
-                    send_region(out.get_mut(), region).await?;
+                    out.get_mut().send_region(region).await?;
                 }
             }
         }
@@ -487,7 +659,10 @@ fn truncated_under_send() -> std::io::Error {
 /// cache to the socket. Falls back to [`copy_region`] where the file system
 /// cannot (EINVAL/ENOSYS before any byte went out).
 #[cfg(target_os = "linux")]
-async fn send_region(out: &mut OwnedWriteHalf, region: &FileRegion) -> std::io::Result<()> {
+pub(super) async fn send_region(
+    out: &mut OwnedWriteHalf,
+    region: &FileRegion,
+) -> std::io::Result<()> {
     use tokio::io::Interest;
     // Linux sends at most 0x7ffff000 bytes per call.
     const MAX_SENDFILE: u64 = 0x7fff_f000;
@@ -521,12 +696,15 @@ async fn send_region(out: &mut OwnedWriteHalf, region: &FileRegion) -> std::io::
 }
 
 #[cfg(not(target_os = "linux"))]
-async fn send_region(out: &mut OwnedWriteHalf, region: &FileRegion) -> std::io::Result<()> {
+pub(super) async fn send_region(
+    out: &mut OwnedWriteHalf,
+    region: &FileRegion,
+) -> std::io::Result<()> {
     copy_region(out, region).await
 }
 
 /// Sends a file region through a bounded buffer: read a piece, write it.
-async fn copy_region<W: tokio::io::AsyncWrite + Unpin>(
+pub(super) async fn copy_region<W: tokio::io::AsyncWrite + Unpin>(
     out: &mut W,
     region: &FileRegion,
 ) -> std::io::Result<()> {

@@ -1,28 +1,152 @@
-//! The I/O edge: the listener, one task per connection, the memory budget
+//! The I/O edge: the listeners, one task per connection, the memory budget
 //! requests are charged to, and shutdown.
 
 mod budget;
 mod connection;
+mod session;
+mod stream;
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
 use tokio::sync::{watch, Semaphore};
 
 use crate::broker::Broker;
+use crate::config::{Listener, SecurityProtocol, ServerConfig};
+use crate::security::sasl::{Mechanism, MechanismConfig};
+use crate::security::tls::{PrincipalMapper, ReloadingAcceptor, TlsSettings};
+use crate::StartError;
 use budget::MemoryBudget;
+
+/// What a listener's connections share: its name (clients are told the
+/// endpoints of the listener they came in on), its protocol, and the TLS
+/// and SASL set-up that protocol needs.
+pub struct ListenerContext {
+    pub name: Arc<str>,
+    pub protocol: SecurityProtocol,
+    pub tls: Option<Arc<TlsListener>>,
+    /// The enabled SASL mechanisms, in `sasl.enabled.mechanisms` order.
+    pub sasl: Option<BTreeMap<String, (Mechanism, Arc<MechanismConfig>)>>,
+    pub sasl_order: Vec<String>,
+}
+
+/// A TLS listener's server config (reloaded when its files change) and the
+/// rules that turn a client certificate into a principal.
+pub struct TlsListener {
+    pub acceptor: Arc<ReloadingAcceptor>,
+    pub mapper: PrincipalMapper,
+}
+
+impl TlsListener {
+    pub fn acceptor(&self) -> tokio_rustls::TlsAcceptor {
+        self.acceptor.acceptor()
+    }
+}
+
+impl ListenerContext {
+    /// Builds a listener's security from the config; any key that cannot
+    /// be used (a missing keystore, an unknown mechanism's JAAS) stops the
+    /// broker at start with the listener and key named.
+    pub fn build(config: &ServerConfig, listener: &Listener) -> Result<Self, StartError> {
+        let name = listener.name.clone();
+        let fail = |e: String| StartError::Security(name.clone(), e);
+        let protocol = config
+            .security_protocol(&name)
+            .ok_or_else(|| fail("no security protocol".into()))?;
+        let tls = if protocol.uses_tls() {
+            let get = |key: &str| config.listener_value(&name, key);
+            let settings = TlsSettings::from_config(&get).map_err(|e| fail(e.to_string()))?;
+            let mapper = PrincipalMapper::parse(
+                &get("ssl.principal.mapping.rules").unwrap_or_else(|| "DEFAULT".into()),
+            )
+            .map_err(|e| fail(e.to_string()))?;
+            let acceptor = ReloadingAcceptor::new(settings).map_err(|e| fail(e.to_string()))?;
+            Some(Arc::new(TlsListener {
+                acceptor: Arc::new(acceptor),
+                mapper,
+            }))
+        } else {
+            None
+        };
+        let mut sasl_order = Vec::new();
+        let sasl = if protocol.uses_sasl() {
+            let mut mechanisms = BTreeMap::new();
+            for m in config.sasl_enabled_mechanisms(&name) {
+                let mechanism: Mechanism = m
+                    .parse()
+                    .map_err(|_| fail(format!("SASL mechanism {m} is not supported")))?;
+                let get = |key: &str| config.mechanism_value(&name, &m, key);
+                let cfg = MechanismConfig::from_config(mechanism, &get)
+                    .map_err(|e| fail(e.to_string()))?;
+                sasl_order.push(m.clone());
+                mechanisms.insert(m, (mechanism, Arc::new(cfg)));
+            }
+            Some(mechanisms)
+        } else {
+            None
+        };
+        Ok(Self {
+            name: Arc::from(name.as_str()),
+            protocol,
+            tls,
+            sasl,
+            sasl_order,
+        })
+    }
+
+    /// A PLAINTEXT listener's context (tests and tools).
+    pub fn plaintext(name: &str) -> Self {
+        Self {
+            name: Arc::from(name),
+            protocol: SecurityProtocol::Plaintext,
+            tls: None,
+            sasl: None,
+            sasl_order: Vec::new(),
+        }
+    }
+}
+
+/// What all listeners share: `max.connections` and the request memory
+/// budget are broker-wide, as in Kafka.
+pub struct Shared {
+    connections: Arc<Semaphore>,
+    memory: Arc<MemoryBudget>,
+}
+
+impl Shared {
+    pub fn new(config: &ServerConfig) -> Arc<Self> {
+        Arc::new(Self {
+            connections: Arc::new(Semaphore::new(config.max_connections)),
+            // Request bytes held at once over all connections, decoded sizes
+            // included (validate() keeps it at least socket.request.max.bytes,
+            // so any frame the size check lets through can be granted).
+            memory: Arc::new(MemoryBudget::new(config.queued_max_request_bytes)),
+        })
+    }
+}
 
 /// Accepts connections until `shutdown` flips to true.
 pub async fn serve(
     broker: Arc<Broker>,
     listener: TcpListener,
+    context: ListenerContext,
+    shared: Arc<Shared>,
     mut shutdown: watch::Receiver<bool>,
 ) -> std::io::Result<()> {
-    let connections = Arc::new(Semaphore::new(broker.config.max_connections));
-    // Request bytes held at once over all connections, decoded sizes
-    // included (validate() keeps it at least socket.request.max.bytes, so
-    // any frame the size check lets through can be granted).
-    let memory = Arc::new(MemoryBudget::new(broker.config.queued_max_request_bytes));
+    let context = Arc::new(context);
+    if let Some(tls) = &context.tls {
+        // Certificates are re-read when their files change or on SIGHUP,
+        // as Kafka re-reads keystores on a dynamic config change.
+        tls.acceptor
+            .clone()
+            .spawn_watch(std::time::Duration::from_secs(10), shutdown.clone());
+        if let Err(e) = tls.acceptor.clone().spawn_sighup(shutdown.clone()) {
+            tracing::warn!(listener = %context.name, error = %e, "no SIGHUP reload of certificates");
+        }
+    }
+    let connections = shared.connections.clone();
+    let memory = shared.memory.clone();
     let limits = connection::ReadLimits::from_config(&broker.config);
     loop {
         tokio::select! {
@@ -46,9 +170,10 @@ pub async fn serve(
                 let broker = broker.clone();
                 let memory = memory.clone();
                 let shutdown = shutdown.clone();
+                let context = context.clone();
                 tokio::spawn(async move {
                     metrics::gauge!("kafka_broker_connections").increment(1.0);
-                    if let Err(e) = connection::run(broker, stream, memory, limits, shutdown).await {
+                    if let Err(e) = connection::run(broker, stream, context, memory, limits, shutdown).await {
                         tracing::debug!(%peer, error = %e, "connection closed");
                     }
                     metrics::gauge!("kafka_broker_connections").decrement(1.0);

@@ -42,25 +42,29 @@ pub async fn start(extra: &[(&str, &str)]) -> TestBroker {
     TestBroker { running, dir }
 }
 
+/// What a test client talks over: a TCP stream, or TLS over one.
+pub trait Transport: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send {}
+impl<T: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send> Transport for T {}
+
 pub struct Client {
-    stream: TcpStream,
+    stream: Box<dyn Transport>,
     correlation_id: i32,
 }
 
 impl Client {
     pub async fn connect(addr: std::net::SocketAddr) -> Client {
+        Client::over(TcpStream::connect(addr).await.unwrap())
+    }
+
+    pub fn over<T: Transport + 'static>(stream: T) -> Client {
         Client {
-            stream: TcpStream::connect(addr).await.unwrap(),
+            stream: Box::new(stream),
             correlation_id: 0,
         }
     }
 
-    pub async fn send_raw(&mut self, bytes: &[u8]) {
-        self.stream.write_all(bytes).await.unwrap();
-    }
-
-    /// Sends a request and returns the raw response body (after the header).
-    pub async fn call_raw<R: Encodable>(&mut self, key: ApiKey, version: i16, req: &R) -> Bytes {
+    /// Sends a request without reading the answer.
+    pub async fn send<R: Encodable>(&mut self, key: ApiKey, version: i16, req: &R) {
         self.correlation_id += 1;
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
@@ -76,6 +80,31 @@ impl Client {
         framed.extend_from_slice(&(buf.len() as i32).to_be_bytes());
         framed.extend_from_slice(&buf);
         self.stream.write_all(&framed).await.unwrap();
+    }
+
+    /// Whether the broker closed the connection (end of stream or reset)
+    /// within `within`, discarding anything it sent first.
+    pub async fn closed_within(&mut self, within: Duration) -> bool {
+        let mut buf = [0u8; 4096];
+        tokio::time::timeout(within, async {
+            loop {
+                match self.stream.read(&mut buf).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+            }
+        })
+        .await
+        .is_ok()
+    }
+
+    pub async fn send_raw(&mut self, bytes: &[u8]) {
+        self.stream.write_all(bytes).await.unwrap();
+    }
+
+    /// Sends a request and returns the raw response body (after the header).
+    pub async fn call_raw<R: Encodable>(&mut self, key: ApiKey, version: i16, req: &R) -> Bytes {
+        self.send(key, version, req).await;
         let mut resp = self.read_frame().await.expect("response");
         let header =
             ResponseHeader::decode(&mut resp, key.response_header_version(version)).unwrap();

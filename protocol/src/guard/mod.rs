@@ -71,6 +71,10 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         ApiKey::EndTxn => &END_TXN,
         ApiKey::DescribeTransactions => &DESCRIBE_TRANSACTIONS,
         ApiKey::ListTransactions => &LIST_TRANSACTIONS,
+        ApiKey::SaslHandshake => &SASL_HANDSHAKE,
+        ApiKey::SaslAuthenticate => &SASL_AUTHENTICATE,
+        ApiKey::DescribeUserScramCredentials => &DESCRIBE_USER_SCRAM_CREDENTIALS,
+        ApiKey::AlterUserScramCredentials => &ALTER_USER_SCRAM_CREDENTIALS,
         // Every other API has no schema, so the guard refuses it: a body
         // without a schema must never reach the decoder.
         _ => return None,

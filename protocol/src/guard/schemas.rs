@@ -643,3 +643,54 @@ const LIST_TRANSACTIONS_BODY: &[Field] = &[
     field("transactional_id_pattern", 2, MAX, STRING),
 ];
 
+pub(crate) const SASL_HANDSHAKE: Message = Message {
+    versions: (0, 1),
+    flexible_from: NEVER,
+    body: SASL_HANDSHAKE_BODY,
+};
+const SASL_HANDSHAKE_BODY: &[Field] = &[
+    field("mechanism", 0, MAX, STRING),
+];
+
+pub(crate) const SASL_AUTHENTICATE: Message = Message {
+    versions: (0, 2),
+    flexible_from: 2,
+    body: SASL_AUTHENTICATE_BODY,
+};
+const SASL_AUTHENTICATE_BODY: &[Field] = &[
+    field("auth_bytes", 0, MAX, BYTES),
+];
+
+pub(crate) const DESCRIBE_USER_SCRAM_CREDENTIALS: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: DESCRIBE_USER_SCRAM_CREDENTIALS_BODY,
+};
+const DESCRIBE_USER_SCRAM_CREDENTIALS_BODY: &[Field] = &[
+    field("users", 0, MAX, array_of(&Ty::Struct(DESCRIBE_USER_SCRAM_CREDENTIALS_USER_NAME), size_of::<km::describe_user_scram_credentials_request::UserName>())),
+];
+const DESCRIBE_USER_SCRAM_CREDENTIALS_USER_NAME: &[Field] = &[
+    field("name", 0, MAX, STRING),
+];
+
+pub(crate) const ALTER_USER_SCRAM_CREDENTIALS: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: ALTER_USER_SCRAM_CREDENTIALS_BODY,
+};
+const ALTER_USER_SCRAM_CREDENTIALS_BODY: &[Field] = &[
+    field("deletions", 0, MAX, array_of(&Ty::Struct(ALTER_USER_SCRAM_CREDENTIALS_SCRAM_CREDENTIAL_DELETION), size_of::<km::alter_user_scram_credentials_request::ScramCredentialDeletion>())),
+    field("upsertions", 0, MAX, array_of(&Ty::Struct(ALTER_USER_SCRAM_CREDENTIALS_SCRAM_CREDENTIAL_UPSERTION), size_of::<km::alter_user_scram_credentials_request::ScramCredentialUpsertion>())),
+];
+const ALTER_USER_SCRAM_CREDENTIALS_SCRAM_CREDENTIAL_DELETION: &[Field] = &[
+    field("name", 0, MAX, STRING),
+    field("mechanism", 0, MAX, INT8),
+];
+const ALTER_USER_SCRAM_CREDENTIALS_SCRAM_CREDENTIAL_UPSERTION: &[Field] = &[
+    field("name", 0, MAX, STRING),
+    field("mechanism", 0, MAX, INT8),
+    field("iterations", 0, MAX, INT32),
+    field("salt", 0, MAX, BYTES),
+    field("salted_password", 0, MAX, BYTES),
+];
+

@@ -719,6 +719,34 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                     .into(),
             }
         }
+        ApiKey::SaslHandshake => SaslHandshakeRequest::default()
+            .with_mechanism(s("SCRAM-SHA-512"))
+            .into(),
+        ApiKey::SaslAuthenticate => SaslAuthenticateRequest::default()
+            .with_auth_bytes(Bytes::from_static(b"n,,n=alice,r=abcdef"))
+            .into(),
+        ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::default()
+            .with_users(Some(vec![
+                kafka_protocol::messages::describe_user_scram_credentials_request::UserName::default()
+                    .with_name(s("alice")),
+            ]))
+            .into(),
+        ApiKey::AlterUserScramCredentials => {
+            use kafka_protocol::messages::alter_user_scram_credentials_request::{
+                ScramCredentialDeletion, ScramCredentialUpsertion,
+            };
+            AlterUserScramCredentialsRequest::default()
+                .with_deletions(vec![ScramCredentialDeletion::default()
+                    .with_name(s("bob"))
+                    .with_mechanism(1)])
+                .with_upsertions(vec![ScramCredentialUpsertion::default()
+                    .with_name(s("alice"))
+                    .with_mechanism(2)
+                    .with_iterations(4096)
+                    .with_salt(Bytes::from_static(b"salt"))
+                    .with_salted_password(Bytes::from_static(&[7u8; 64]))])
+                .into()
+        }
         other => panic!("no test builder for {other:?}"),
     }
 }
