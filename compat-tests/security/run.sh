@@ -109,6 +109,12 @@ fail() {
   echo "FAIL $name: $(tr -s '\n\t' '  ' <<<"$*" | sed 's/ *$//' | cut -c1-600)"
   failed=$((failed + 1))
 }
+# A failure that ends the run (no broker to test): its FAIL line, the summary, exit 1.
+abort() {
+  fail "$1" "$2"
+  echo "$passed passed, $failed failed"
+  exit 1
+}
 # Whether the run budget still allows a check; otherwise it fails as not run.
 budget_left() {
   local name=$1
@@ -205,7 +211,7 @@ start_kafka() {
   # start.sh writes a PLAINTEXT-only server.properties; the later keys appended here win.
   KAFKA_EXTRA_PROPERTIES=$(security_properties ",CONTROLLER://$HOST:$CONTROLLER_PORT") \
     "$COMPAT_DIR/kafka-reference/start.sh" "$PLAINTEXT_PORT" "$data" >"$work/start.out" \
-    || die "Apache Kafka did not start (log: $data/kafka.out)"
+    || { tail -20 "$data/kafka.out" >&2; abort broker.start "Apache Kafka did not start: $(tail -1 "$data/kafka.out")"; }
   broker_pid=$(tail -1 "$work/start.out")
   broker_log=$data/kafka.out
 }
@@ -223,7 +229,10 @@ start_ours() {
   broker_pid=$!
   local deadline=$((SECONDS + READY_TIMEOUT_S))
   while ((SECONDS < deadline)); do
-    kill -0 "$broker_pid" 2>/dev/null || { tail -20 "$broker_log" >&2; die "broker exited during startup"; }
+    if ! kill -0 "$broker_pid" 2>/dev/null; then
+      tail -20 "$broker_log" >&2
+      abort broker.start "$bin exited during startup: $(grep -v '^\s*$' "$broker_log" | tail -1)"
+    fi
     if ss -Hltn "( sport = :$PLAINTEXT_PORT )" | grep -q . \
       && timeout 10 "$PY" "$here/client.py" ready "$PLAINTEXT_BS" 5 >/dev/null 2>&1; then
       log "broker $bin ready (pid $broker_pid, data $data)"
@@ -232,7 +241,7 @@ start_ours() {
     sleep 0.3
   done
   tail -20 "$broker_log" >&2
-  die "broker not ready within ${READY_TIMEOUT_S} s"
+  abort broker.start "no metadata on PLAINTEXT $PLAINTEXT_BS within ${READY_TIMEOUT_S} s"
 }
 
 # ------------------------------------------------------------------ checks
@@ -465,6 +474,10 @@ mkdir -p "$new_rdkafka_dir"
 ln -s "$new_rdkafka" "$new_rdkafka_dir/librdkafka.so.1"
 log "kcat: $(kcat -V 2>&1 | grep -oE 'librdkafka [0-9.]+') (SCRAM round trips: $(LD_LIBRARY_PATH=$new_rdkafka_dir kcat -V 2>&1 | grep -oE 'librdkafka [0-9.]+'))"
 log "starting $broker with PLAINTEXT $PLAINTEXT_PORT, SSL $SSL_PORT, SASL_PLAINTEXT $SASL_PLAINTEXT_PORT, SASL_SSL $SASL_SSL_PORT"
+# Loopback ports of our own: a broker left from another run would be tested instead.
+for port in "$PLAINTEXT_PORT" "$SSL_PORT" "$SASL_PLAINTEXT_PORT" "$SASL_SSL_PORT" "$CONTROLLER_PORT"; do
+  ss -Hltn "( sport = :$port )" | grep -q . && abort broker.start "port $port is already in use"
+done
 if [[ $broker == kafka ]]; then start_kafka; else start_ours; fi
 
 # SCRAM-SHA-512 credentials for alice through Kafka's own tool (AlterUserScramCredentials),
