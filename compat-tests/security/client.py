@@ -4,6 +4,7 @@ client.py ready <bootstrap> <timeout_s>             a metadata request succeeds
 client.py create-topics <bootstrap> <topic>...      1-partition topics (PLAINTEXT admin)
 client.py roundtrip <bootstrap> <topic> <n> [-X key=value]...
 client.py auth-fail <bootstrap> <timeout_s> <auth|ssl> [-X key=value]...
+client.py describe-scram <bootstrap> <user> <mechanism> <iterations>
 
 The last line on stdout is the verdict: "ok ..." (exit 0) or "error: ..." (exit 1).
 Client errors go to stderr as they arrive, so a failure names librdkafka's own words.
@@ -174,6 +175,18 @@ def auth_fail(bootstrap, timeout_s, kind, conf):
     verdict(True, f"refused: {errors.summary()}")
 
 
+def describe_scram(bootstrap, user, mechanism, iterations):
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    try:
+        desc = admin.describe_user_scram_credentials([user], request_timeout=20)[user].result(timeout=30)
+    except Exception as e:  # noqa: BLE001 - reported as the verdict
+        verdict(False, f"DescribeUserScramCredentials: {e}")
+    infos = [(str(i.mechanism).rsplit(".", 1)[-1].replace("_", "-"), i.iterations) for i in desc.scram_credential_infos]
+    if (mechanism, int(iterations)) in infos:
+        verdict(True, f"{user}: {infos}")
+    verdict(False, f"{user}: {infos}, expected {mechanism} with {iterations} iterations")
+
+
 def main(argv):
     cmd, rest = argv[1], argv[2:]
     if cmd == "ready":
@@ -184,6 +197,8 @@ def main(argv):
         roundtrip(rest[0], rest[1], rest[2], parse_x(rest[3:]))
     elif cmd == "auth-fail":
         auth_fail(rest[0], rest[1], rest[2], parse_x(rest[3:]))
+    elif cmd == "describe-scram":
+        describe_scram(*rest)
     else:
         raise SystemExit(__doc__)
 
