@@ -363,6 +363,74 @@ async fn oauthbearer_with_kafkas_default_validator_and_token_lifetime() {
     assert_eq!(a.error_code, ResponseError::SaslAuthenticationFailed.code());
 }
 
+#[tokio::test]
+async fn a_v0_handshake_exchanges_bare_tokens() {
+    let pki = Pki::new();
+    let b = start_secure(&pki, &[]).await;
+    // SaslHandshake v0, then the PLAIN token as a bare size-prefixed frame,
+    // as older librdkafka sends it; the answer is a bare frame too.
+    let mut c = Client::connect(addr(&b, "SASL_PLAINTEXT")).await;
+    let h: SaslHandshakeResponse = c
+        .call(
+            ApiKey::SaslHandshake,
+            0,
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+        )
+        .await;
+    assert_eq!(h.error_code, 0);
+    let token = b"\0alice\0alice-secret";
+    let mut framed = (token.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(token);
+    c.send_raw(&framed).await;
+    assert_eq!(c.read_frame().await.expect("an answer").len(), 0);
+    assert_eq!(metadata(&mut c).await.brokers.len(), 1);
+
+    // A wrong password: no answer, the connection closes.
+    let mut c = Client::connect(addr(&b, "SASL_PLAINTEXT")).await;
+    let h: SaslHandshakeResponse = c
+        .call(
+            ApiKey::SaslHandshake,
+            0,
+            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
+        )
+        .await;
+    assert_eq!(h.error_code, 0);
+    let token = b"\0alice\0wrong";
+    let mut framed = (token.len() as i32).to_be_bytes().to_vec();
+    framed.extend_from_slice(token);
+    c.send_raw(&framed).await;
+    assert!(c.closed_within(Duration::from_secs(10)).await);
+}
+
+#[tokio::test]
+async fn client_quotas_are_described_with_kafkas_filter_rules() {
+    use kafka_protocol::messages::describe_client_quotas_request::ComponentData;
+    let b = start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    let r: DescribeClientQuotasResponse = c
+        .call(
+            ApiKey::DescribeClientQuotas,
+            1,
+            &DescribeClientQuotasRequest::default().with_components(vec![ComponentData::default()
+                .with_entity_type(StrBytes::from_static_str("user"))
+                .with_match_type(0)
+                .with_match(Some(StrBytes::from_static_str("alice")))]),
+        )
+        .await;
+    assert_eq!((r.error_code, r.entries), (0, Some(vec![])));
+    let r: DescribeClientQuotasResponse = c
+        .call(
+            ApiKey::DescribeClientQuotas,
+            1,
+            &DescribeClientQuotasRequest::default().with_components(vec![ComponentData::default()
+                .with_entity_type(StrBytes::from_static_str("user"))
+                .with_match_type(0)
+                .with_match(None)]),
+        )
+        .await;
+    assert_eq!(r.error_code, ResponseError::InvalidRequest.code());
+}
+
 type HmacSha512 = Hmac<Sha512>;
 
 fn hmac(key: &[u8], data: &[u8]) -> Vec<u8> {

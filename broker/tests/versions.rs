@@ -432,6 +432,7 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
         ApiKey::DescribeUserScramCredentials => {
             enc(DescribeUserScramCredentialsRequest::default(), version)
         }
+        ApiKey::DescribeClientQuotas => enc(DescribeClientQuotasRequest::default(), version),
         ApiKey::AlterUserScramCredentials => {
             enc(AlterUserScramCredentialsRequest::default(), version)
         }

@@ -53,9 +53,10 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::Metadata, 0, 12),
     ApiRange::new(ApiKey::ApiVersions, 0, 4),
     // SASL on SASL_PLAINTEXT/SASL_SSL listeners (elsewhere ILLEGAL_SASL_STATE).
-    // Handshake v0 is the pre-1.0 exchange of raw tokens outside Kafka
-    // framing, which no current client sends.
-    ApiRange::new(ApiKey::SaslHandshake, 1, 1),
+    // After a v0 handshake the tokens travel as bare size-prefixed frames;
+    // librdkafka before 2.x's KIP-152 support looks for v0 before it will
+    // authenticate at all.
+    ApiRange::new(ApiKey::SaslHandshake, 0, 1),
     ApiRange::new(ApiKey::SaslAuthenticate, 0, 2),
     ApiRange::new(ApiKey::CreateTopics, 2, 7),
     ApiRange::new(ApiKey::DeleteTopics, 1, 6),
@@ -102,6 +103,9 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::EndTxn, 0, 5),
     ApiRange::new(ApiKey::DescribeTransactions, 0, 0),
     ApiRange::new(ApiKey::ListTransactions, 0, 2),
+    // Client quotas: described (none can be set yet; kafka-configs.sh
+    // --describe --entity-type users asks before SCRAM credentials).
+    ApiRange::new(ApiKey::DescribeClientQuotas, 0, 1),
     // SCRAM users in the metadata quorum (kafka-configs.sh --entity-type users).
     ApiRange::new(ApiKey::DescribeUserScramCredentials, 0, 0),
     ApiRange::new(ApiKey::AlterUserScramCredentials, 0, 0),

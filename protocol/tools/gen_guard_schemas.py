@@ -51,6 +51,7 @@ APIS = [
     ("DESCRIBE_TRANSACTIONS", "describe_transactions_request", "DescribeTransactions"),
     ("LIST_TRANSACTIONS", "list_transactions_request", "ListTransactions"),
     ("SASL_HANDSHAKE", "sasl_handshake_request", "SaslHandshake"),
+    ("DESCRIBE_CLIENT_QUOTAS", "describe_client_quotas_request", "DescribeClientQuotas"),
     ("SASL_AUTHENTICATE", "sasl_authenticate_request", "SaslAuthenticate"),
     ("DESCRIBE_USER_SCRAM_CREDENTIALS", "describe_user_scram_credentials_request", "DescribeUserScramCredentials"),
     ("ALTER_USER_SCRAM_CREDENTIALS", "alter_user_scram_credentials_request", "AlterUserScramCredentials"),

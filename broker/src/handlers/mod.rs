@@ -4,6 +4,7 @@
 
 mod alter_configs;
 mod api_versions;
+mod client_quotas;
 mod consumer_group_describe;
 mod consumer_group_heartbeat;
 mod create_partitions;
@@ -142,6 +143,9 @@ pub async fn dispatch(
         R::IncrementalAlterConfigs(r) => Reply::Respond(S::IncrementalAlterConfigs(
             alter_configs::handle_incremental(broker, version, r).await,
         )),
+        R::DescribeClientQuotas(r) => {
+            Reply::Respond(S::DescribeClientQuotas(client_quotas::describe(r)))
+        }
         R::AlterUserScramCredentials(r) => {
             Reply::Respond(S::AlterUserScramCredentials(scram::alter(broker, r).await))
         }

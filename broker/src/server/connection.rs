@@ -65,6 +65,8 @@ const MAX_READ_BYTES: usize = 1 << 20;
 #[allow(clippy::large_enum_variant)]
 enum Inbound {
     Request(Request),
+    /// A bare SASL token, after a SaslHandshake v0.
+    SaslToken(Bytes),
     /// An answer made without decoding (a version we refuse politely).
     Answer(Bytes),
 }
@@ -120,7 +122,7 @@ fn authenticate(session: &mut Session, request: Request) -> Authenticated {
     let correlation_id = request.correlation_id();
     let (response, close) = match &request.body {
         RequestKind::SaslHandshake(r) => {
-            let a = session.handshake(r);
+            let a = session.handshake(version, r);
             (ResponseKind::SaslHandshake(a.response), a.close_after)
         }
         RequestKind::SaslAuthenticate(r) => {
@@ -290,6 +292,8 @@ async fn serve<R: ReadSource, W: ResponseSink>(
             activity: activity.clone(),
             authenticated: authenticated.clone(),
             sasl_max_receive: broker.config.sasl_server_max_receive_size,
+            raw_tokens: false,
+            sasl_listener: listener.protocol.uses_sasl(),
         }
         .run(tx),
     );
@@ -307,6 +311,17 @@ async fn serve<R: ReadSource, W: ResponseSink>(
         let mut close_after = None;
         let reply = match inbound {
             Inbound::Answer(bytes) => Ok(Some(Outgoing::Frame(bytes))),
+            Inbound::SaslToken(token) => {
+                let answer = session.raw_token(&token);
+                close_after = answer.close_after;
+                authenticated.store(session.authenticated(), Ordering::SeqCst);
+                Ok(answer.response.map(|bytes| {
+                    let mut framed = BytesMut::with_capacity(4 + bytes.len());
+                    framed.put_i32(bytes.len() as i32);
+                    framed.put_slice(&bytes);
+                    Outgoing::Frame(framed.freeze())
+                }))
+            }
             Inbound::Request(request) => match authenticate(&mut session, request) {
                 Authenticated::Answer(bytes, close) => {
                     close_after = close;
@@ -370,6 +385,10 @@ struct Reader<R> {
     /// `sasl.server.max.receive.size` instead.
     authenticated: Arc<AtomicBool>,
     sasl_max_receive: usize,
+    /// After a SaslHandshake v0 on a SASL listener: frames are bare tokens
+    /// until the session authenticates.
+    raw_tokens: bool,
+    sasl_listener: bool,
     memory: Arc<MemoryBudget>,
     limits: ReadLimits,
     activity: Arc<Activity>,
@@ -451,6 +470,15 @@ impl<R: ReadSource> Reader<R> {
         let size = size as usize;
         let mut charge = Charge::new(self.memory.clone());
         let body = self.read_body(size, &mut charge, deadline).await?;
+        if self.raw_tokens {
+            if !self.authenticated.load(Ordering::SeqCst) {
+                return Ok(Some(Frame {
+                    inbound: Inbound::SaslToken(body),
+                    charge,
+                }));
+            }
+            self.raw_tokens = false;
+        }
         crate::fuzzing::capture_frame(&body);
 
         let inbound = match check_request(body.clone()) {
@@ -469,7 +497,13 @@ impl<R: ReadSource> Reader<R> {
                         size,
                     }
                 })?;
-                Inbound::Request(checked.decode()?)
+                let request = checked.decode()?;
+                // A v0 handshake's tokens follow as bare frames (the
+                // executor closes the connection if it refuses the handshake).
+                self.raw_tokens = self.sasl_listener
+                    && request.api_key() == ApiKey::SaslHandshake as i16
+                    && request.api_version() == 0;
+                Inbound::Request(request)
             }
             // Produce v0-2 are advertised for librdkafka's sake and refused
             // per partition (KAFKA-18659).

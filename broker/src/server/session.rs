@@ -3,7 +3,9 @@
 //! `SaslServerAuthenticator` that gets it there.
 //!
 //! On a SASL listener a client may send ApiVersions and SaslHandshake, then
-//! SaslAuthenticate tokens until its mechanism says done; anything else
+//! SaslAuthenticate tokens until its mechanism says done (after a
+//! SaslHandshake v0, which older clients send, the tokens come as bare
+//! size-prefixed frames instead); anything else
 //! before that closes the connection, as in Kafka ("Unexpected Kafka
 //! request of type ... during SASL handshake"). A failed authentication is
 //! answered with SASL_AUTHENTICATION_FAILED and the connection closes
@@ -36,11 +38,24 @@ enum State {
     Authenticated,
     /// A SASL listener's connection before (or between) handshakes.
     AwaitingHandshake,
-    /// A mechanism chosen; its tokens arrive in SaslAuthenticate.
+    /// A mechanism chosen; its tokens arrive in SaslAuthenticate, or as
+    /// bare frames after a SaslHandshake v0 (the connection's reader knows
+    /// which).
     Authenticating {
         mechanism: String,
         authenticator: Box<dyn Authenticator>,
     },
+}
+
+/// What one token did.
+enum Token {
+    /// Send these bytes and wait for the next token.
+    Reply(Vec<u8>),
+    Done {
+        response: Vec<u8>,
+        lifetime_ms: Option<i64>,
+    },
+    Refused(ResponseError, String),
 }
 
 /// What the connection does with a request, as far as authentication goes.
@@ -133,7 +148,11 @@ impl Session {
 
     /// SaslHandshake: on a SASL listener, chooses the mechanism (a client
     /// re-authenticating must keep its own); elsewhere ILLEGAL_SASL_STATE.
-    pub fn handshake(&mut self, req: &SaslHandshakeRequest) -> SaslAnswer<SaslHandshakeResponse> {
+    pub fn handshake(
+        &mut self,
+        version: i16,
+        req: &SaslHandshakeRequest,
+    ) -> SaslAnswer<SaslHandshakeResponse> {
         let enabled: Vec<StrBytes> = self
             .listener
             .sasl_order
@@ -152,7 +171,8 @@ impl Session {
         let requested = req.mechanism.to_string();
         let reauthenticating = match &self.state {
             State::AwaitingHandshake => false,
-            State::Authenticated if self.mechanism.is_some() => true,
+            // Re-authentication (KIP-368) needs SaslAuthenticate: v1.
+            State::Authenticated if self.mechanism.is_some() && version >= 1 => true,
             _ => return answer(ResponseError::IllegalSaslState, true),
         };
         let Some((mechanism, config)) = mechanisms.get(&requested) else {
@@ -177,26 +197,64 @@ impl Session {
         version: i16,
         req: &SaslAuthenticateRequest,
     ) -> SaslAnswer<SaslAuthenticateResponse> {
+        let (outcome, close_after) = self.token(&req.auth_bytes);
+        let response = match outcome {
+            Token::Reply(bytes) => {
+                SaslAuthenticateResponse::default().with_auth_bytes(bytes.into())
+            }
+            Token::Done {
+                response,
+                lifetime_ms,
+            } => {
+                let mut r = SaslAuthenticateResponse::default().with_auth_bytes(response.into());
+                if version >= 1 {
+                    r.session_lifetime_ms = lifetime_ms.unwrap_or(0);
+                }
+                r
+            }
+            Token::Refused(code, message) => SaslAuthenticateResponse::default()
+                .with_error_code(code.code())
+                .with_error_message(Some(StrBytes::from_string(message))),
+        };
+        SaslAnswer {
+            response,
+            close_after,
+        }
+    }
+
+    /// One token after a SaslHandshake v0: it came as a bare size-prefixed
+    /// frame, and the answer goes back as one (`None`: no answer, the
+    /// connection closes, as Kafka closes it on a failed v0 exchange).
+    pub fn raw_token(&mut self, token: &[u8]) -> SaslAnswer<Option<Vec<u8>>> {
+        let (outcome, close_after) = self.token(token);
+        let response = match outcome {
+            Token::Reply(bytes) => Some(bytes),
+            Token::Done { response, .. } => Some(response),
+            Token::Refused(..) => None,
+        };
+        SaslAnswer {
+            response,
+            close_after,
+        }
+    }
+
+    fn token(&mut self, bytes: &[u8]) -> (Token, Option<Duration>) {
         let State::Authenticating {
             mechanism,
             authenticator,
         } = &mut self.state
         else {
-            return SaslAnswer {
-                response: SaslAuthenticateResponse::default()
-                    .with_error_code(ResponseError::IllegalSaslState.code())
-                    .with_error_message(Some(StrBytes::from_static_str(
-                        "Unexpected SaslAuthenticate request with no SASL handshake",
-                    ))),
-                close_after: Some(Duration::ZERO),
-            };
+            return (
+                Token::Refused(
+                    ResponseError::IllegalSaslState,
+                    "Unexpected SaslAuthenticate request with no SASL handshake".into(),
+                ),
+                Some(Duration::ZERO),
+            );
         };
         let mechanism = mechanism.clone();
-        match authenticator.step(&req.auth_bytes) {
-            Step::Challenge(bytes) => SaslAnswer {
-                response: SaslAuthenticateResponse::default().with_auth_bytes(bytes.into()),
-                close_after: None,
-            },
+        match authenticator.step(bytes) {
+            Step::Challenge(bytes) => (Token::Reply(bytes), None),
             Step::Failed { message } => self.failed(&mechanism, message),
             Step::Done {
                 principal,
@@ -226,29 +284,25 @@ impl Session {
                 self.state = State::Authenticated;
                 metrics::counter!("kafka_broker_authentications_total", "listener" => self.listener.name.to_string(), "mechanism" => mechanism, "result" => "success")
                     .increment(1);
-                let mut response =
-                    SaslAuthenticateResponse::default().with_auth_bytes(response.into());
-                if version >= 1 {
-                    response.session_lifetime_ms = lifetime_ms.unwrap_or(0);
-                }
-                SaslAnswer {
-                    response,
-                    close_after: None,
-                }
+                (
+                    Token::Done {
+                        response,
+                        lifetime_ms,
+                    },
+                    None,
+                )
             }
         }
     }
 
-    fn failed(&mut self, mechanism: &str, message: String) -> SaslAnswer<SaslAuthenticateResponse> {
+    fn failed(&mut self, mechanism: &str, message: String) -> (Token, Option<Duration>) {
         tracing::info!(listener = %self.listener.name, mechanism, %message, "authentication failed");
         metrics::counter!("kafka_broker_authentications_total", "listener" => self.listener.name.to_string(), "mechanism" => mechanism.to_string(), "result" => "failure")
             .increment(1);
         self.state = State::AwaitingHandshake;
-        SaslAnswer {
-            response: SaslAuthenticateResponse::default()
-                .with_error_code(ResponseError::SaslAuthenticationFailed.code())
-                .with_error_message(Some(StrBytes::from_string(message))),
-            close_after: Some(self.failure_delay),
-        }
+        (
+            Token::Refused(ResponseError::SaslAuthenticationFailed, message),
+            Some(self.failure_delay),
+        )
     }
 }

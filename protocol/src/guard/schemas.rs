@@ -652,6 +652,21 @@ const SASL_HANDSHAKE_BODY: &[Field] = &[
     field("mechanism", 0, MAX, STRING),
 ];
 
+pub(crate) const DESCRIBE_CLIENT_QUOTAS: Message = Message {
+    versions: (0, 1),
+    flexible_from: 1,
+    body: DESCRIBE_CLIENT_QUOTAS_BODY,
+};
+const DESCRIBE_CLIENT_QUOTAS_BODY: &[Field] = &[
+    field("components", 0, MAX, array_of(&Ty::Struct(DESCRIBE_CLIENT_QUOTAS_COMPONENT_DATA), size_of::<km::describe_client_quotas_request::ComponentData>())),
+    field("strict", 0, MAX, BOOL),
+];
+const DESCRIBE_CLIENT_QUOTAS_COMPONENT_DATA: &[Field] = &[
+    field("entity_type", 0, MAX, STRING),
+    field("match_type", 0, MAX, INT8),
+    field("_match", 0, MAX, STRING),
+];
+
 pub(crate) const SASL_AUTHENTICATE: Message = Message {
     versions: (0, 2),
     flexible_from: 2,

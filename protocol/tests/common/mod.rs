@@ -725,6 +725,15 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
         ApiKey::SaslAuthenticate => SaslAuthenticateRequest::default()
             .with_auth_bytes(Bytes::from_static(b"n,,n=alice,r=abcdef"))
             .into(),
+        ApiKey::DescribeClientQuotas => DescribeClientQuotasRequest::default()
+            .with_components(vec![
+                kafka_protocol::messages::describe_client_quotas_request::ComponentData::default()
+                    .with_entity_type(s("user"))
+                    .with_match_type(0)
+                    .with_match(Some(s("alice"))),
+            ])
+            .with_strict(true)
+            .into(),
         ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::default()
             .with_users(Some(vec![
                 kafka_protocol::messages::describe_user_scram_credentials_request::UserName::default()
