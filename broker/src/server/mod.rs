@@ -6,7 +6,6 @@ mod connection;
 mod session;
 mod stream;
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tokio::net::TcpListener;
@@ -26,9 +25,16 @@ pub struct ListenerContext {
     pub name: Arc<str>,
     pub protocol: SecurityProtocol,
     pub tls: Option<Arc<TlsListener>>,
-    /// The enabled SASL mechanisms, in `sasl.enabled.mechanisms` order.
-    pub sasl: Option<BTreeMap<String, (Mechanism, Arc<MechanismConfig>)>>,
-    pub sasl_order: Vec<String>,
+    /// The enabled SASL mechanisms by Kafka name, in
+    /// `sasl.enabled.mechanisms` order (the order SaslHandshake lists them).
+    pub sasl: Option<Vec<SaslMechanism>>,
+}
+
+/// One enabled SASL mechanism of a listener.
+pub struct SaslMechanism {
+    pub name: String,
+    pub mechanism: Mechanism,
+    pub config: Arc<MechanismConfig>,
 }
 
 /// A TLS listener's server config (reloaded when its files change) and the
@@ -69,9 +75,8 @@ impl ListenerContext {
         } else {
             None
         };
-        let mut sasl_order = Vec::new();
         let sasl = if protocol.uses_sasl() {
-            let mut mechanisms = BTreeMap::new();
+            let mut mechanisms = Vec::new();
             for m in config.sasl_enabled_mechanisms(&name) {
                 let mechanism: Mechanism = m
                     .parse()
@@ -79,8 +84,11 @@ impl ListenerContext {
                 let get = |key: &str| config.mechanism_value(&name, &m, key);
                 let cfg = MechanismConfig::from_config(mechanism, &get)
                     .map_err(|e| fail(e.to_string()))?;
-                sasl_order.push(m.clone());
-                mechanisms.insert(m, (mechanism, Arc::new(cfg)));
+                mechanisms.push(SaslMechanism {
+                    name: m,
+                    mechanism,
+                    config: Arc::new(cfg),
+                });
             }
             Some(mechanisms)
         } else {
@@ -91,19 +99,7 @@ impl ListenerContext {
             protocol,
             tls,
             sasl,
-            sasl_order,
         })
-    }
-
-    /// A PLAINTEXT listener's context (tests and tools).
-    pub fn plaintext(name: &str) -> Self {
-        Self {
-            name: Arc::from(name),
-            protocol: SecurityProtocol::Plaintext,
-            tls: None,
-            sasl: None,
-            sasl_order: Vec::new(),
-        }
     }
 }
 

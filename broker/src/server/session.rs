@@ -155,9 +155,10 @@ impl Session {
     ) -> SaslAnswer<SaslHandshakeResponse> {
         let enabled: Vec<StrBytes> = self
             .listener
-            .sasl_order
+            .sasl
             .iter()
-            .map(|m| StrBytes::from_string(m.clone()))
+            .flatten()
+            .map(|m| StrBytes::from_string(m.name.clone()))
             .collect();
         let answer = |code: ResponseError, close: bool| SaslAnswer {
             response: SaslHandshakeResponse::default()
@@ -175,7 +176,7 @@ impl Session {
             State::Authenticated if self.mechanism.is_some() && version >= 1 => true,
             _ => return answer(ResponseError::IllegalSaslState, true),
         };
-        let Some((mechanism, config)) = mechanisms.get(&requested) else {
+        let Some(enabled_mechanism) = mechanisms.iter().find(|m| m.name == requested) else {
             return answer(ResponseError::UnsupportedSaslMechanism, true);
         };
         if reauthenticating && self.mechanism.as_deref() != Some(requested.as_str()) {
@@ -183,7 +184,11 @@ impl Session {
         }
         self.state = State::Authenticating {
             mechanism: requested,
-            authenticator: sasl::authenticator(*mechanism, config, &self.credentials),
+            authenticator: sasl::authenticator(
+                enabled_mechanism.mechanism,
+                &enabled_mechanism.config,
+                &self.credentials,
+            ),
         };
         SaslAnswer {
             response: SaslHandshakeResponse::default().with_mechanisms(enabled),
