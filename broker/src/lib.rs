@@ -72,8 +72,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let data_dir = config.data_dir().clone();
     std::fs::create_dir_all(&data_dir)
         .map_err(|e| StartError::DataDir(data_dir.display().to_string(), e))?;
-    // Every client listener is bound before anything else starts, so a port
-    // in use stops the broker at once.
+    // Every client listener is bound, and its TLS and SASL set-up built,
+    // before anything else starts, so a port in use or a keystore that does
+    // not load stops the broker at once.
+    let mut contexts: Vec<server::ListenerContext> = Vec::new();
     let mut bound: Vec<(Listener, TcpListener)> = Vec::new();
     for l in config.client_listeners() {
         let addr = l.socket_addr().map_err(|e| {
@@ -82,6 +84,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|e| StartError::Listen(addr.to_string(), e))?;
+        contexts.push(server::ListenerContext::build(&config, l)?);
         bound.push((l.clone(), listener));
     }
     let bound_addr = |name: &str| -> Option<std::net::SocketAddr> {
@@ -187,11 +190,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let (shutdown, shutdown_rx) = watch::channel(false);
     let mut tasks = Vec::new();
     let shared = server::Shared::new(&broker.config);
-    for (l, listener) in bound {
+    for ((l, listener), context) in bound.into_iter().zip(contexts) {
         let broker = broker.clone();
         let shared = shared.clone();
         let rx = shutdown_rx.clone();
-        let context = server::ListenerContext::build(&broker.config, &l)?;
         tasks.push(tokio::spawn(async move {
             if let Err(e) = server::serve(broker, listener, context, shared, rx).await {
                 tracing::error!(listener = %l.name, error = %e, "listener failed");

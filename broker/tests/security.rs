@@ -363,13 +363,9 @@ async fn oauthbearer_with_kafkas_default_validator_and_token_lifetime() {
     assert_eq!(a.error_code, ResponseError::SaslAuthenticationFailed.code());
 }
 
-#[tokio::test]
-async fn a_v0_handshake_exchanges_bare_tokens() {
-    let pki = Pki::new();
-    let b = start_secure(&pki, &[]).await;
-    // SaslHandshake v0, then the PLAIN token as a bare size-prefixed frame,
-    // as older librdkafka sends it; the answer is a bare frame too.
-    let mut c = Client::connect(addr(&b, "SASL_PLAINTEXT")).await;
+/// SaslHandshake v0 for PLAIN, then the token as a bare size-prefixed
+/// frame, as older librdkafka sends it.
+async fn v0_plain_login(c: &mut Client, user: &str, password: &str) {
     let h: SaslHandshakeResponse = c
         .call(
             ApiKey::SaslHandshake,
@@ -378,27 +374,53 @@ async fn a_v0_handshake_exchanges_bare_tokens() {
         )
         .await;
     assert_eq!(h.error_code, 0);
-    let token = b"\0alice\0alice-secret";
+    let token = format!("\0{user}\0{password}");
     let mut framed = (token.len() as i32).to_be_bytes().to_vec();
-    framed.extend_from_slice(token);
+    framed.extend_from_slice(token.as_bytes());
     c.send_raw(&framed).await;
+}
+
+#[tokio::test]
+async fn a_listener_that_cannot_be_set_up_stops_the_broker_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir
+        .path()
+        .join("no-such-keystore.pem")
+        .display()
+        .to_string();
+    let config = common::config(
+        dir.path(),
+        &[
+            ("listeners", "PLAINTEXT://127.0.0.1:0,SSL://127.0.0.1:0"),
+            ("ssl.keystore.type", "PEM"),
+            ("ssl.keystore.location", &missing),
+        ],
+    );
+    let e = match broker::start(config).await {
+        Ok(_) => panic!("a broker without its keystore started"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        e.contains("SSL") && e.contains("ssl.keystore.location"),
+        "{e}"
+    );
+    // Nothing was registered: the data directory holds no metadata quorum.
+    assert!(!dir.path().join("__cluster_metadata").exists());
+}
+
+#[tokio::test]
+async fn a_v0_handshake_exchanges_bare_tokens() {
+    let pki = Pki::new();
+    let b = start_secure(&pki, &[]).await;
+    // The answer is a bare frame too.
+    let mut c = Client::connect(addr(&b, "SASL_PLAINTEXT")).await;
+    v0_plain_login(&mut c, "alice", "alice-secret").await;
     assert_eq!(c.read_frame().await.expect("an answer").len(), 0);
     assert_eq!(metadata(&mut c).await.brokers.len(), 1);
 
     // A wrong password: no answer, the connection closes.
     let mut c = Client::connect(addr(&b, "SASL_PLAINTEXT")).await;
-    let h: SaslHandshakeResponse = c
-        .call(
-            ApiKey::SaslHandshake,
-            0,
-            &SaslHandshakeRequest::default().with_mechanism(StrBytes::from_static_str("PLAIN")),
-        )
-        .await;
-    assert_eq!(h.error_code, 0);
-    let token = b"\0alice\0wrong";
-    let mut framed = (token.len() as i32).to_be_bytes().to_vec();
-    framed.extend_from_slice(token);
-    c.send_raw(&framed).await;
+    v0_plain_login(&mut c, "alice", "wrong").await;
     assert!(c.closed_within(Duration::from_secs(10)).await);
 }
 
