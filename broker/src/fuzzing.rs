@@ -510,6 +510,7 @@ pub fn seeds() -> Vec<(&'static str, Vec<u8>)> {
         records.extend_from_slice(&v);
     }
     out.push(("coordinator_records", records));
+    security_seeds(&mut out);
     out
 }
 
@@ -712,4 +713,187 @@ pub const TARGETS: &[(&str, protocol::fuzzing::Target)] = &[
     ("producer_snapshot", producer_snapshot),
     ("log_recovery", log_recovery),
     ("coordinator_records", coordinator_records),
+    ("sasl_exchange", sasl_exchange),
+    ("certificate_subject", certificate_subject),
 ];
+
+/// The SASL exchange as an unauthenticated client drives it: the first byte
+/// picks the mechanism, the rest is a sequence of client messages, each a
+/// big-endian `u16` length and that many bytes (a short last message takes
+/// what is left). The listener has PLAIN user `alice`, a SCRAM credential
+/// for `alice` under both hashes, and OAUTHBEARER's unsecured validator.
+///
+/// Properties: no input panics; a challenge stays small; once an exchange
+/// has succeeded or failed, every further message fails; PLAIN and SCRAM
+/// only ever authenticate `alice`.
+pub fn sasl_exchange(data: &[u8]) {
+    use crate::security::sasl::{self, Mechanism, Step};
+
+    let Some((&selector, mut rest)) = data.split_first() else {
+        return;
+    };
+    let (configs, creds) = sasl_fixture();
+    let index = usize::from(selector) % Mechanism::ALL.len();
+    let mech = Mechanism::ALL[index];
+    let mut exchange = sasl::authenticator(mech, &configs[index], creds);
+    let mut finished = false;
+    while !rest.is_empty() {
+        let message = if rest.len() >= 2 {
+            let len = usize::from(u16::from_be_bytes([rest[0], rest[1]]));
+            let body = &rest[2..];
+            let take = len.min(body.len());
+            rest = &body[take..];
+            &body[..take]
+        } else {
+            std::mem::take(&mut rest)
+        };
+        let step = exchange.step(message);
+        if finished {
+            assert!(
+                matches!(step, Step::Failed { .. }),
+                "{mech}: a message after the end of the exchange answered {step:?}"
+            );
+            continue;
+        }
+        match step {
+            Step::Challenge(challenge) => assert!(
+                challenge.len() <= 4096,
+                "{mech}: a {}-byte challenge",
+                challenge.len()
+            ),
+            Step::Done { principal, .. } => {
+                if mech != Mechanism::OAuthBearer {
+                    assert_eq!(principal, "alice", "{mech} authenticated a stranger");
+                }
+                finished = true;
+            }
+            Step::Failed { .. } => finished = true,
+        }
+    }
+}
+
+/// One configuration per mechanism (in [`Mechanism::ALL`]'s order) and the
+/// SCRAM credentials, built once: PBKDF2 at 4096 iterations is too slow to
+/// repeat per input.
+fn sasl_fixture() -> &'static (
+    Vec<std::sync::Arc<crate::security::sasl::MechanismConfig>>,
+    std::sync::Arc<dyn crate::security::sasl::CredentialSource>,
+) {
+    use std::sync::{Arc, OnceLock};
+
+    use crate::security::sasl::{
+        CredentialSource, Mechanism, MechanismConfig, ScramCredential, ScramMechanism,
+    };
+
+    struct Alice(ScramCredential, ScramCredential);
+    impl CredentialSource for Alice {
+        fn scram(&self, mechanism: ScramMechanism, user: &str) -> Option<ScramCredential> {
+            (user == "alice").then(|| match mechanism {
+                ScramMechanism::Sha256 => self.0.clone(),
+                ScramMechanism::Sha512 => self.1.clone(),
+            })
+        }
+    }
+
+    type Fixture = (Vec<Arc<MechanismConfig>>, Arc<dyn CredentialSource>);
+    static FIXTURE: OnceLock<Fixture> = OnceLock::new();
+    FIXTURE.get_or_init(|| {
+        const JAAS: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required user_alice="alice-secret";"#;
+        let configs = Mechanism::ALL
+            .into_iter()
+            .map(|mech| {
+                let get = |key: &str| (key == "sasl.jaas.config").then(|| JAAS.to_owned());
+                Arc::new(MechanismConfig::from_config(mech, &get).expect("fixture config"))
+            })
+            .collect();
+        let salt = b"fuzz-salt";
+        let creds: Arc<dyn CredentialSource> = Arc::new(Alice(
+            ScramCredential::from_password(ScramMechanism::Sha256, "alice-secret", salt, 4096),
+            ScramCredential::from_password(ScramMechanism::Sha512, "alice-secret", salt, 4096),
+        ));
+        (configs, creds)
+    })
+}
+
+/// A client certificate's subject, read by the broker's own DER reader
+/// (`ssl.client.auth` principals), then mapped by a rule set: never a
+/// panic, and a name that comes back is non-empty text Kafka's rules can
+/// match. The bytes are also tried as mapping rules.
+pub fn certificate_subject(data: &[u8]) {
+    use crate::security::tls::{subject_dn, PrincipalMapper};
+    use std::sync::OnceLock;
+
+    static MAPPER: OnceLock<PrincipalMapper> = OnceLock::new();
+    let mapper = MAPPER.get_or_init(|| {
+        PrincipalMapper::parse(
+            r"RULE:^CN=(.*?),OU=(.*?),O=(.*?)$/$1@$3/L,RULE:^.*CN=([^,]*).*$/$1/U,DEFAULT",
+        )
+        .expect("fixture rules")
+    });
+    if let Some(dn) = subject_dn(data) {
+        if let Some(name) = mapper.map(&dn) {
+            assert!(
+                !name.is_empty() || dn.is_empty(),
+                "{dn:?} mapped to an empty name"
+            );
+        }
+    }
+    if let Ok(rules) = std::str::from_utf8(data) {
+        if let Ok(mapper) = PrincipalMapper::parse(rules) {
+            let _ = mapper.map("CN=alice,OU=ops,O=Example");
+        }
+    }
+}
+
+/// Built-in seeds of the security targets: a successful exchange per
+/// mechanism's opening and a certificate with the attribute kinds the
+/// subject reader formats differently.
+fn security_seeds(out: &mut Vec<(&'static str, Vec<u8>)>) {
+    use base64::Engine as _;
+
+    let framed = |selector: u8, messages: &[&[u8]]| {
+        let mut seed = vec![selector];
+        for m in messages {
+            seed.extend_from_slice(&(m.len() as u16).to_be_bytes());
+            seed.extend_from_slice(m);
+        }
+        seed
+    };
+    let position = |name: &str| {
+        crate::security::sasl::Mechanism::ALL
+            .iter()
+            .position(|m| m.name() == name)
+            .expect("mechanism") as u8
+    };
+    out.push((
+        "sasl_exchange",
+        framed(position("PLAIN"), &[b"\0alice\0alice-secret", b"again"]),
+    ));
+    for scram in ["SCRAM-SHA-256", "SCRAM-SHA-512"] {
+        out.push((
+            "sasl_exchange",
+            framed(
+                position(scram),
+                &[
+                    b"n,,n=alice,r=fyko+d2lbbFgONRv9qkxdawL",
+                    b"c=biws,r=fyko+d2lbbFgONRv9qkxdawL,p=dHzbZapWIk4jUhN+Ute9ytag9zjfMHgsqmmiz7AndVQ=",
+                ],
+            ),
+        ));
+    }
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    let token = format!(
+        "{}.{}.",
+        b64.encode(br#"{"alg":"none"}"#),
+        b64.encode(br#"{"sub":"alice","iat":1700000000,"exp":4102444800,"scope":"a b"}"#)
+    );
+    let first = format!("n,,\x01auth=Bearer {token}\x01\x01");
+    out.push((
+        "sasl_exchange",
+        framed(position("OAUTHBEARER"), &[first.as_bytes(), b"\x01"]),
+    ));
+    out.push((
+        "certificate_subject",
+        include_bytes!("../fuzz/corpus/certificate_subject/seed-ec-cert.der").to_vec(),
+    ));
+}

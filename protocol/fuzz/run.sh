@@ -31,6 +31,7 @@ TARGETS=(
   protocol/request_stream protocol/request_body protocol/record_batches
   protocol/records protocol/decompress protocol/codec_round_trip
   broker/producer_snapshot broker/log_recovery broker/coordinator_records
+  broker/sasl_exchange broker/certificate_subject
   dispatcher/receipt dispatcher/envelope dispatcher/ack_log dispatcher/values
 )
 
