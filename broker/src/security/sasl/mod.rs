@@ -13,6 +13,7 @@
 //! with SASL mechanism X", so that nothing about the user leaks.
 
 pub mod jaas;
+mod jwks;
 mod oauthbearer;
 mod plain;
 mod scram;

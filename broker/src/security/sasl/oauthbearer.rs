@@ -12,8 +12,9 @@
 //!   exists for development, as in Kafka;
 //! - with it, Kafka's secured validator (`ValidatorAccessTokenValidator` over
 //!   jose4j): signatures checked against the JWKS's asymmetric keys, then
-//!   `exp`, `iat`, `nbf`, audience, issuer, subject and scope claims. Only
-//!   `file://` JWKS URLs are supported so far.
+//!   `exp`, `iat`, `nbf`, audience, issuer, subject and scope claims. The
+//!   JWKS is a `file://` URL, read once, or an `http(s)://` one, fetched
+//!   and refreshed as [`super::jwks`] describes.
 
 use std::collections::{BTreeMap, HashSet};
 use std::str::FromStr;
@@ -28,6 +29,7 @@ use regex::Regex;
 use serde_json::Value;
 
 use super::jaas::LoginModuleEntry;
+use super::jwks::JwksEndpoint;
 use super::{
     invalid_credentials, Authenticator, Mechanism, MechanismConfig, SaslConfigError, Settings,
     Step, SASL_JAAS_CONFIG, SASL_OAUTHBEARER_CLOCK_SKEW_SECONDS,
@@ -114,6 +116,7 @@ impl Validator {
         match get(SASL_OAUTHBEARER_JWKS_ENDPOINT_URL).filter(|url| !url.trim().is_empty()) {
             Some(url) => Ok(Validator::Jwks(JwksValidator::from_config(
                 url.trim(),
+                jaas,
                 get,
             )?)),
             None => Ok(Validator::Unsecured(UnsecuredValidator::from_jaas(jaas)?)),
@@ -308,11 +311,9 @@ fn seconds_to_ms(seconds: f64) -> i64 {
     (seconds * 1000.0).round() as i64
 }
 
-/// Kafka's secured validator over a JWKS file. The file is read once, when
-/// the configuration is built, as Kafka's `JwksFileVerificationKeyResolver`
-/// reads it once at startup.
+/// Kafka's secured validator over a JWKS.
 pub(super) struct JwksValidator {
-    keys: Vec<VerificationKey>,
+    keys: KeySource,
     clock_skew_ms: i64,
     expected_audiences: Vec<String>,
     expected_issuer: Option<String>,
@@ -320,11 +321,36 @@ pub(super) struct JwksValidator {
     scope_claim: String,
 }
 
+/// Where a validator's keys come from.
+enum KeySource {
+    /// A `file://` JWKS, read once when the configuration is built, as
+    /// Kafka's `JwksFileVerificationKeyResolver` reads it once at startup.
+    File(Arc<Vec<VerificationKey>>),
+    /// An `http://` or `https://` JWKS, refreshed in the background.
+    Endpoint(Arc<JwksEndpoint>),
+}
+
+impl KeySource {
+    fn current(&self) -> Arc<Vec<VerificationKey>> {
+        match self {
+            KeySource::File(keys) => Arc::clone(keys),
+            KeySource::Endpoint(endpoint) => endpoint.keys(),
+        }
+    }
+
+    /// A token named a key id the set does not hold.
+    fn key_missing(&self, kid: &str) {
+        if let KeySource::Endpoint(endpoint) = self {
+            endpoint.key_missing(kid);
+        }
+    }
+}
+
 /// A public key from the JWKS and the signature algorithms it may verify.
 /// Only asymmetric algorithms are ever allowed, so a token "signed" with
 /// HMAC keyed by public key bytes, or not signed at all, has no key.
-struct VerificationKey {
-    kid: Option<String>,
+pub(super) struct VerificationKey {
+    pub(super) kid: Option<String>,
     algorithms: Vec<Algorithm>,
     key: DecodingKey,
 }
@@ -332,6 +358,7 @@ struct VerificationKey {
 impl JwksValidator {
     fn from_config(
         url: &str,
+        jaas: Option<&LoginModuleEntry>,
         get: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, SaslConfigError> {
         let key = SASL_OAUTHBEARER_JWKS_ENDPOINT_URL;
@@ -341,7 +368,7 @@ impl JwksValidator {
                 "The OAuth configuration option {key} contains a URL ({url}) that is missing the protocol"
             )));
         };
-        let path = match scheme.to_ascii_lowercase().as_str() {
+        let keys = match scheme.to_ascii_lowercase().as_str() {
             "file" => {
                 let path = rest
                     .strip_prefix("//localhost")
@@ -352,12 +379,22 @@ impl JwksValidator {
                         "The OAuth configuration option {key} contains a URL ({url}) that is malformed: expected file:///absolute/path"
                     )));
                 }
-                path
+                let text = std::fs::read_to_string(path).map_err(|e| {
+                    error(format!(
+                        "The OAuth configuration option {key} contains a file ({path}) that cannot be read: {e}"
+                    ))
+                })?;
+                let keys =
+                    parse_jwks(&text).map_err(|reason| error(format!("{path}: {reason}")))?;
+                KeySource::File(Arc::new(keys))
             }
             "http" | "https" => {
-                return Err(error(format!(
-                    "fetching a JWKS over {scheme} is not supported yet ({url}); use a file:// URL"
-                )))
+                if !rest.starts_with("//") || rest.len() <= 2 {
+                    return Err(error(format!(
+                        "The OAuth configuration option {key} contains a URL ({url}) that is malformed"
+                    )));
+                }
+                KeySource::Endpoint(JwksEndpoint::start(url, jaas, get)?)
             }
             other => {
                 return Err(error(format!(
@@ -365,12 +402,6 @@ impl JwksValidator {
                 )))
             }
         };
-        let text = std::fs::read_to_string(path).map_err(|e| {
-            error(format!(
-                "The OAuth configuration option {key} contains a file ({path}) that cannot be read: {e}"
-            ))
-        })?;
-        let keys = parse_jwks(&text).map_err(|reason| error(format!("{path}: {reason}")))?;
 
         let clock_skew_seconds = match get(SASL_OAUTHBEARER_CLOCK_SKEW_SECONDS) {
             None => 30,
@@ -431,8 +462,8 @@ impl JwksValidator {
         // `alg: none` and unknown algorithms do not parse.
         let header = jsonwebtoken::decode_header(token).map_err(|_| invalid())?;
         let signed = &token[..header_and_payload_len(token)];
-        let verified = self
-            .keys
+        let keys = self.keys.current();
+        let verified = keys
             .iter()
             .filter(|k| k.algorithms.contains(&header.alg))
             .filter(|k| header.kid.is_none() || k.kid == header.kid)
@@ -441,6 +472,11 @@ impl JwksValidator {
                     .unwrap_or(false)
             });
         if !verified {
+            if let Some(kid) = &header.kid {
+                if !keys.iter().any(|k| k.kid.as_ref() == Some(kid)) {
+                    self.keys.key_missing(kid);
+                }
+            }
             return Err(invalid());
         }
         let Some(Value::Object(claims)) = json_section(payload) else {
@@ -526,7 +562,7 @@ fn header_and_payload_len(token: &str) -> usize {
 /// use for signatures (symmetric `oct` keys, encryption keys, P-521, X25519,
 /// unknown types) are skipped, as a JWKS may well hold some; a JWKS with no
 /// usable key at all is an error.
-fn parse_jwks(text: &str) -> Result<Vec<VerificationKey>, String> {
+pub(super) fn parse_jwks(text: &str) -> Result<Vec<VerificationKey>, String> {
     let document: Value =
         serde_json::from_str(text).map_err(|e| format!("not a JSON Web Key Set: {e}"))?;
     let Some(Value::Array(entries)) = document.get("keys") else {
@@ -692,6 +728,7 @@ impl Authenticator for OAuthBearerAuthenticator {
 mod tests {
     use std::collections::HashMap;
     use std::io::Write as _;
+    use std::time::{Duration, Instant};
 
     use base64::engine::general_purpose::URL_SAFE_NO_PAD;
     use jsonwebtoken::{EncodingKey, Header};
@@ -1174,8 +1211,11 @@ mod tests {
         let url_error =
             |url: &str| config(None, &[(SASL_OAUTHBEARER_JWKS_ENDPOINT_URL, url)]).unwrap_err();
         for url in [
-            "https://idp.example/jwks",
-            "http://idp.example/jwks",
+            // Nothing listens on port 1: a JWKS that cannot be fetched
+            // stops the broker at start, as in Kafka.
+            "https://127.0.0.1:1/jwks",
+            "http://127.0.0.1:1/jwks",
+            "http:/no-authority",
             "ftp://idp.example/jwks",
             "no-protocol",
             "file:relative/path",
@@ -1185,9 +1225,9 @@ mod tests {
             assert_eq!(err.key, SASL_OAUTHBEARER_JWKS_ENDPOINT_URL, "{url}");
             assert!(!err.to_string().contains('\n'), "{err}");
         }
-        assert!(url_error("https://idp.example/jwks")
+        assert!(url_error("http://127.0.0.1:1/jwks")
             .reason
-            .contains("not supported yet"));
+            .starts_with("Could not refresh JWKS from http://127.0.0.1:1/jwks: "));
 
         let not_json = {
             let mut file = tempfile::NamedTempFile::new().unwrap();
@@ -1244,5 +1284,182 @@ mod tests {
             ),
             done("alice", 1000)
         );
+    }
+
+    /// A JWKS server on loopback for the endpoint tests: serves `jwks`
+    /// (which the test may change) to every GET, over TLS when given a
+    /// server config, and counts the requests.
+    struct JwksServer {
+        url: String,
+        jwks: Arc<std::sync::Mutex<String>>,
+        requests: Arc<std::sync::atomic::AtomicUsize>,
+    }
+
+    impl JwksServer {
+        fn start(jwks: &Value, tls: Option<Arc<rustls::ServerConfig>>) -> Self {
+            use std::io::{BufRead as _, BufReader};
+            use std::sync::atomic::Ordering;
+
+            let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            let scheme = if tls.is_some() { "https" } else { "http" };
+            let url = format!("{scheme}://{}/jwks", listener.local_addr().unwrap());
+            let body = Arc::new(std::sync::Mutex::new(jwks.to_string()));
+            let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+            let (served, count) = (Arc::clone(&body), Arc::clone(&requests));
+            std::thread::spawn(move || {
+                for stream in listener.incoming() {
+                    let Ok(stream) = stream else { continue };
+                    let mut stream: Box<dyn ReadWrite> = match &tls {
+                        Some(config) => {
+                            let conn = rustls::ServerConnection::new(Arc::clone(config)).unwrap();
+                            Box::new(rustls::StreamOwned::new(conn, stream))
+                        }
+                        None => Box::new(stream),
+                    };
+                    // Reads the request head, then answers on the same stream.
+                    let mut reader = BufReader::new(&mut stream);
+                    let mut line = String::new();
+                    let mut ok = false;
+                    while reader.read_line(&mut line).is_ok_and(|n| n > 0) {
+                        if line == "\r\n" {
+                            ok = true;
+                            break;
+                        }
+                        line.clear();
+                    }
+                    drop(reader);
+                    if !ok {
+                        continue;
+                    }
+                    count.fetch_add(1, Ordering::SeqCst);
+                    let body = served.lock().unwrap().clone();
+                    let response = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    let _ = stream.write_all(response.as_bytes());
+                    let _ = stream.flush();
+                }
+            });
+            Self {
+                url,
+                jwks: body,
+                requests,
+            }
+        }
+
+        fn requests(&self) -> usize {
+            self.requests.load(std::sync::atomic::Ordering::SeqCst)
+        }
+    }
+
+    trait ReadWrite: std::io::Read + std::io::Write + Send {}
+    impl<T: std::io::Read + std::io::Write + Send> ReadWrite for T {}
+
+    fn endpoint_config(
+        url: &str,
+        jaas: Option<&str>,
+    ) -> Result<Arc<MechanismConfig>, SaslConfigError> {
+        config(
+            jaas,
+            &[
+                (SASL_OAUTHBEARER_JWKS_ENDPOINT_URL, url),
+                AUDIENCE_AND_ISSUER[0],
+                AUDIENCE_AND_ISSUER[1],
+            ],
+        )
+    }
+
+    #[test]
+    fn jwks_over_http_authenticates_and_picks_up_a_rotated_key() {
+        let old = Signer::new("old");
+        let server = JwksServer::start(&json!({"keys": [old.jwk]}), None);
+        let cfg = endpoint_config(&server.url, None).unwrap();
+        assert_eq!(server.requests(), 1, "fetched once at start");
+        let mut auth = authenticator(Mechanism::OAuthBearer, &cfg, &no_credentials());
+        let token = old.sign(Some("old"), &claims(json!({})));
+        assert_eq!(auth.step(&client_first(&token)), done("alice", 600_000));
+
+        // The provider rotates to a new key. A token signed with it fails
+        // at first (authentication never waits on the network) and asks
+        // for a refresh, after which it authenticates.
+        let new = Signer::new("new");
+        *server.jwks.lock().unwrap() = json!({"keys": [new.jwk]}).to_string();
+        let token = new.sign(Some("new"), &claims(json!({})));
+        assert_refused(&cfg, &token, INVALID_TOKEN);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let mut auth = authenticator(Mechanism::OAuthBearer, &cfg, &no_credentials());
+            if auth.step(&client_first(&token)) == done("alice", 600_000) {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the rotated key was never fetched"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // The old key is gone with the refresh (and asking for it again
+        // fetches once more: 3 requests so far).
+        assert_refused(
+            &cfg,
+            &old.sign(Some("old"), &claims(json!({}))),
+            INVALID_TOKEN,
+        );
+        while server.requests() < 3 {
+            assert!(Instant::now() < deadline, "no refresh for the old key id");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+
+        // An unknown key id asks for a refresh once a minute, not per token.
+        let before = server.requests();
+        assert_eq!(before, 3);
+        let stranger = Signer::new("stranger");
+        for _ in 0..20 {
+            assert_refused(
+                &cfg,
+                &stranger.sign(Some("stranger"), &claims(json!({}))),
+                INVALID_TOKEN,
+            );
+        }
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(server.requests(), before + 1);
+    }
+
+    #[test]
+    fn jwks_over_https_trusts_the_jaas_truststore() {
+        let cert = rcgen::generate_simple_self_signed(vec!["127.0.0.1".to_owned()]).unwrap();
+        #[allow(deprecated)]
+        let provider = Arc::new(rustls::crypto::ring::default_provider());
+        let server_config = rustls::ServerConfig::builder_with_provider(provider)
+            .with_safe_default_protocol_versions()
+            .unwrap()
+            .with_no_client_auth()
+            .with_single_cert(
+                vec![cert.cert.der().clone()],
+                rustls::pki_types::PrivateKeyDer::Pkcs8(cert.key_pair.serialize_der().into()),
+            )
+            .unwrap();
+        let signer = Signer::new("k1");
+        let server = JwksServer::start(
+            &json!({"keys": [signer.jwk]}),
+            Some(Arc::new(server_config)),
+        );
+        let mut truststore = tempfile::NamedTempFile::new().unwrap();
+        truststore.write_all(cert.cert.pem().as_bytes()).unwrap();
+        let jaas = format!(
+            r#"org.apache.kafka.common.security.oauthbearer.OAuthBearerLoginModule required ssl.truststore.type="PEM" ssl.truststore.location="{}";"#,
+            truststore.path().display()
+        );
+        let cfg = endpoint_config(&server.url, Some(&jaas)).unwrap();
+        let mut auth = authenticator(Mechanism::OAuthBearer, &cfg, &no_credentials());
+        let token = signer.sign(Some("k1"), &claims(json!({})));
+        assert_eq!(auth.step(&client_first(&token)), done("alice", 600_000));
+
+        // Without the truststore the self-signed endpoint is not trusted,
+        // and the broker does not start.
+        let err = endpoint_config(&server.url, None).unwrap_err();
+        assert_eq!(err.key, SASL_OAUTHBEARER_JWKS_ENDPOINT_URL);
+        assert!(err.reason.starts_with("Could not refresh JWKS"), "{err}");
     }
 }
