@@ -27,7 +27,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../lib.sh"
 
-usage() { echo "usage: run.sh ours --bin <broker binary> [--hostile|--hostile-only] | run.sh kafka [--hostile|--hostile-only]" >&2; exit 2; }
+usage() { echo "usage: run.sh ours --bin <broker binary> [--hostile|--hostile-only] [--peers] | run.sh kafka [--hostile|--hostile-only] [--peers]" >&2; exit 2; }
 broker=${1:-}
 shift || true
 bin=
@@ -42,16 +42,20 @@ case "$broker" in
   *) usage ;;
 esac
 # --hostile: after the client checks, the hostile-input cases of security/hostile.py;
-# --hostile-only: those alone.
+# --hostile-only: those alone. --peers: also the peer suites' tests over the secure
+# listeners (franz-go's kgo SCRAM tests and some over mTLS, librdkafka's suite over SASL_SSL
+# from its OpenSSL build; see run_peers).
 hostile=0
 clients=1
-case "${1:-}" in
-  "") ;;
-  --hostile) hostile=1 ;;
-  --hostile-only) hostile=1 clients=0 ;;
-  *) usage ;;
-esac
-[[ $# -le 1 ]] || usage
+peers=0
+for arg in "$@"; do
+  case "$arg" in
+    --hostile) hostile=1 ;;
+    --hostile-only) hostile=1 clients=0 ;;
+    --peers) peers=1 ;;
+    *) usage ;;
+  esac
+done
 
 PLAINTEXT_PORT=${PLAINTEXT_PORT:-26092}
 SSL_PORT=${SSL_PORT:-26093}
@@ -61,7 +65,7 @@ export CONTROLLER_PORT=${CONTROLLER_PORT:-26096}
 CLIENT_TIMEOUT_S=${CLIENT_TIMEOUT_S:-60}
 # A refused client must say so well within this; a hang is a failure.
 NEGATIVE_TIMEOUT_S=${NEGATIVE_TIMEOUT_S:-20}
-RUN_BUDGET_S=${RUN_BUDGET_S:-420}
+RUN_BUDGET_S=${RUN_BUDGET_S:-$((420 + hostile * 120 + peers * 600))}
 # How long the stalled-TLS-handshake case waits for the broker to close (ours bounds a
 # handshake by socket.request.read.timeout.ms, 30 s by default).
 HOSTILE_STALL_WAIT_S=${HOSTILE_STALL_WAIT_S:-40}
@@ -620,6 +624,65 @@ run_hostile() {
   fi
 }
 
+# Lines "PASS <test>" / "FAIL <test> <why>" of a peer suite's runner as checks <suite>.<test>;
+# a runner that printed none of the tests asked for fails as a whole.
+# peer_results <suite> <out file> <runner exit> <tests>...
+peer_results() {
+  local suite=$1 out=$2 rc=$3 t line
+  shift 3
+  for t in "$@"; do
+    line=$(grep -m1 -E "^(PASS|FAIL|SKIP) $t( |$)" "$out")
+    case "$line" in
+      PASS*) pass "$suite.$t" ;;
+      FAIL* | SKIP*) fail "$suite.$t" "${line#* $t }" ;;
+      *) fail "$suite.$t" "no result from the runner (exit $rc): $(why "$out")" ;;
+    esac
+  done
+}
+
+# franz-go's kgo suite: its SCRAM tests read KGO_TEST_SCRAM_SEEDS/KGO_TEST_SCRAM (a client on
+# that listener with SASL alone: SASL_PLAINTEXT); KGO_TEST_TLS puts every other test's client
+# on TLS with a client certificate (the SSL listener).
+KGO_SCRAM_TESTS=(TestSCRAMAuth TestSCRAMAuthBadCredentials)
+KGO_MTLS_TESTS=(TestPing TestClient_Produce TestGroupSimple)
+# librdkafka's suite (OpenSSL build) with test.conf on SASL_SSL + SCRAM-SHA-512 as alice: the
+# tests of librdkafka/tests.sasl_ssl.allow.
+run_peers() {
+  local out rc tests
+  out=$work/kgo-scram.out
+  if budget_left kgo.scram; then
+    run_bounded "$(bound 240)" "$out" env KGO_TEST_SCRAM_SEEDS="$HOST:$SASL_PLAINTEXT_PORT" \
+      KGO_TEST_SCRAM=alice:alice-scram:512 KGO_TEST_TIMEOUT_S=60 \
+      "$COMPAT_DIR/kgo/run.sh" "$PLAINTEXT_BS" "${KGO_SCRAM_TESTS[@]}"
+    peer_results kgo "$out" $? "${KGO_SCRAM_TESTS[@]}"
+  fi
+  out=$work/kgo-mtls.out
+  if budget_left kgo.mtls; then
+    run_bounded "$(bound 300)" "$out" env KGO_TEST_TLS="ca:$pki/ca.pem,cert:$pki/alice.crt,key:$pki/alice.key" \
+      KGO_TEST_RECORDS=2000 KGO_TEST_TIMEOUT_S=90 \
+      "$COMPAT_DIR/kgo/run.sh" "$HOST:$SSL_PORT" "${KGO_MTLS_TESTS[@]}"
+    rc=$?
+    local t
+    for t in "${KGO_MTLS_TESTS[@]}"; do sed -i "s/^\(PASS\|FAIL\|SKIP\) $t\b/\1 $t.mtls/" "$out"; done
+    peer_results kgo "$out" $rc "${KGO_MTLS_TESTS[@]/%/.mtls}"
+  fi
+  out=$work/librdkafka.out
+  if budget_left librdkafka.sasl_ssl; then
+    {
+      echo "security.protocol=SASL_SSL"
+      echo "ssl.ca.location=$pki/ca.pem"
+      echo "sasl.mechanism=SCRAM-SHA-512"
+      echo "sasl.username=alice"
+      echo "sasl.password=alice-scram"
+    } >"$work/librdkafka-sasl_ssl.conf"
+    mapfile -t tests < <(sed -e 's/#.*//' "$COMPAT_DIR/librdkafka/tests.sasl_ssl.allow" | awk 'NF {print $1}')
+    run_bounded "$(bound 600)" "$out" env LIBRDKAFKA_BUILD=ssl RDKAFKA_TEST_CONF_EXTRA="$work/librdkafka-sasl_ssl.conf" \
+      RDKAFKA_ALLOW_FILE="$COMPAT_DIR/librdkafka/tests.sasl_ssl.allow" TEST_TIMEOUT_S=90 \
+      "$COMPAT_DIR/librdkafka/run.sh" "$HOST:$SASL_SSL_PORT" --allowed
+    peer_results librdkafka "$out" $? "${tests[@]}"
+  fi
+}
+
 if ((clients == 0)); then
   run_hostile
   log "$broker: $((SECONDS - started)) s"
@@ -676,6 +739,7 @@ for combo in "${COMBOS[@]}"; do
 done
 
 ((hostile)) && run_hostile
+((peers)) && run_peers
 
 if ((failed > 0)); then
   log "last lines of the broker log ($broker_log):"
