@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Security listeners through real clients (issue 31):
-#   run.sh ours --bin <broker binary>
-#   run.sh kafka                          (Apache Kafka 4.4, as kafka-reference/start.sh starts it)
+#   run.sh ours --bin <broker binary> [--hostile|--hostile-only] [--peers]
+#   run.sh kafka [--hostile|--hostile-only] [--peers]   (Apache Kafka 4.4, as kafka-reference/start.sh starts it)
 #
 # Makes a throwaway PKI (openssl CA, broker certificate for localhost/127.0.0.1, client
 # certificate CN=alice; PEM, PKCS12 and a JKS truststore), starts one broker with four
@@ -13,13 +13,19 @@
 #   (Kafka's controller on $CONTROLLER_PORT, 26096)
 # creates SCRAM-SHA-512 user alice with kafka-configs.sh, then for (SASL_SSL, PLAIN),
 # (SASL_SSL, SCRAM-SHA-512), (SASL_PLAINTEXT, SCRAM-SHA-512) and (SSL, client certificate)
-# produces N records (default 200) and reads them back with kcat, confluent-kafka-python and
-# Kafka's console tools (Java client), and checks that a wrong password (SSL: no client
-# certificate) is refused with an error rather than a hang.
+# produces N records (default 200) and reads them back with kcat, confluent-kafka-python,
+# Kafka's console tools, a KafkaProducer/KafkaConsumer program (java/.../SecureRoundTrip.java),
+# franz-go and sarama (go/secure) and kafkajs (js/secure.js), and checks that a wrong password
+# (SSL: no client certificate) is refused with an error rather than a hang.
+# --hostile adds the raw-socket cases of security/hostile.py (checks on ours, reported only on
+# Kafka); --peers adds kgo's SCRAM tests, three kgo tests on mTLS and librdkafka's
+# tests.sasl_ssl.allow over SASL_SSL (run_peers). Needs install.sh kafka python kcat java go js
+# (and kgo, LIBRDKAFKA_BUILD=ssl librdkafka for --peers).
 #
 # Prints "PASS <check>" / "FAIL <check>: <why>" per check on stdout (logs on stderr), ends
 # with "<passed> passed, <failed> failed" and exits non-zero on any failure. Every client
-# run is bounded by CLIENT_TIMEOUT_S (60) and the whole run by RUN_BUDGET_S (270): checks
+# run is bounded by CLIENT_TIMEOUT_S (60) and the whole run by RUN_BUDGET_S (420, +120 with
+# --hostile, +600 with --peers): checks
 # not started by then fail as "not run". SEC_KEEP=1 keeps the work directory (PKI, configs,
 # broker log) for a look afterwards.
 set -uo pipefail
