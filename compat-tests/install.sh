@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Idempotent installs for the compat tests: install.sh [java|python|kcat|kafka|all|ci|<family>]...
+# Idempotent installs for the compat tests: install.sh [java|python|kcat|kafka|all|ci|librdkafka-ssl|<family>]...
 # Each part records a stamp (a hash of its inputs) and does nothing when the
 # stamp still matches, so calling it before every run costs about a second.
 set -euo pipefail
@@ -83,6 +83,8 @@ for part in "${parts[@]}"; do
     all) install_kcat; install_python; install_java; install_kafka ;;
     # Everything run-ci.sh runs: every family's parts and both peer suites.
     ci) mapfile -t ci < <(ci_parts); "$0" "${ci[@]}" ;;
+    # librdkafka built with OpenSSL, for security/run.sh --peers (librdkafka/install.sh).
+    librdkafka-ssl) LIBRDKAFKA_BUILD=ssl "$COMPAT_DIR/librdkafka/install.sh" ;;
     *)
       # Client families added later own their installer: <family>/install.sh.
       if [[ -x "$COMPAT_DIR/$part/install.sh" ]]; then

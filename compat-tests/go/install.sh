@@ -7,7 +7,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/build.sh"
 
 (cd "$GO_MODULE_DIR" && go mod download) >&2
-for program in franz sarama; do
+for program in franz sarama secure; do
   go_build "$program"
 done
-log "go family ready: $GO_BIN_DIR/franz, $GO_BIN_DIR/sarama"
+log "go family ready: $GO_BIN_DIR/franz, $GO_BIN_DIR/sarama, $GO_BIN_DIR/secure"

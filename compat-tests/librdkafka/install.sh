@@ -17,9 +17,21 @@ CRATE_URL="https://static.crates.io/crates/rdkafka-sys/rdkafka-sys-$RDKAFKA_SYS_
 # only) lets the runner validate statistics JSON; without it four tests skip.
 CONFIGURE_FLAGS=(--disable-ssl --disable-gssapi --disable-curl --disable-lz4-ext --enable-zlib --enable-zstd)
 DEB_PACKAGES=(build-essential pkg-config python3 zlib1g-dev libzstd-dev rapidjson-dev)
+# LIBRDKAFKA_BUILD=ssl: a second build, with OpenSSL (SSL, SASL_SSL and SCRAM need it), in
+# .cache/librdkafka-ssl/, for the suite over the secure listeners (security/run.sh --peers).
+BUILD_DIR="$CACHE_DIR/librdkafka"
+case "${LIBRDKAFKA_BUILD:-}" in
+  "") ;;
+  ssl)
+    CONFIGURE_FLAGS=(--enable-ssl --disable-gssapi --disable-curl --disable-lz4-ext --enable-zlib --enable-zstd)
+    DEB_PACKAGES+=(libssl-dev)
+    BUILD_DIR="$CACHE_DIR/librdkafka-ssl"
+    ;;
+  *) die "unknown LIBRDKAFKA_BUILD '$LIBRDKAFKA_BUILD' (empty or ssl)" ;;
+esac
 
-SRC_DIR="$CACHE_DIR/librdkafka/rdkafka-sys-$RDKAFKA_SYS_VERSION/librdkafka"
-STAMP="$CACHE_DIR/librdkafka/build.stamp"
+SRC_DIR="$BUILD_DIR/rdkafka-sys-$RDKAFKA_SYS_VERSION/librdkafka"
+STAMP="$BUILD_DIR/build.stamp"
 WANT="$RDKAFKA_SYS_SHA256 ${CONFIGURE_FLAGS[*]} ${DEB_PACKAGES[*]}"
 
 if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$SRC_DIR/tests/test-runner" ]]; then
@@ -41,7 +53,7 @@ if ((${#missing[@]})); then
   log "installed Debian packages: ${missing[*]}"
 fi
 
-mkdir -p "$CACHE_DIR/librdkafka"
+mkdir -p "$CACHE_DIR/librdkafka" "$BUILD_DIR"
 crate="$CACHE_DIR/librdkafka/rdkafka-sys-$RDKAFKA_SYS_VERSION.crate"
 if ! echo "$RDKAFKA_SYS_SHA256  $crate" | sha256sum -c --status 2>/dev/null; then
   curl -sSfL --retry 3 -o "$crate.part" "$CRATE_URL"
@@ -50,8 +62,8 @@ if ! echo "$RDKAFKA_SYS_SHA256  $crate" | sha256sum -c --status 2>/dev/null; the
 fi
 
 # A fresh unpack, so that a build with other flags leaves nothing behind.
-rm -rf "$CACHE_DIR/librdkafka/rdkafka-sys-$RDKAFKA_SYS_VERSION"
-tar -xzf "$crate" -C "$CACHE_DIR/librdkafka"
+rm -rf "$BUILD_DIR/rdkafka-sys-$RDKAFKA_SYS_VERSION"
+tar -xzf "$crate" -C "$BUILD_DIR"
 
 cd "$SRC_DIR"
 # mklove loads every configure.* file in the source folder as a module, so the

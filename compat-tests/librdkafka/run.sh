@@ -5,6 +5,8 @@
 #              socket-emulation tests are left out)
 #   --allowed  (default) only the tests in tests.allow; exits non-zero if one fails
 #   test ...   only these test numbers or names (e.g. 0001 or 0001_multiobj)
+# LIBRDKAFKA_BUILD=ssl runs the OpenSSL build (SSL, SASL_SSL, SCRAM); RDKAFKA_TEST_CONF_EXTRA
+# names a file of client properties added to test.conf (security/run.sh --peers uses both).
 # One runner process per test number, one test at a time, each bounded by
 # TEST_TIMEOUT_S (default 120), so a hang costs one test, not the run.
 # Prints `PASS <test>` / `FAIL <test> <reason>` per test on stdout and ends with
@@ -13,7 +15,7 @@ set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../lib.sh"
 
 RDKAFKA_DIR="$COMPAT_DIR/librdkafka"
-ALLOW_FILE="$RDKAFKA_DIR/tests.allow"
+ALLOW_FILE="${RDKAFKA_ALLOW_FILE:-$RDKAFKA_DIR/tests.allow}"
 # The broker version the runner assumes, so it skips tests for features a 4.x
 # broker no longer has and runs those that need newer ones.
 : "${TEST_KAFKA_VERSION:=4.0.0}"
@@ -34,7 +36,9 @@ for arg in "$@"; do
 done
 
 "$RDKAFKA_DIR/install.sh"
-tests_dir=$(echo "$CACHE_DIR"/librdkafka/rdkafka-sys-*/librdkafka/tests)
+# LIBRDKAFKA_BUILD=ssl: the build with OpenSSL (install.sh builds it into .cache/librdkafka-ssl).
+build_dir="$CACHE_DIR/librdkafka${LIBRDKAFKA_BUILD:+-$LIBRDKAFKA_BUILD}"
+tests_dir=$(echo "$build_dir"/rdkafka-sys-*/librdkafka/tests)
 [[ -x "$tests_dir/test-runner" ]] || die "no test runner in $tests_dir"
 
 # The broker tests, in the runner's order: the _TEST(<name>, <flags>, ...) entries
@@ -71,6 +75,14 @@ bootstrap.servers=$bootstrap
 # Random topic names, so that reruns never meet topics an earlier run left.
 test.topic.random=true
 CONF
+# RDKAFKA_TEST_CONF_EXTRA: a file of more client properties for every test (e.g.
+# security.protocol=SASL_SSL, sasl.mechanism, sasl.username, sasl.password,
+# ssl.ca.location), as security/run.sh --peers writes it.
+if [[ -n ${RDKAFKA_TEST_CONF_EXTRA:-} ]]; then
+  [[ -f $RDKAFKA_TEST_CONF_EXTRA ]] || die "no RDKAFKA_TEST_CONF_EXTRA file $RDKAFKA_TEST_CONF_EXTRA"
+  cat "$RDKAFKA_TEST_CONF_EXTRA" >>"$run_dir/test.conf"
+  log "test.conf adds $(grep -v '^#' "$RDKAFKA_TEST_CONF_EXTRA" | sed -E 's/(password)=.*/\1=***/' | paste -sd' ')"
+fi
 
 # Some tests create topics with Kafka's kafka-topics.sh ($KAFKA_PATH/bin, broker
 # list in $BROKERS). When `install.sh kafka` has resolved Kafka's jars, a bin/

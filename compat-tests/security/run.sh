@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Security listeners through real clients (issue 31):
-#   run.sh ours --bin <broker binary>
-#   run.sh kafka                          (Apache Kafka 4.4, as kafka-reference/start.sh starts it)
+#   run.sh ours --bin <broker binary> [--hostile|--hostile-only] [--peers]
+#   run.sh kafka [--hostile|--hostile-only] [--peers]   (Apache Kafka 4.4, as kafka-reference/start.sh starts it)
 #
 # Makes a throwaway PKI (openssl CA, broker certificate for localhost/127.0.0.1, client
 # certificate CN=alice; PEM, PKCS12 and a JKS truststore), starts one broker with four
@@ -13,13 +13,19 @@
 #   (Kafka's controller on $CONTROLLER_PORT, 26096)
 # creates SCRAM-SHA-512 user alice with kafka-configs.sh, then for (SASL_SSL, PLAIN),
 # (SASL_SSL, SCRAM-SHA-512), (SASL_PLAINTEXT, SCRAM-SHA-512) and (SSL, client certificate)
-# produces N records (default 200) and reads them back with kcat, confluent-kafka-python and
-# Kafka's console tools (Java client), and checks that a wrong password (SSL: no client
-# certificate) is refused with an error rather than a hang.
+# produces N records (default 200) and reads them back with kcat, confluent-kafka-python,
+# Kafka's console tools, a KafkaProducer/KafkaConsumer program (java/.../SecureRoundTrip.java),
+# franz-go and sarama (go/secure) and kafkajs (js/secure.js), and checks that a wrong password
+# (SSL: no client certificate) is refused with an error rather than a hang.
+# --hostile adds the raw-socket cases of security/hostile.py (checks on ours, reported only on
+# Kafka); --peers adds kgo's SCRAM tests, three kgo tests on mTLS and librdkafka's
+# tests.sasl_ssl.allow over SASL_SSL (run_peers). Needs install.sh kafka python kcat java go js
+# (and kgo, LIBRDKAFKA_BUILD=ssl librdkafka for --peers).
 #
 # Prints "PASS <check>" / "FAIL <check>: <why>" per check on stdout (logs on stderr), ends
 # with "<passed> passed, <failed> failed" and exits non-zero on any failure. Every client
-# run is bounded by CLIENT_TIMEOUT_S (60) and the whole run by RUN_BUDGET_S (270): checks
+# run is bounded by CLIENT_TIMEOUT_S (60) and the whole run by RUN_BUDGET_S (420, +120 with
+# --hostile, +600 with --peers): checks
 # not started by then fail as "not run". SEC_KEEP=1 keeps the work directory (PKI, configs,
 # broker log) for a look afterwards.
 set -uo pipefail
@@ -27,7 +33,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../lib.sh"
 
-usage() { echo "usage: run.sh ours --bin <broker binary> | run.sh kafka" >&2; exit 2; }
+usage() { echo "usage: run.sh ours --bin <broker binary> [--hostile|--hostile-only] [--peers] | run.sh kafka [--hostile|--hostile-only] [--peers]" >&2; exit 2; }
 broker=${1:-}
 shift || true
 bin=
@@ -35,11 +41,27 @@ case "$broker" in
   ours)
     [[ ${1:-} == --bin && -n ${2:-} ]] || usage
     bin=$2
+    shift 2
     [[ -x $bin ]] || die "broker binary $bin is not executable"
     ;;
-  kafka) [[ $# -eq 0 ]] || usage ;;
+  kafka) ;;
   *) usage ;;
 esac
+# --hostile: after the client checks, the hostile-input cases of security/hostile.py;
+# --hostile-only: those alone. --peers: also the peer suites' tests over the secure
+# listeners (franz-go's kgo SCRAM tests and some over mTLS, librdkafka's suite over SASL_SSL
+# from its OpenSSL build; see run_peers).
+hostile=0
+clients=1
+peers=0
+for arg in "$@"; do
+  case "$arg" in
+    --hostile) hostile=1 ;;
+    --hostile-only) hostile=1 clients=0 ;;
+    --peers) peers=1 ;;
+    *) usage ;;
+  esac
+done
 
 PLAINTEXT_PORT=${PLAINTEXT_PORT:-26092}
 SSL_PORT=${SSL_PORT:-26093}
@@ -49,7 +71,10 @@ export CONTROLLER_PORT=${CONTROLLER_PORT:-26096}
 CLIENT_TIMEOUT_S=${CLIENT_TIMEOUT_S:-60}
 # A refused client must say so well within this; a hang is a failure.
 NEGATIVE_TIMEOUT_S=${NEGATIVE_TIMEOUT_S:-20}
-RUN_BUDGET_S=${RUN_BUDGET_S:-270}
+RUN_BUDGET_S=${RUN_BUDGET_S:-$((420 + hostile * 120 + peers * 600))}
+# How long the stalled-TLS-handshake case waits for the broker to close (ours bounds a
+# handshake by socket.request.read.timeout.ms, 30 s by default).
+HOSTILE_STALL_WAIT_S=${HOSTILE_STALL_WAIT_S:-40}
 READY_TIMEOUT_S=${READY_TIMEOUT_S:-90}
 export READY_TIMEOUT_S
 
@@ -70,6 +95,10 @@ command -v keytool >/dev/null || die "keytool not found (a JDK)"
 command -v kcat >/dev/null || die "kcat not found; run compat-tests/install.sh kcat"
 [[ -x $PY ]] || die "python venv missing; run compat-tests/install.sh python"
 compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" >/dev/null || die "no Kafka jars in $KAFKA_LIBS; run compat-tests/install.sh kafka"
+[[ -x $CACHE_DIR/go/bin/secure ]] || die "no go/secure program; run compat-tests/install.sh go"
+[[ -d $COMPAT_DIR/js/node_modules/kafkajs ]] || die "no kafkajs; run compat-tests/install.sh js"
+[[ -f $JAVA_CLASSES/compat/SecureRoundTrip.class ]] || die "no compat.SecureRoundTrip; run compat-tests/install.sh java"
+command -v node >/dev/null || die "node not found"
 
 work=$(mktemp -d /tmp/compat-security.XXXXXX)
 pki=$work/pki
@@ -256,7 +285,9 @@ declare -A COMBO_MECHANISM=([sasl_ssl.plain]=PLAIN [sasl_ssl.scram-sha-512]=SCRA
   [sasl_plaintext.scram-sha-512]=SCRAM-SHA-512 [ssl.mtls]=)
 declare -A COMBO_PASSWORD=([sasl_ssl.plain]=alice-secret [sasl_ssl.scram-sha-512]=alice-scram
   [sasl_plaintext.scram-sha-512]=alice-scram [ssl.mtls]=)
-CLIENTS=(kcat python java)
+# java: Kafka's console tools (--command-config); kafka-clients: a KafkaProducer/KafkaConsumer
+# program (java/.../SecureRoundTrip.java); franz-go and sarama: go/secure; kafkajs: js/secure.js.
+CLIENTS=(kcat python java kafka-clients franz-go sarama kafkajs)
 
 # librdkafka properties (kcat and python take the same -X key=value pairs) for a combo;
 # "bad" gives a wrong password (SSL: no client certificate).
@@ -306,6 +337,20 @@ java_props() {
       echo "sasl.jaas.config=$module required username=\"alice\" password=\"$password\";"
     fi
   } >"$file"
+}
+
+# --key value flags of go/secure and js/secure.js for a combo (PEM files); "bad" as above.
+prog_flags() {
+  local combo=$1 bad=${2:-} protocol mech password
+  protocol=${COMBO_PROTOCOL[$combo]} mech=${COMBO_MECHANISM[$combo]} password=${COMBO_PASSWORD[$combo]}
+  [[ -n $bad ]] && password=wrong-password
+  echo "--protocol $protocol"
+  [[ $protocol == *SSL ]] && echo "--ca $pki/ca.pem"
+  if [[ -n $mech ]]; then
+    echo "--mechanism $mech --user alice --password $password"
+  elif [[ -z $bad ]]; then
+    echo "--cert $pki/alice.crt --key $pki/alice.key"
+  fi
 }
 
 topic_of() { echo "sec-${1//./-}-$2-$RUN_ID"; }
@@ -378,6 +423,78 @@ roundtrip_java() {
   else
     fail "$name" "kafka-console-consumer (Fetch) exit $rc, read $(grep -c . "$out.records") of $N records: $(why "$out")"
   fi
+}
+
+# The programs of the other families print one "ok ..." / "error: ..." line and exit 0 only
+# when their own check held (the round trip read back all N records in order; the bad
+# credentials were refused with the authentication error of the listener).
+# prog_verdict <name> <what> <exit status> <out file> <bound s>
+prog_verdict() {
+  local name=$1 what=$2 rc=$3 out=$4 t=$5
+  if ((rc == 124)); then
+    fail "$name" "$what still running after $t s (hang): $(why "$out")"
+  elif ((rc == 0)) && grep -q '^ok ' "$out"; then
+    log "$name: $(grep -m1 '^ok ' "$out")"
+    pass "$name"
+  else
+    local line
+    line=$(grep -m1 '^error: ' "$out")
+    fail "$name" "$what exit $rc: ${line:-$(why "$out")}"
+  fi
+}
+
+GO_SECURE=$CACHE_DIR/go/bin/secure
+JS_SECURE=$COMPAT_DIR/js/secure.js
+JAVA_CP="$JAVA_CLASSES:$JAVA_LIBS/*"
+JAVA_OPTS=(-XX:TieredStopAtLevel=1 -XX:+UseSerialGC)
+
+roundtrip_go() { # roundtrip_go <franz|sarama> <client> <combo> <name>
+  local prog=$1 combo=$3 name=$4 topic bs flags out=$work/$4.out t
+  topic=$(topic_of "$combo" "$2") bs=$HOST:${COMBO_PORT[$combo]} t=$(bound)
+  read -r -a flags <<<"$(prog_flags "$combo" | tr '\n' ' ')"
+  run_bounded "$t" "$out" "$GO_SECURE" "$prog" roundtrip "$bs" "$topic" "$N" "${flags[@]}" --timeout 30s
+  prog_verdict "$name" "$prog (Produce + Fetch)" $? "$out" "$t"
+}
+refused_go() {
+  local prog=$1 combo=$2 name=$3 bs flags out=$work/$3.out t
+  bs=$HOST:${COMBO_PORT[$combo]} t=$(bound "$NEGATIVE_TIMEOUT_S")
+  read -r -a flags <<<"$(prog_flags "$combo" bad | tr '\n' ' ')"
+  run_bounded "$t" "$out" "$GO_SECURE" "$prog" refused "$bs" "${flags[@]}" --timeout 15s
+  prog_verdict "$name" "$prog (Metadata with bad credentials)" $? "$out" "$t"
+}
+roundtrip_franz_go() { roundtrip_go franz franz-go "$@"; }
+refused_franz_go() { refused_go franz "$@"; }
+roundtrip_sarama() { roundtrip_go sarama sarama "$@"; }
+refused_sarama() { refused_go sarama "$@"; }
+
+roundtrip_kafkajs() {
+  local combo=$1 name=$2 topic bs flags out=$work/$2.out t
+  topic=$(topic_of "$combo" kafkajs) bs=$HOST:${COMBO_PORT[$combo]} t=$(bound)
+  read -r -a flags <<<"$(prog_flags "$combo" | tr '\n' ' ')"
+  run_bounded "$t" "$out" node "$JS_SECURE" roundtrip "$bs" "$topic" "$N" "${flags[@]}" --timeout-ms 45000
+  prog_verdict "$name" "kafkajs (Produce + group Fetch)" $? "$out" "$t"
+}
+refused_kafkajs() {
+  local combo=$1 name=$2 bs flags out=$work/$2.out t
+  bs=$HOST:${COMBO_PORT[$combo]} t=$(bound "$NEGATIVE_TIMEOUT_S")
+  read -r -a flags <<<"$(prog_flags "$combo" bad | tr '\n' ' ')"
+  run_bounded "$t" "$out" node "$JS_SECURE" refused "$bs" "${flags[@]}" --timeout-ms 15000
+  prog_verdict "$name" "kafkajs (admin connect with bad credentials)" $? "$out" "$t"
+}
+
+roundtrip_kafka_clients() {
+  local combo=$1 name=$2 topic bs out=$work/$2.out cfg=$work/$2.properties t
+  topic=$(topic_of "$combo" kafka-clients) bs=$HOST:${COMBO_PORT[$combo]} t=$(bound)
+  java_props "$combo" "" "$cfg"
+  run_bounded "$t" "$out" java "${JAVA_OPTS[@]}" -cp "$JAVA_CP" compat.SecureRoundTrip roundtrip "$bs" "$cfg" "$topic" "$N"
+  prog_verdict "$name" "KafkaProducer/KafkaConsumer" $? "$out" "$t"
+}
+refused_kafka_clients() {
+  local combo=$1 name=$2 bs out=$work/$2.out cfg=$work/$2.properties t
+  bs=$HOST:${COMBO_PORT[$combo]} t=$(bound "$NEGATIVE_TIMEOUT_S")
+  java_props "$combo" bad "$cfg"
+  run_bounded "$t" "$out" java "${JAVA_OPTS[@]}" -cp "$JAVA_CP" compat.SecureRoundTrip refused "$bs" "$cfg"
+  prog_verdict "$name" "Admin describeCluster with bad credentials" $? "$out" "$t"
 }
 
 # Negative checks: bad credentials must end in an authentication error within the bound.
@@ -482,6 +599,104 @@ for port in "$PLAINTEXT_PORT" "$SSL_PORT" "$SASL_PLAINTEXT_PORT" "$SASL_SSL_PORT
 done
 if [[ $broker == kafka ]]; then start_kafka; else start_ours; fi
 
+# The hostile-input cases (security/hostile.py) against the running broker: on ours each
+# case is a check (PASS/FAIL), on Kafka the cases are reported only (as hostile/run.sh does).
+run_hostile() {
+  local out=$work/hostile.out check=() rc line name verdict
+  [[ $broker == ours ]] && check=(--check)
+  budget_left hostile || return
+  run_bounded "$(bound $((HOSTILE_STALL_WAIT_S + 120)))" "$out" "$PY" "$here/hostile.py" --pid "$broker_pid" \
+    --plaintext "$PLAINTEXT_BS" --ssl "$HOST:$SSL_PORT" --sasl-plaintext "$HOST:$SASL_PLAINTEXT_PORT" \
+    --sasl-ssl "$HOST:$SASL_SSL_PORT" --ca "$pki/ca.pem" --stall-wait-s "$HOSTILE_STALL_WAIT_S" "${check[@]}"
+  rc=$?
+  grep -v '^case ' "$out" >&2
+  while read -r line; do
+    echo "$line"
+    name=hostile.$(awk '{print $2}' <<<"$line") verdict=${line##*verdict=}
+    if [[ $verdict == PASS ]]; then
+      passed=$((passed + 1))
+    elif [[ $verdict == FAIL ]]; then
+      failed=$((failed + 1))
+      echo "FAIL $name: $(sed -E 's/^case [^ ]+ //; s/ verdict=FAIL$//' <<<"$line")"
+    fi
+  done < <(grep '^case ' "$out")
+  if ((rc == 124)); then
+    fail hostile "security/hostile.py still running after its bound (hang)"
+  elif ((rc != 0)) && [[ $broker == ours ]] && ! grep -q 'verdict=FAIL' "$out"; then
+    fail hostile "security/hostile.py exit $rc: $(why "$out")"
+  fi
+  if [[ $broker == ours ]] && ! kill -0 "$broker_pid" 2>/dev/null; then
+    fail hostile.broker-alive "the broker died during the hostile cases"
+  fi
+}
+
+# Lines "PASS <test>" / "FAIL <test> <why>" of a peer suite's runner as checks <suite>.<test>;
+# a runner that printed none of the tests asked for fails as a whole.
+# peer_results <suite> <out file> <runner exit> <tests>...
+peer_results() {
+  local suite=$1 out=$2 rc=$3 t line
+  shift 3
+  for t in "$@"; do
+    line=$(grep -m1 -E "^(PASS|FAIL|SKIP) $t( |$)" "$out")
+    case "$line" in
+      PASS*) pass "$suite.$t" ;;
+      FAIL* | SKIP*) fail "$suite.$t" "${line#* $t }" ;;
+      *) fail "$suite.$t" "no result from the runner (exit $rc): $(why "$out")" ;;
+    esac
+  done
+}
+
+# franz-go's kgo suite: its SCRAM tests read KGO_TEST_SCRAM_SEEDS/KGO_TEST_SCRAM (a client on
+# that listener with SASL alone: SASL_PLAINTEXT); KGO_TEST_TLS puts every other test's client
+# on TLS with a client certificate (the SSL listener).
+KGO_SCRAM_TESTS=(TestSCRAMAuth TestSCRAMAuthBadCredentials)
+KGO_MTLS_TESTS=(TestPing TestClient_Produce TestGroupSimple)
+# librdkafka's suite (OpenSSL build) with test.conf on SASL_SSL + SCRAM-SHA-512 as alice: the
+# tests of librdkafka/tests.sasl_ssl.allow.
+run_peers() {
+  local out rc tests
+  out=$work/kgo-scram.out
+  if budget_left kgo.scram; then
+    run_bounded "$(bound 240)" "$out" env KGO_TEST_SCRAM_SEEDS="$HOST:$SASL_PLAINTEXT_PORT" \
+      KGO_TEST_SCRAM=alice:alice-scram:512 KGO_TEST_TIMEOUT_S=60 \
+      "$COMPAT_DIR/kgo/run.sh" "$PLAINTEXT_BS" "${KGO_SCRAM_TESTS[@]}"
+    peer_results kgo "$out" $? "${KGO_SCRAM_TESTS[@]}"
+  fi
+  out=$work/kgo-mtls.out
+  if budget_left kgo.mtls; then
+    run_bounded "$(bound 300)" "$out" env KGO_TEST_TLS="ca:$pki/ca.pem,cert:$pki/alice.crt,key:$pki/alice.key" \
+      KGO_TEST_RECORDS=2000 KGO_TEST_TIMEOUT_S=90 \
+      "$COMPAT_DIR/kgo/run.sh" "$HOST:$SSL_PORT" "${KGO_MTLS_TESTS[@]}"
+    rc=$?
+    local t
+    for t in "${KGO_MTLS_TESTS[@]}"; do sed -i "s/^\(PASS\|FAIL\|SKIP\) $t\b/\1 $t.mtls/" "$out"; done
+    peer_results kgo "$out" $rc "${KGO_MTLS_TESTS[@]/%/.mtls}"
+  fi
+  out=$work/librdkafka.out
+  if budget_left librdkafka.sasl_ssl; then
+    {
+      echo "security.protocol=SASL_SSL"
+      echo "ssl.ca.location=$pki/ca.pem"
+      echo "sasl.mechanism=SCRAM-SHA-512"
+      echo "sasl.username=alice"
+      echo "sasl.password=alice-scram"
+    } >"$work/librdkafka-sasl_ssl.conf"
+    mapfile -t tests < <(sed -e 's/#.*//' "$COMPAT_DIR/librdkafka/tests.sasl_ssl.allow" | awk 'NF {print $1}')
+    run_bounded "$(bound 600)" "$out" env LIBRDKAFKA_BUILD=ssl RDKAFKA_TEST_CONF_EXTRA="$work/librdkafka-sasl_ssl.conf" \
+      RDKAFKA_ALLOW_FILE="$COMPAT_DIR/librdkafka/tests.sasl_ssl.allow" TEST_TIMEOUT_S=90 \
+      "$COMPAT_DIR/librdkafka/run.sh" "$HOST:$SASL_SSL_PORT" --allowed
+    peer_results librdkafka "$out" $? "${tests[@]}"
+  fi
+}
+
+if ((clients == 0)); then
+  run_hostile
+  log "$broker: $((SECONDS - started)) s"
+  echo "$passed passed, $failed failed"
+  ((failed == 0))
+  exit
+fi
+
 # SCRAM-SHA-512 credentials for alice through Kafka's own tool (AlterUserScramCredentials),
 # then DescribeUserScramCredentials must show them.
 out=$work/scram.out
@@ -519,15 +734,18 @@ fi
 for combo in "${COMBOS[@]}"; do
   for client in "${CLIENTS[@]}"; do
     name=$client.$combo
-    budget_left "$name" && "roundtrip_$client" "$combo" "$name"
+    budget_left "$name" && "roundtrip_${client//-/_}" "$combo" "$name"
     name=$client.$combo.refused
-    budget_left "$name" && "refused_$client" "$combo" "$name"
+    budget_left "$name" && "refused_${client//-/_}" "$combo" "$name"
   done
   if [[ $combo == *scram* ]]; then
     name=kcat.$combo.old-librdkafka-refused
     budget_left "$name" && old_librdkafka_scram "$combo" "$name"
   fi
 done
+
+((hostile)) && run_hostile
+((peers)) && run_peers
 
 if ((failed > 0)); then
   log "last lines of the broker log ($broker_log):"
