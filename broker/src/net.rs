@@ -1,5 +1,7 @@
-//! Peer addresses. Until brokers authenticate each other (a later issue),
-//! a peer is recognised by the address its connection comes from: a
+//! Peer addresses, and the Kafka-protocol client connection to a peer
+//! broker ([`PeerConn`]). Besides authenticating on a secured inter-broker
+//! or controller listener, a peer is recognised by the address its
+//! connection comes from: a
 //! follower's replica fetches must come from an address its registered host
 //! resolves to, and the controller listener serves only the voters' hosts.
 //! So a node also connects to its peers *from* its own advertised address
