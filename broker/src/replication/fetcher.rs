@@ -294,12 +294,25 @@ async fn run_session(
 ) {
     let backoff = Duration::from_millis(config.backoff_ms.max(1));
     let mut conn: Option<PeerConn> = None;
+    let mut failed_connects: u64 = 0;
     loop {
         if conn.is_none() {
             match connect(node_id, leader, &config, env.as_ref()).await {
-                Ok(c) => conn = Some(c),
+                Ok(c) => {
+                    conn = Some(c);
+                    failed_connects = 0;
+                }
                 Err(e) => {
-                    tracing::debug!(%leader, error = %e, "replica fetcher cannot reach the leader");
+                    // A leader that is down is routine; one that refuses our
+                    // login (a wrong password, an untrusted certificate) stops
+                    // replication, so say it at the first failure and now and
+                    // then after, not only at debug level.
+                    failed_connects += 1;
+                    if failed_connects == 1 || failed_connects.is_multiple_of(60) {
+                        tracing::warn!(%leader, error = %e, attempts = failed_connects, "replica fetcher cannot connect to the leader");
+                    } else {
+                        tracing::debug!(%leader, error = %e, "replica fetcher cannot reach the leader");
+                    }
                     tokio::time::sleep(backoff).await;
                     continue;
                 }
