@@ -38,6 +38,8 @@ pub struct Broker {
     /// The transaction coordinator (the ids of the `__transaction_state`
     /// partitions this node leads).
     pub txn: crate::txn::service::TxnService,
+    /// How this broker dials its peers' inter-broker listener.
+    pub inter_broker_security: Arc<crate::security::peer::PeerSecurity>,
     producer_ids: Mutex<(i64, i64)>,
     /// SCRAM credentials from the metadata quorum, for the SASL listeners.
     credentials: Arc<dyn crate::security::sasl::CredentialSource>,
@@ -252,7 +254,11 @@ pub fn validate_manual_assignment(
 }
 
 impl Broker {
-    pub fn new(config: ServerConfig, metadata: MetadataController) -> Self {
+    pub fn new(
+        config: ServerConfig,
+        metadata: MetadataController,
+        inter_broker_security: Arc<crate::security::peer::PeerSecurity>,
+    ) -> Self {
         let replicas = Arc::new(ReplicaManager::new(config.clone()));
         let fetchers = Arc::new(ReplicaFetcherManager::new(
             config.node_id,
@@ -260,6 +266,7 @@ impl Broker {
             Arc::new(BrokerFetcherEnv {
                 replicas: replicas.clone(),
                 images: metadata.subscribe(),
+                security: inter_broker_security.clone(),
             }),
         ));
         let groups = crate::coordinator::GroupService::new(&config, replicas.clone());
@@ -268,6 +275,7 @@ impl Broker {
             metadata.subscribe(),
         ));
         Self {
+            inter_broker_security,
             groups,
             txn,
             config,

@@ -122,6 +122,25 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         }
         _ => None,
     };
+    // How this node dials its peers (and how its controller listener admits
+    // them), built before the quorum opens so that a keystore or login that
+    // does not load stops the broker before it registers.
+    let security_error = |listener: String| move |e: String| StartError::Security(listener, e);
+    let inter_broker_security = Arc::new(
+        security::peer::PeerSecurity::inter_broker(&config)
+            .map_err(security_error(inter_broker.clone()))?,
+    );
+    let controller_name = config
+        .controller_listener()
+        .map_or_else(String::new, |l| l.name.clone());
+    let peer_security = Arc::new(
+        security::peer::PeerSecurity::controller(&config)
+            .map_err(security_error(controller_name.clone()))?,
+    );
+    let peer_auth = Arc::new(
+        security::peer::PeerServerAuth::controller(&config)
+            .map_err(security_error(controller_name))?,
+    );
     let quorum = QuorumConfig {
         node_id: config.node_id,
         voters: config
@@ -137,6 +156,8 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         session_timeout_ms: config.broker_session_timeout_ms,
         idle_timeout_ms: config.connections_max_idle_ms,
         max_connections_per_voter: config.controller_max_connections_per_voter,
+        peer_security,
+        peer_auth,
     };
     let metadata = MetadataController::open(&data_dir.join("__cluster_metadata"), quorum).await?;
     let mut config = config;
@@ -175,7 +196,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
             .await?;
     }
     let retention_check_ms = config.log_retention_check_interval_ms;
-    let broker = Arc::new(Broker::new(config, metadata));
+    let broker = Arc::new(Broker::new(config, metadata, inter_broker_security));
     broker.sync_replicas().await?;
     broker.txn.attach(&broker);
     let loaded = broker.groups.sync_ownership(&broker).await?;

@@ -1,5 +1,7 @@
-//! Peer addresses. Until brokers authenticate each other (a later issue),
-//! a peer is recognised by the address its connection comes from: a
+//! Peer addresses, and the Kafka-protocol client connection to a peer
+//! broker ([`PeerConn`]). Besides authenticating on a secured inter-broker
+//! or controller listener, a peer is recognised by the address its
+//! connection comes from: a
 //! follower's replica fetches must come from an address its registered host
 //! resolves to, and the controller listener serves only the voters' hosts.
 //! So a node also connects to its peers *from* its own advertised address
@@ -147,11 +149,12 @@ pub enum CallError {
     Protocol(String),
 }
 
-/// A plain client connection to a peer broker's client listener: one
-/// request at a time, each under `timeout`, a response larger than
-/// `max_response` refused before it is read.
+/// A client connection to a peer broker's inter-broker listener (TLS and a
+/// SASL login first when that listener speaks them): one request at a
+/// time, each under `timeout`, a response larger than `max_response`
+/// refused before it is read.
 pub struct PeerConn {
-    pub stream: TcpStream,
+    pub stream: crate::security::peer::PeerStream,
     pub correlation_id: i32,
     pub client_id: kafka_protocol::protocol::StrBytes,
     pub max_response: usize,
@@ -159,6 +162,96 @@ pub struct PeerConn {
 }
 
 impl PeerConn {
+    /// Connects to `addr` from `own_host`'s address, with TLS and a SASL
+    /// login as `security` says (SaslHandshake v1 and SaslAuthenticate v2,
+    /// as Java's client), all within `connect_timeout`.
+    pub async fn open(
+        addr: &str,
+        own_host: Option<&str>,
+        security: &crate::security::peer::PeerSecurity,
+        client_id: kafka_protocol::protocol::StrBytes,
+        max_response: usize,
+        timeout: Duration,
+        connect_timeout: Duration,
+    ) -> Result<PeerConn, CallError> {
+        let open = async {
+            let tcp = connect_from(addr, own_host).await?;
+            tcp.set_nodelay(true)?;
+            let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+            let stream = security.secure(tcp, host).await?;
+            let mut conn = PeerConn {
+                stream,
+                correlation_id: 0,
+                client_id,
+                max_response,
+                timeout,
+            };
+            if let Some((mechanism, client)) = security.sasl_client() {
+                conn.authenticate(mechanism, client).await?;
+            }
+            Ok(conn)
+        };
+        tokio::time::timeout(connect_timeout, open)
+            .await
+            .map_err(|_| CallError::Protocol(format!("connecting to {addr} timed out")))?
+    }
+
+    async fn authenticate(
+        &mut self,
+        mechanism: crate::security::sasl::Mechanism,
+        mut client: Box<dyn crate::security::sasl::ClientAuthenticator>,
+    ) -> Result<(), CallError> {
+        use crate::security::sasl::ClientStep;
+        use kafka_protocol::messages::{
+            ApiKey, SaslAuthenticateRequest, SaslAuthenticateResponse, SaslHandshakeRequest,
+            SaslHandshakeResponse,
+        };
+        let refused = |what: String| CallError::Protocol(format!("SASL {mechanism}: {what}"));
+        let handshake: SaslHandshakeResponse = self
+            .call(
+                ApiKey::SaslHandshake,
+                1,
+                &SaslHandshakeRequest::default().with_mechanism(
+                    kafka_protocol::protocol::StrBytes::from_static_str(mechanism.name()),
+                ),
+            )
+            .await?;
+        if handshake.error_code != 0 {
+            return Err(refused(format!(
+                "handshake refused (error {}; the peer enables {:?})",
+                handshake.error_code,
+                handshake
+                    .mechanisms
+                    .iter()
+                    .map(|m| m.as_str())
+                    .collect::<Vec<_>>()
+            )));
+        }
+        let mut token = client.initial();
+        // PLAIN takes one round and SCRAM two; a peer that wants more is not
+        // one of ours.
+        for _ in 0..4 {
+            let resp: SaslAuthenticateResponse = self
+                .call(
+                    ApiKey::SaslAuthenticate,
+                    2,
+                    &SaslAuthenticateRequest::default().with_auth_bytes(token.into()),
+                )
+                .await?;
+            if resp.error_code != 0 {
+                return Err(refused(format!(
+                    "authentication failed: {}",
+                    resp.error_message.as_deref().unwrap_or("")
+                )));
+            }
+            match client.step(&resp.auth_bytes).map_err(refused)? {
+                ClientStep::Send(next) => token = next,
+                ClientStep::Done => return Ok(()),
+            }
+        }
+        Err(refused("the exchange does not end".into()))
+    }
+
     pub async fn call<Req, Resp>(
         &mut self,
         key: kafka_protocol::messages::ApiKey,

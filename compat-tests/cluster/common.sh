@@ -2,6 +2,7 @@
 # Shared by the cluster scripts; sourced, never executed.
 # A cluster lives in one data directory:
 #   <datadir>/cluster.env        KIND, N, PORT, CONTROLLER_PORT, METRICS_PORT, BOOTSTRAP, CGROUP_PREFIX
+#                                (and INTERNAL_PORT with CLUSTER_SECURE=1, see secure.sh)
 #   <datadir>/nodes              "<id> <pid> <address>" per node, rewritten when a node (re)starts
 #   <datadir>/node<i>/           server.properties, launch (execs the node), out.log, pid, data/
 # Node i listens on 127.0.0.i: every node uses the same ports (CLUSTER_PORT, default 30092, for

@@ -87,7 +87,7 @@ case "$op" in
     ensure_iptables
     for ((j = 1; j <= N; j++)); do
       ((j == id)) && continue
-      for p in "$PORT" "$CONTROLLER_PORT"; do
+      for p in "$PORT" "$CONTROLLER_PORT" ${INTERNAL_PORT:-}; do
         iptables -A "$chain" -p tcp -m cgroup --path "/$CGROUP_PREFIX-node$id" \
           -d "$(node_addr "$j")" --dport "$p" -j DROP
         iptables -A "$chain" -p tcp -m cgroup --path "/$CGROUP_PREFIX-node$j" \

@@ -11,6 +11,8 @@
 #          `install.sh kafka`; all nodes formatted with one cluster id.
 # CLUSTER_EXTRA_PROPERTIES (key=value lines) is appended to every node's properties (a later
 # key wins), e.g. replica.lag.time.max.ms=5000 for the fault tests.
+# CLUSTER_SECURE=1 (ours only): brokers replicate over SASL_SSL on +3 and voters talk over
+# SSL with client certificates, from a throwaway PKI (secure.sh); clients keep PLAINTEXT.
 set -euo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/common.sh"
 
@@ -29,6 +31,8 @@ CLUSTER_DATA=$(cd "$3" && pwd)
 port=${CLUSTER_PORT:-30092}
 cport=$((port + 1))
 mport=$((port + 2))
+secure=${CLUSTER_SECURE:-0}
+[[ $secure == 0 || $kind == ours ]] || die "CLUSTER_SECURE=1 is for ours only"
 
 if [[ -f "$CLUSTER_DATA/cluster.env" ]]; then
   load_cluster "$CLUSTER_DATA"
@@ -72,6 +76,10 @@ BOOTSTRAP=$bootstrap
 CGROUP_ROOT=$cg_root
 CGROUP_PREFIX=$cg_prefix
 ENV
+if [[ $secure != 0 ]]; then
+  echo "INTERNAL_PORT=$((port + 3))" >>"$CLUSTER_DATA/cluster.env"
+  [[ -f "$CLUSTER_DATA/pki/ca.pem" ]] || "$CLUSTER_DIR/secure.sh" pki "$CLUSTER_DATA" "$n"
+fi
 load_cluster "$CLUSTER_DATA"
 
 kafka_java_opts="-Xms256m -Xmx768m -XX:+UseG1GC -XX:MaxGCPauseMillis=20 -Djava.awt.headless=true"
@@ -106,6 +114,7 @@ for ((i = 1; i <= n; i++)); do
       echo "share.coordinator.state.topic.min.isr=$min_isr"
     fi
     [[ -n ${CLUSTER_EXTRA_PROPERTIES:-} ]] && printf '%s\n' "$CLUSTER_EXTRA_PROPERTIES"
+    [[ $secure == 0 ]] || "$CLUSTER_DIR/secure.sh" properties "$CLUSTER_DATA" "$i"
   } >"$dir/server.properties"
 
   # The launch script joins the node's own cgroup (for node.sh isolate) and execs the node,

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The fault suite against a local 3-node cluster: run.sh <ours|kafka> [--short|--duration S]
-#   [--only a,b,...] [--keep]
+#   [--only a,b,...] [--keep] [--secure]
 # Default (and --short): scenarios a-e, each a few seconds of faults under produce load,
 # each ending with the checker (compat.Faults check). --duration S: one mixed random-fault
 # loop for S seconds instead. Prints a final table and exits non-zero when a verdict is FAIL.
@@ -18,12 +18,13 @@
 #      partition; the checker counts lost committed, aborted reads, torn transactions,
 #      duplicates and offsets committed without output (FAULTS_TXN_S, default 75 s)
 # --txn-duration S: the transactional loop alone for S seconds with random faults.
+# --secure (ours): replication over SASL_SSL and the quorum over mTLS (cluster/secure.sh).
 # Environment: CLUSTER_PORT (default 30092), FAULTS_RATE (records/s, default 200),
 # FAULTS_WORKDIR (default a new directory under /tmp; kept), BROKER_BIN (ours).
 set -uo pipefail
 source "$(dirname "${BASH_SOURCE[0]}")/../cluster/common.sh"
 
-usage() { sed -n '2,23p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,24p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 [[ $# -ge 1 ]] || usage
 kind=$1
 shift
@@ -39,6 +40,7 @@ while [[ $# -gt 0 ]]; do
     --txn-duration) txn_duration=${2:?}; shift ;;
     --only) only=${2:?}; shift ;;
     --keep) keep=1 ;;
+    --secure) export CLUSTER_SECURE=1 ;;
     *) usage ;;
   esac
   shift
@@ -100,14 +102,16 @@ else
   IFS=, read -r -a list <<<"$only"
 fi
 
-log "fault suite: $kind, workdir $workdir"
+label=$kind
+[[ ${CLUSTER_SECURE:-0} == 0 ]] || label="$kind, secured inter-broker and controller listeners"
+log "fault suite: $label, workdir $workdir"
 if ! "$CLUSTER_DIR/start.sh" "$kind" 3 "$data" >/dev/null 2>"$workdir/start.err"; then
   tail -5 "$workdir/start.err" >&2
   for scenario in "${list[@]}"; do
     printf '%s\t-\t-\t-\t-\t-\t-\tFAIL\tthe cluster did not start (%s)\n' "$scenario" "$workdir/start.err" >>"$results"
   done
   { printf 'scenario\tacked\tlost\tduplicated\treordered\tconflicts\tresume_ms\tverdict\tnotes\n'; cat "$results"; } | column -t -s $'\t'
-  echo "fault suite ($kind): 0 passed, ${#list[@]} failed; logs in $workdir"
+  echo "fault suite ($label): 0 passed, ${#list[@]} failed; logs in $workdir"
   exit 1
 fi
 load_cluster "$data"
@@ -550,5 +554,5 @@ echo
   cat "$results"
 } | column -t -s $'\t'
 failed=$(awk -F'\t' '$8 != "PASS"' "$results" | wc -l)
-echo "fault suite ($kind): $(($(wc -l <"$results") - failed)) passed, $failed failed; logs in $workdir"
+echo "fault suite ($label): $(($(wc -l <"$results") - failed)) passed, $failed failed; logs in $workdir"
 ((failed == 0))

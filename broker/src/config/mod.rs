@@ -8,6 +8,10 @@ mod security;
 mod server;
 mod topic;
 
-pub use security::{SecurityProtocol, SUPPORTED_SASL_MECHANISMS};
+pub use security::{
+    SecurityProtocol, CONTROLLER_SASL_MECHANISMS, INTER_BROKER_SASL_MECHANISMS,
+    SASL_MECHANISM_CONTROLLER_PROTOCOL, SASL_MECHANISM_INTER_BROKER_PROTOCOL,
+    SUPPORTED_SASL_MECHANISMS,
+};
 pub use server::{ConfigError, Listener, ServerConfig};
 pub use topic::{TopicConfigEntry, TopicConfigError, TopicConfigs, TOPIC_CONFIGS};

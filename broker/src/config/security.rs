@@ -46,6 +46,16 @@ impl SecurityProtocol {
     }
 }
 
+/// `sasl.mechanism.inter.broker.protocol`: how brokers log in to each other's inter-broker listener.
+pub const SASL_MECHANISM_INTER_BROKER_PROTOCOL: &str = "sasl.mechanism.inter.broker.protocol";
+/// `sasl.mechanism.controller.protocol`: how voters log in to each other's controller listener.
+pub const SASL_MECHANISM_CONTROLLER_PROTOCOL: &str = "sasl.mechanism.controller.protocol";
+/// What a broker can log in with between brokers (OAUTHBEARER would need a token source).
+pub const INTER_BROKER_SASL_MECHANISMS: [&str; 3] = ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"];
+/// What voters log in with: SCRAM credentials live in the quorum the
+/// controller listener carries, so they cannot authenticate its own voters.
+pub const CONTROLLER_SASL_MECHANISMS: [&str; 1] = ["PLAIN"];
+
 /// The SASL mechanisms this broker serves, by Kafka's names.
 pub const SUPPORTED_SASL_MECHANISMS: [&str; 4] =
     ["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"];
@@ -159,11 +169,94 @@ impl ServerConfig {
             .collect()
     }
 
+    /// The mechanism this broker logs in with on a SASL listener it dials:
+    /// `key` is `sasl.mechanism.inter.broker.protocol` or
+    /// `sasl.mechanism.controller.protocol` (Kafka's default for both is
+    /// GSSAPI, which is not served; `None` here).
+    pub fn peer_sasl_mechanism(&self, key: &str) -> Option<String> {
+        self.explicit
+            .get(key)
+            .map(|m| m.trim().to_ascii_uppercase())
+    }
+
+    /// The username and password this broker logs in with on `listener`
+    /// with `mechanism`, as Kafka's login modules read them: the
+    /// `username` and `password` options of the listener's JAAS config for
+    /// that mechanism.
+    pub fn peer_sasl_login(
+        &self,
+        listener: &str,
+        mechanism: &str,
+    ) -> Result<(String, String), String> {
+        let key = format!(
+            "listener.name.{}.{}.sasl.jaas.config",
+            listener.to_ascii_lowercase(),
+            mechanism.to_ascii_lowercase()
+        );
+        let Some(text) = self.mechanism_value(listener, mechanism, "sasl.jaas.config") else {
+            return Err(format!(
+                "{key} is not set: this broker logs in to its peers on listener {listener} with the username and password of that JAAS config"
+            ));
+        };
+        let entry =
+            crate::security::sasl::jaas::parse_single(&text).map_err(|e| format!("{key}: {e}"))?;
+        match (entry.options.get("username"), entry.options.get("password")) {
+            (Some(u), Some(p)) => Ok((u.clone(), p.clone())),
+            _ => Err(format!(
+                "{key} has no username=\"...\" password=\"...\" options: this broker logs in to its peers on listener {listener} with them"
+            )),
+        }
+    }
+
+    /// `super.users` (`User:a;User:b`), when set.
+    pub fn super_users(&self) -> Option<Vec<String>> {
+        self.explicit.get("super.users").map(|v| {
+            v.split(';')
+                .map(|u| u.trim().to_string())
+                .filter(|u| !u.is_empty())
+                .collect()
+        })
+    }
+
+    /// A SASL listener this broker dials (inter-broker or controller): its
+    /// mechanism is set, served, enabled on the listener, and its JAAS
+    /// config names the broker's own login.
+    fn validate_peer_login(
+        &self,
+        listener: &str,
+        key: &str,
+        allowed: &[&str],
+    ) -> Result<(), ConfigError> {
+        let mechanism = self.peer_sasl_mechanism(key);
+        let shown = mechanism.clone().unwrap_or_default();
+        let Some(m) = mechanism.filter(|m| allowed.contains(&m.as_str())) else {
+            return Err(super::server::invalid(
+                key,
+                &shown,
+                format!(
+                    "listener {listener} uses SASL and this broker logs in to its peers there: set {key} to one of {} (Kafka's default, GSSAPI, is not supported)",
+                    allowed.join(", ")
+                ),
+            ));
+        };
+        if !self.sasl_enabled_mechanisms(listener).contains(&m) {
+            return Err(super::server::invalid(
+                key,
+                &m,
+                format!("{m} is not in sasl.enabled.mechanisms of listener {listener}"),
+            ));
+        }
+        self.peer_sasl_login(listener, &m)
+            .map(|_| ())
+            .map_err(|reason| super::server::invalid(key, &m, reason))
+    }
+
     /// The security rules between listeners, checked at start: every
     /// listener has a protocol, the inter-broker listener exists and is not
-    /// a controller listener, SASL listeners name mechanisms we serve, and
-    /// what is not built yet (TLS or SASL between brokers and controllers)
-    /// stops the broker with a message instead of quietly serving plaintext.
+    /// a controller listener, SASL listeners name mechanisms we serve, and a
+    /// secured inter-broker or controller listener has what this broker
+    /// needs to dial it (a mechanism and its own login in the JAAS config; a
+    /// client certificate is required on an SSL controller listener).
     pub(super) fn validate_security(&self) -> Result<(), ConfigError> {
         let err = |key: &str, value: &str, reason: String| {
             Err(super::server::invalid(key, value, reason))
@@ -185,21 +278,6 @@ impl ServerConfig {
                     format!("no security protocol is defined for listener {}", l.name),
                 );
             };
-            let controller = self
-                .controller_listener_names
-                .iter()
-                .any(|c| c.eq_ignore_ascii_case(&l.name));
-            if controller && protocol != SecurityProtocol::Plaintext {
-                return err(
-                    "listener.security.protocol.map",
-                    &l.name,
-                    format!(
-                        "controller listener {} uses {}, but this broker's controller quorum speaks only PLAINTEXT so far",
-                        l.name,
-                        protocol.name()
-                    ),
-                );
-            }
             if protocol.uses_sasl() {
                 let mechanisms = self.sasl_enabled_mechanisms(&l.name);
                 if mechanisms.is_empty() {
@@ -246,15 +324,41 @@ impl ServerConfig {
             );
         };
         if let Some(protocol) = self.security_protocol(&listener.name) {
-            if protocol != SecurityProtocol::Plaintext {
-                return err(
-                    key,
-                    &inter,
-                    format!(
-                        "the inter-broker listener uses {}, but replication between brokers speaks only PLAINTEXT so far: put it on a PLAINTEXT listener",
-                        protocol.name()
-                    ),
-                );
+            if protocol.uses_sasl() {
+                self.validate_peer_login(
+                    &listener.name,
+                    SASL_MECHANISM_INTER_BROKER_PROTOCOL,
+                    &INTER_BROKER_SASL_MECHANISMS,
+                )?;
+            }
+        }
+        if let Some(controller) = self.controller_listener() {
+            match self.security_protocol(&controller.name) {
+                Some(SecurityProtocol::Ssl) => {
+                    let auth = self.listener_value(&controller.name, "ssl.client.auth");
+                    if !auth
+                        .as_deref()
+                        .is_some_and(|a| a.trim().eq_ignore_ascii_case("required"))
+                    {
+                        return err(
+                            "ssl.client.auth",
+                            auth.as_deref().unwrap_or(""),
+                            format!(
+                                "controller listener {} uses SSL, so voters authenticate each other by certificate: set listener.name.{}.ssl.client.auth=required",
+                                controller.name,
+                                controller.name.to_ascii_lowercase()
+                            ),
+                        );
+                    }
+                }
+                Some(p) if p.uses_sasl() => {
+                    self.validate_peer_login(
+                        &controller.name,
+                        SASL_MECHANISM_CONTROLLER_PROTOCOL,
+                        &CONTROLLER_SASL_MECHANISMS,
+                    )?;
+                }
+                _ => {}
             }
         }
         Ok(())
@@ -380,13 +484,12 @@ mod tests {
         // An inter-broker listener that does not exist.
         let e = config(&[("listeners", "SSL://127.0.0.1:9093")]).unwrap_err();
         assert!(e.to_string().contains("inter-broker"), "{e}");
-        // TLS between brokers, not built yet.
-        let e = config(&[
+        // TLS between brokers is served (its keystore is loaded at start).
+        config(&[
             ("listeners", "SSL://127.0.0.1:9093"),
             ("security.inter.broker.protocol", "SSL"),
         ])
-        .unwrap_err();
-        assert!(e.to_string().contains("only PLAINTEXT so far"), "{e}");
+        .unwrap();
         // Both inter-broker keys.
         let e = config(&[
             ("inter.broker.listener.name", "PLAINTEXT"),
@@ -397,5 +500,127 @@ mod tests {
         // A bad map.
         let e = config(&[("listener.security.protocol.map", "PLAINTEXT:TLS")]).unwrap_err();
         assert!(e.to_string().contains("unknown security protocol"), "{e}");
+    }
+
+    const LOGIN: &str = r#"org.apache.kafka.common.security.plain.PlainLoginModule required username="broker" password="pw" user_broker="pw";"#;
+
+    fn secured(extra: &[(&str, &str)]) -> Result<ServerConfig, ConfigError> {
+        let mut pairs = vec![
+            ("node.id", "1"),
+            ("process.roles", "broker,controller"),
+            (
+                "listeners",
+                "INTERNAL://127.0.0.1:9092,CONTROLLER://127.0.0.1:9093",
+            ),
+            ("inter.broker.listener.name", "INTERNAL"),
+            ("controller.listener.names", "CONTROLLER"),
+            ("controller.quorum.voters", "1@127.0.0.1:9093"),
+        ];
+        pairs.extend_from_slice(extra);
+        config(&pairs)
+    }
+
+    #[test]
+    fn secured_peer_listeners_need_a_mechanism_and_the_brokers_own_login() {
+        let ok = secured(&[
+            (
+                "listener.security.protocol.map",
+                "INTERNAL:SASL_SSL,CONTROLLER:SASL_PLAINTEXT",
+            ),
+            ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-512"),
+            ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-512"),
+            ("sasl.mechanism.controller.protocol", "PLAIN"),
+            (
+                "listener.name.internal.scram-sha-512.sasl.jaas.config",
+                LOGIN,
+            ),
+            ("listener.name.controller.plain.sasl.jaas.config", LOGIN),
+            ("super.users", "User:broker; User:CN=b1"),
+        ])
+        .unwrap();
+        assert_eq!(
+            ok.peer_sasl_login("INTERNAL", "SCRAM-SHA-512"),
+            Ok(("broker".to_string(), "pw".to_string()))
+        );
+        assert_eq!(
+            ok.super_users(),
+            Some(vec!["User:broker".to_string(), "User:CN=b1".to_string()])
+        );
+
+        let map = (
+            "listener.security.protocol.map",
+            "INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT",
+        );
+        // Kafka's default mechanism between brokers is GSSAPI.
+        let e = secured(&[map, ("sasl.enabled.mechanisms", "PLAIN")]).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("sasl.mechanism.inter.broker.protocol"),
+            "{e}"
+        );
+        // A mechanism the listener does not enable.
+        let e = secured(&[
+            map,
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            ("sasl.mechanism.inter.broker.protocol", "SCRAM-SHA-256"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("not in sasl.enabled.mechanisms"),
+            "{e}"
+        );
+        // A JAAS config with users to check but no login of its own.
+        let e = secured(&[
+            map,
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+            (
+                "listener.name.internal.plain.sasl.jaas.config",
+                r#"org.apache.kafka.common.security.plain.PlainLoginModule required user_broker="pw";"#,
+            ),
+        ])
+        .unwrap_err();
+        assert!(e.to_string().contains("username"), "{e}");
+        // No JAAS config at all.
+        let e = secured(&[
+            map,
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("listener.name.internal.plain.sasl.jaas.config is not set"),
+            "{e}"
+        );
+        // SCRAM cannot authenticate the voters of the quorum that stores it.
+        let e = secured(&[
+            (
+                "listener.security.protocol.map",
+                "INTERNAL:PLAINTEXT,CONTROLLER:SASL_SSL",
+            ),
+            ("sasl.enabled.mechanisms", "SCRAM-SHA-256"),
+            ("sasl.mechanism.controller.protocol", "SCRAM-SHA-256"),
+        ])
+        .unwrap_err();
+        assert!(
+            e.to_string().contains("sasl.mechanism.controller.protocol"),
+            "{e}"
+        );
+        // An SSL controller listener must ask for certificates.
+        let e = secured(&[(
+            "listener.security.protocol.map",
+            "INTERNAL:PLAINTEXT,CONTROLLER:SSL",
+        )])
+        .unwrap_err();
+        assert!(e.to_string().contains("ssl.client.auth=required"), "{e}");
+        secured(&[
+            (
+                "listener.security.protocol.map",
+                "INTERNAL:SSL,CONTROLLER:SSL",
+            ),
+            ("listener.name.controller.ssl.client.auth", "required"),
+        ])
+        .unwrap();
     }
 }

@@ -98,6 +98,10 @@ pub struct QuorumConfig {
     /// `controller.max.connections.per.voter`: connections the controller
     /// listener serves at once from one voter's address.
     pub max_connections_per_voter: usize,
+    /// How this node dials the other voters' controller listeners.
+    pub peer_security: Arc<crate::security::peer::PeerSecurity>,
+    /// How the controller listener authenticates the voters that dial it.
+    pub peer_auth: Arc<crate::security::peer::PeerServerAuth>,
 }
 
 impl QuorumConfig {
@@ -114,6 +118,8 @@ impl QuorumConfig {
             session_timeout_ms: 9_000,
             idle_timeout_ms: 600_000,
             max_connections_per_voter: 16,
+            peer_security: Arc::new(crate::security::peer::PeerSecurity::plaintext()),
+            peer_auth: Arc::new(crate::security::peer::PeerServerAuth::plaintext()),
         }
     }
 }
@@ -132,9 +138,9 @@ pub struct MetadataController {
     liveness: Arc<Mutex<LivenessTracker>>,
     /// The connection this broker's heartbeats use, to the leader it last knew.
     heartbeat_client: tokio::sync::Mutex<Option<transport::PeerClient>>,
-    /// This node's voter host: connections to peers are made from it, as
-    /// they serve only voters' addresses.
-    source_host: Option<String>,
+    /// How connections to peers are made: from this node's voter host (they
+    /// serve only voters' addresses), with the controller listener's security.
+    dialer: transport::Dialer,
     /// Stops the controller listener; its task ends once every connection is dropped.
     server: Option<(watch::Sender<bool>, tokio::task::JoinHandle<()>)>,
     /// Completes once openraft's tasks have dropped the store and RocksDB is closed.
@@ -218,8 +224,12 @@ impl MetadataController {
             .iter()
             .find(|(id, _)| *id == quorum.node_id)
             .and_then(|(_, addr)| addr.rsplit_once(':').map(|(host, _)| host.to_string()));
+        let dialer = transport::Dialer {
+            source_host,
+            security: quorum.peer_security.clone(),
+        };
         let network = MetadataNetwork {
-            source_host: source_host.clone(),
+            dialer: dialer.clone(),
         };
         let raft = Raft::new(raft_id, config, network, log_store, state_machine)
             .await
@@ -236,6 +246,7 @@ impl MetadataController {
             });
             let (stop_tx, stop_rx) = watch::channel(false);
             let access = transport::PeerAccess {
+                auth: quorum.peer_auth.clone(),
                 voter_hosts,
                 max_connections_per_voter: quorum.max_connections_per_voter,
                 idle_timeout: Duration::from_millis(quorum.idle_timeout_ms),
@@ -255,7 +266,7 @@ impl MetadataController {
             leader_wait: Duration::from_millis(2 * election_max) + request_timeout,
             liveness,
             heartbeat_client: tokio::sync::Mutex::new(None),
-            source_host,
+            dialer,
             server,
             db_closed,
         };
@@ -356,7 +367,7 @@ impl MetadataController {
                 Some((leader, addr)) => {
                     match transport::call_once(
                         &addr,
-                        self.source_host.as_deref(),
+                        &self.dialer,
                         &PeerRequest::ReadIndex,
                         self.request_timeout,
                     )
@@ -439,9 +450,7 @@ impl MetadataController {
                     let req = PeerRequest::Write(cmd.clone());
                     // The leader bounds its own commit wait; allow for the trip.
                     let timeout = COMMIT_TIMEOUT + self.request_timeout;
-                    match transport::call_once(&addr, self.source_host.as_deref(), &req, timeout)
-                        .await
-                    {
+                    match transport::call_once(&addr, &self.dialer, &req, timeout).await {
                         Ok(PeerResponse::Write(Err(MetadataError::NotController { .. }), _)) => {}
                         Ok(PeerResponse::Write(result, log_index)) => {
                             // Read-your-writes: the caller (e.g. CreateTopics
@@ -512,7 +521,7 @@ impl MetadataController {
         if client.as_ref().map(|c| c.addr()) != Some(addr.as_str()) {
             *client = Some(transport::PeerClient::new(
                 addr.clone(),
-                self.source_host.clone(),
+                self.dialer.clone(),
             ));
         }
         let client = client.as_mut().expect("set above");

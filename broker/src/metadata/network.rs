@@ -19,11 +19,12 @@ use super::store::RaftNodeId;
 use super::transport::{CallError, PeerClient, PeerRequest, PeerResponse};
 use super::TypeConfig;
 
-/// Hands out one [`PeerConnection`] per target voter, connecting from
-/// `source_host` (this node's voter host).
-#[derive(Clone, Debug, Default)]
+/// Hands out one [`PeerConnection`] per target voter, dialling as
+/// `dialer` says (from this node's voter host, with the controller
+/// listener's TLS and SASL login).
+#[derive(Clone, Debug)]
 pub struct MetadataNetwork {
-    pub source_host: Option<String>,
+    pub dialer: super::transport::Dialer,
 }
 
 impl RaftNetworkFactory<TypeConfig> for MetadataNetwork {
@@ -32,7 +33,7 @@ impl RaftNetworkFactory<TypeConfig> for MetadataNetwork {
     async fn new_client(&mut self, target: RaftNodeId, node: &BasicNode) -> Self::Network {
         PeerConnection {
             target,
-            client: PeerClient::new(node.addr.clone(), self.source_host.clone()),
+            client: PeerClient::new(node.addr.clone(), self.dialer.clone()),
         }
     }
 }
@@ -124,7 +125,9 @@ mod tests {
 
     #[tokio::test]
     async fn a_peer_nobody_listens_on_is_unreachable() {
-        let mut factory = MetadataNetwork::default();
+        let mut factory = MetadataNetwork {
+            dialer: super::super::transport::Dialer::plaintext(None),
+        };
         // In this helper's port range, and never listened on by any test.
         let mut peer = factory
             .new_client(2, &BasicNode::new("127.0.0.9:41999"))

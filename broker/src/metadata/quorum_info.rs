@@ -40,7 +40,7 @@ impl MetadataController {
             if leader != self.raft_id {
                 if let Ok(PeerResponse::QuorumInfo(info)) = transport::call_once(
                     &addr,
-                    self.source_host.as_deref(),
+                    &self.dialer,
                     &PeerRequest::QuorumInfo,
                     self.request_timeout,
                 )

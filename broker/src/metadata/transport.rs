@@ -13,15 +13,24 @@
 //! starting follower waits to apply). Every call is bounded by a timeout, so a
 //! dead peer costs the caller that timeout and nothing more.
 //!
-//! Until voters authenticate each other (a later issue), the listener serves
-//! only connections from an address of a configured voter's host, at most
-//! `controller.max.connections.per.voter` from each, and a node connects to
-//! its peers from its own voter address ([`crate::net::connect_from`]). A
-//! served connection is closed when idle for `connections.max.idle.ms`
-//! between requests, or when a request does not arrive whole within the
-//! frame timeout (the quorum's request timeout: its sender gave up by then),
-//! and a frame's buffer grows with the bytes that arrive, not with the length
-//! it declares.
+//! The listener serves only connections from an address of a configured
+//! voter's host, at most `controller.max.connections.per.voter` from each,
+//! and a node connects to its peers from its own voter address
+//! ([`crate::net::connect_from`]). On an SSL or SASL_* controller listener a
+//! voter must also authenticate before its first request is read
+//! ([`PeerServerAuth`]): TLS with a client certificate the truststore
+//! verifies (SSL), or a SASL login (SASL_*) carried by this transport's own
+//! handshake: the dialling voter sends [`AuthRequest`] frames (the mechanism
+//! and a SASL token, the same tokens Kafka's SaslAuthenticate carries) and
+//! the listener answers each with an [`AuthResponse`] (a challenge, done
+//! with the final server token, or failed with Kafka's message) and closes
+//! the connection after a failure. The authenticated principal must be in
+//! `super.users` when that is set. A served connection is closed when idle
+//! for `connections.max.idle.ms` between requests, or when a request (or
+//! the authentication) does not complete within the frame timeout (the
+//! quorum's request timeout: its sender gave up by then), and a frame's
+//! buffer grows with the bytes that arrive, not with the length it
+//! declares.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -33,7 +42,7 @@ use openraft::raft::{
     VoteRequest, VoteResponse,
 };
 use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 use tokio::task::JoinSet;
@@ -41,12 +50,37 @@ use tokio::task::JoinSet;
 use super::image::{MetadataCommand, MetadataError, MetadataOutcome};
 use super::store::RaftNodeId;
 use super::TypeConfig;
+use crate::security::peer::{PeerSecurity, PeerServerAuth, PeerStream};
+use crate::security::sasl::{ClientStep, CredentialSource, NoCredentials, Step};
 use crate::types::NodeId;
 
 /// The largest frame either side accepts. Raft batches entries (at most
 /// `max_payload_entries` per append) and chunks snapshots, so a frame this
 /// large only comes from a peer that is broken or not a peer.
 pub const MAX_FRAME_BYTES: usize = 64 << 20;
+
+/// The largest authentication frame either side accepts: PLAIN's and
+/// SCRAM's tokens are some hundred bytes.
+pub const MAX_AUTH_FRAME_BYTES: usize = 64 << 10;
+
+/// A dialling voter's SASL token, before its first request.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct AuthRequest {
+    /// Kafka's mechanism name (`PLAIN`).
+    pub mechanism: String,
+    pub token: Vec<u8>,
+}
+
+/// The controller listener's answer to an [`AuthRequest`].
+#[derive(Debug, Serialize, Deserialize)]
+pub enum AuthResponse {
+    /// Send the next token.
+    Challenge(Vec<u8>),
+    /// Authenticated; the server's final token.
+    Done(Vec<u8>),
+    /// Refused (the connection closes): why, in Kafka's words.
+    Failed(String),
+}
 
 /// A broker's periodic "I am alive" to the active controller (Kafka's
 /// BrokerHeartbeat, without the offsets KRaft uses to decide catch-up).
@@ -127,6 +161,15 @@ where
     R: AsyncRead + Unpin,
     T: for<'de> Deserialize<'de>,
 {
+    read_frame_limited(r, MAX_FRAME_BYTES).await
+}
+
+/// [`read_frame`] with a smaller limit than [`MAX_FRAME_BYTES`].
+async fn read_frame_limited<R, T>(r: &mut R, limit: usize) -> Result<Option<T>, FrameError>
+where
+    R: AsyncRead + Unpin,
+    T: for<'de> Deserialize<'de>,
+{
     let mut len = [0u8; 4];
     match r.read_exact(&mut len).await {
         Ok(_) => {}
@@ -134,7 +177,7 @@ where
         Err(e) => return Err(e.into()),
     }
     let len = u32::from_be_bytes(len) as usize;
-    if len > MAX_FRAME_BYTES {
+    if len > limit.min(MAX_FRAME_BYTES) {
         return Err(FrameError::TooLarge(len as u64));
     }
     // Grown as the bytes arrive: a declared length alone allocates nothing.
@@ -157,22 +200,93 @@ pub enum CallError {
     Failed { addr: String, reason: String },
 }
 
+/// How this node dials its peers' controller listeners: from its own voter
+/// host, with the controller listener's TLS and SASL login.
+#[derive(Clone, Debug)]
+pub struct Dialer {
+    /// This node's voter host, which connections are made from (peers serve
+    /// only voters' addresses); `None` lets the kernel choose.
+    pub source_host: Option<String>,
+    pub security: Arc<PeerSecurity>,
+}
+
+impl Dialer {
+    /// Plain TCP from `source_host`.
+    pub fn plaintext(source_host: Option<String>) -> Self {
+        Self {
+            source_host,
+            security: Arc::new(PeerSecurity::plaintext()),
+        }
+    }
+
+    /// A connection to `addr`, authenticated when the listener wants it.
+    async fn connect(&self, addr: &str) -> Result<PeerStream, String> {
+        let tcp = crate::net::connect_from(addr, self.source_host.as_deref())
+            .await
+            .map_err(|e| e.to_string())?;
+        let _ = tcp.set_nodelay(true);
+        let host = addr.rsplit_once(':').map_or(addr, |(h, _)| h);
+        let mut stream = self
+            .security
+            .secure(tcp, host)
+            .await
+            .map_err(|e| format!("TLS: {e}"))?;
+        if let Some((mechanism, mut client)) = self.security.sasl_client() {
+            let failed = |e: String| format!("SASL {mechanism}: {e}");
+            let mut token = client.initial();
+            // PLAIN takes one round; a listener that wants many is not a voter.
+            let mut rounds = 0;
+            loop {
+                rounds += 1;
+                if rounds > 4 {
+                    return Err(failed("the exchange does not end".into()));
+                }
+                let req = AuthRequest {
+                    mechanism: mechanism.name().to_string(),
+                    token,
+                };
+                write_frame(&mut stream, &req)
+                    .await
+                    .map_err(|e| failed(e.to_string()))?;
+                let resp = read_frame_limited(&mut stream, MAX_AUTH_FRAME_BYTES)
+                    .await
+                    .map_err(|e| failed(e.to_string()))?
+                    .ok_or_else(|| failed("connection closed".into()))?;
+                match resp {
+                    AuthResponse::Challenge(bytes) => match client.step(&bytes).map_err(failed)? {
+                        ClientStep::Send(next) => token = next,
+                        ClientStep::Done => {
+                            return Err(failed("the listener wants more than the mechanism".into()))
+                        }
+                    },
+                    AuthResponse::Done(bytes) => match client.step(&bytes).map_err(failed)? {
+                        ClientStep::Done => break,
+                        ClientStep::Send(_) => {
+                            return Err(failed("the listener finished early".into()))
+                        }
+                    },
+                    AuthResponse::Failed(message) => return Err(failed(message)),
+                }
+            }
+        }
+        Ok(stream)
+    }
+}
+
 /// A client connection to one peer, reconnected on demand. Any error or
 /// timeout drops the connection, so a half-read response never desyncs the
 /// next call.
 pub struct PeerClient {
     addr: String,
-    /// This node's voter host, which connections are made from (peers serve
-    /// only voters' addresses); `None` lets the kernel choose.
-    source_host: Option<String>,
-    stream: Option<TcpStream>,
+    dialer: Dialer,
+    stream: Option<PeerStream>,
 }
 
 impl PeerClient {
-    pub fn new(addr: String, source_host: Option<String>) -> Self {
+    pub fn new(addr: String, dialer: Dialer) -> Self {
         Self {
             addr,
-            source_host,
+            dialer,
             stream: None,
         }
     }
@@ -193,21 +307,18 @@ impl PeerClient {
         timeout: Duration,
     ) -> Result<PeerResponse, CallError> {
         let addr = self.addr.clone();
-        let source_host = self.source_host.clone();
+        let dialer = &self.dialer;
         let reused = self.stream.take();
         let result = tokio::time::timeout(timeout, async {
             let mut stream = match reused {
                 Some(stream) => stream,
-                None => {
-                    let stream = crate::net::connect_from(&addr, source_host.as_deref())
-                        .await
-                        .map_err(|e| CallError::NotSent {
-                            addr: addr.clone(),
-                            reason: e.to_string(),
-                        })?;
-                    let _ = stream.set_nodelay(true);
-                    stream
-                }
+                None => dialer
+                    .connect(&addr)
+                    .await
+                    .map_err(|reason| CallError::NotSent {
+                        addr: addr.clone(),
+                        reason,
+                    })?,
             };
             let failed = |reason: String| CallError::Failed {
                 addr: addr.clone(),
@@ -241,11 +352,11 @@ impl PeerClient {
 /// stale pooled connection would make a failure ambiguous for no reason.
 pub async fn call_once(
     addr: &str,
-    source_host: Option<&str>,
+    dialer: &Dialer,
     req: &PeerRequest,
     timeout: Duration,
 ) -> Result<PeerResponse, CallError> {
-    PeerClient::new(addr.to_string(), source_host.map(str::to_string))
+    PeerClient::new(addr.to_string(), dialer.clone())
         .call(req, timeout)
         .await
 }
@@ -260,8 +371,10 @@ pub trait PeerHandler: Send + Sync + 'static {
 
 /// Who may connect to the controller listener, and how long a request may
 /// take to arrive.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct PeerAccess {
+    /// How a voter authenticates (TLS, SASL) and who is authorized.
+    pub auth: Arc<PeerServerAuth>,
     /// Every voter's host (this node's included: a node may forward to
     /// itself through the wire when it is the leader of its own view).
     pub voter_hosts: Vec<String>,
@@ -297,6 +410,11 @@ pub async fn serve<H: PeerHandler>(
     access: PeerAccess,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    if let Some(acceptor) = access.auth.acceptor() {
+        // Certificates are re-read when their files change, as on the
+        // client listeners.
+        acceptor.spawn_watch(Duration::from_secs(10), shutdown.clone());
+    }
     let per_address: Arc<std::sync::Mutex<HashMap<std::net::IpAddr, usize>>> = Arc::default();
     let mut connections = JoinSet::new();
     loop {
@@ -329,9 +447,24 @@ pub async fn serve<H: PeerHandler>(
                 };
                 let _ = stream.set_nodelay(true);
                 let handler = handler.clone();
+                let auth = access.auth.clone();
                 let (idle_timeout, frame_timeout) = (access.idle_timeout, access.frame_timeout);
                 connections.spawn(async move {
-                    if let Err(e) = serve_connection(stream, handler.as_ref(), idle_timeout, frame_timeout).await {
+                    let admitted = match tokio::time::timeout(frame_timeout, admit(stream, &auth)).await {
+                        Ok(Ok(stream)) => stream,
+                        Ok(Err(reason)) => {
+                            metrics::counter!("kafka_controller_connections_closed_total", "reason" => "unauthenticated")
+                                .increment(1);
+                            tracing::warn!(%peer, %reason, "controller connection not authenticated; closing it");
+                            return;
+                        }
+                        Err(_) => {
+                            metrics::counter!("kafka_controller_connections_closed_total", "reason" => "frame_timeout")
+                                .increment(1);
+                            return;
+                        }
+                    };
+                    if let Err(e) = serve_connection(admitted, handler.as_ref(), idle_timeout, frame_timeout).await {
                         tracing::debug!(%peer, error = %e, "controller connection closed");
                     }
                     drop(slot);
@@ -379,17 +512,90 @@ impl Drop for AddressSlot {
     }
 }
 
+/// The TLS handshake and SASL login the listener's protocol asks for, and
+/// the check that the principal may be a voter. `Err` with why not.
+async fn admit(tcp: TcpStream, auth: &PeerServerAuth) -> Result<PeerStream, String> {
+    let (mut stream, principal) = auth.accept(tcp).await.map_err(|e| e.to_string())?;
+    let principal = if auth.protocol().uses_sasl() {
+        Some(sasl_login(&mut stream, auth).await?)
+    } else {
+        principal
+    };
+    // PLAINTEXT has no principal: the voter-address check above is all it gets.
+    if let Some(p) = principal {
+        if !auth.authorized(&p) {
+            return Err(format!("User:{p} is not one of super.users"));
+        }
+    }
+    Ok(stream)
+}
+
+/// The server side of the SASL handshake; the principal it authenticated.
+async fn sasl_login(stream: &mut PeerStream, auth: &PeerServerAuth) -> Result<String, String> {
+    let refuse = |message: String| AuthResponse::Failed(message);
+    let first: AuthRequest = read_frame_limited(stream, MAX_AUTH_FRAME_BYTES)
+        .await
+        .map_err(|e| e.to_string())?
+        .ok_or("closed before authenticating")?;
+    let Some((mechanism, cfg)) = auth.mechanism(&first.mechanism) else {
+        let message = format!("Unsupported SASL mechanism {}", first.mechanism);
+        let _ = write_frame(stream, &refuse(message.clone())).await;
+        return Err(message);
+    };
+    let creds: Arc<dyn CredentialSource> = Arc::new(NoCredentials);
+    let mut server = crate::security::sasl::authenticator(mechanism, &cfg, &creds);
+    let mut token = first.token;
+    for _ in 0..4 {
+        match server.step(&token) {
+            Step::Challenge(bytes) => {
+                write_frame(stream, &AuthResponse::Challenge(bytes))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                let next: AuthRequest = read_frame_limited(stream, MAX_AUTH_FRAME_BYTES)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or("closed while authenticating")?;
+                token = next.token;
+            }
+            Step::Done {
+                principal,
+                response,
+                ..
+            } => {
+                if !auth.authorized(&principal) {
+                    let message = format!("User:{principal} is not one of super.users");
+                    let _ = write_frame(stream, &refuse(message.clone())).await;
+                    return Err(message);
+                }
+                write_frame(stream, &AuthResponse::Done(response))
+                    .await
+                    .map_err(|e| e.to_string())?;
+                return Ok(principal);
+            }
+            Step::Failed { message } => {
+                let _ = write_frame(stream, &refuse(message.clone())).await;
+                return Err(message);
+            }
+        }
+    }
+    Err("the SASL exchange does not end".into())
+}
+
 async fn serve_connection<H: PeerHandler>(
-    mut stream: TcpStream,
+    stream: PeerStream,
     handler: &H,
     idle_timeout: Duration,
     frame_timeout: Duration,
 ) -> Result<(), FrameError> {
+    // Buffered, so that waiting for a request's first byte (under the idle
+    // timeout) consumes nothing the frame reader then misses, TLS or not.
+    let mut stream = BufReader::new(stream);
     loop {
         // Idle between requests for at most the idle timeout; once a
         // request's first byte is here, all of it within the frame timeout.
-        match tokio::time::timeout(idle_timeout, stream.peek(&mut [0u8; 1])).await {
-            Ok(Ok(0)) | Err(_) => return Ok(()),
+        match tokio::time::timeout(idle_timeout, stream.fill_buf()).await {
+            Err(_) => return Ok(()),
+            Ok(Ok([])) => return Ok(()),
             Ok(Ok(_)) => {}
             Ok(Err(e)) => return Err(e.into()),
         }
@@ -406,7 +612,7 @@ async fn serve_connection<H: PeerHandler>(
             Ok(Err(e)) => return Err(e),
         };
         let resp = handler.handle(req).await;
-        write_frame(&mut stream, &resp).await?;
+        write_frame(stream.get_mut(), &resp).await?;
     }
 }
 
@@ -469,6 +675,7 @@ mod tests {
     /// address on loopback.
     fn loopback_voter() -> PeerAccess {
         PeerAccess {
+            auth: Arc::new(PeerServerAuth::plaintext()),
             voter_hosts: vec!["127.0.0.1".into()],
             max_connections_per_voter: 16,
             idle_timeout: Duration::from_secs(600),
@@ -497,7 +704,7 @@ mod tests {
         let (stop_tx, stop_rx) = watch::channel(false);
         let server = tokio::spawn(serve(listener, Arc::new(Echo), loopback_voter(), stop_rx));
 
-        let mut client = PeerClient::new(addr.clone(), None);
+        let mut client = PeerClient::new(addr.clone(), Dialer::plaintext(None));
         let timeout = Duration::from_secs(5);
         for _ in 0..2 {
             let resp = client
@@ -515,9 +722,14 @@ mod tests {
                 }))
             ));
         }
-        let resp = call_once(&addr, None, &PeerRequest::ReadIndex, timeout)
-            .await
-            .unwrap();
+        let resp = call_once(
+            &addr,
+            &Dialer::plaintext(None),
+            &PeerRequest::ReadIndex,
+            timeout,
+        )
+        .await
+        .unwrap();
         assert!(matches!(resp, PeerResponse::ReadIndex(Ok(Some(7)))));
 
         // Garbage gets the connection closed, not an answer.
@@ -556,7 +768,7 @@ mod tests {
         let started = std::time::Instant::now();
         let err = call_once(
             &addr,
-            None,
+            &Dialer::plaintext(None),
             &PeerRequest::ReadIndex,
             Duration::from_millis(200),
         )
@@ -591,6 +803,7 @@ mod tests {
         let addr = listener.local_addr().unwrap().to_string();
         let handler = Arc::new(Counting::default());
         let access = PeerAccess {
+            auth: Arc::new(PeerServerAuth::plaintext()),
             voter_hosts: vec!["127.0.0.7".into(), "127.0.0.8".into()],
             max_connections_per_voter: 16,
             idle_timeout: Duration::from_secs(600),
@@ -605,7 +818,7 @@ mod tests {
 
         // A stranger (127.0.0.1) is closed on before anything is read: its
         // write never reaches the handler.
-        let err = call_once(&addr, None, &write, timeout).await;
+        let err = call_once(&addr, &Dialer::plaintext(None), &write, timeout).await;
         assert!(
             matches!(err, Err(CallError::Failed { .. })),
             "{:?}",
@@ -627,7 +840,13 @@ mod tests {
                     .unwrap(),
             );
         }
-        let resp = call_once(&addr, Some("127.0.0.8"), &PeerRequest::ReadIndex, timeout).await;
+        let resp = call_once(
+            &addr,
+            &Dialer::plaintext(Some("127.0.0.8".into())),
+            &PeerRequest::ReadIndex,
+            timeout,
+        )
+        .await;
         assert!(matches!(resp, Ok(PeerResponse::ReadIndex(Ok(Some(7))))));
         let mut extra = crate::net::connect_from(&addr, Some("127.0.0.7"))
             .await
@@ -643,7 +862,13 @@ mod tests {
         stalled.write_all(&100u32.to_be_bytes()).await.unwrap();
         stalled.write_all(b"{").await.unwrap();
         assert!(closed(&mut stalled).await, "a stalled request is closed");
-        let resp = call_once(&addr, Some("127.0.0.7"), &PeerRequest::ReadIndex, timeout).await;
+        let resp = call_once(
+            &addr,
+            &Dialer::plaintext(Some("127.0.0.7".into())),
+            &PeerRequest::ReadIndex,
+            timeout,
+        )
+        .await;
         assert!(matches!(resp, Ok(PeerResponse::ReadIndex(Ok(Some(7))))));
 
         let _ = stop_tx.send(true);

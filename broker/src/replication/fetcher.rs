@@ -1,8 +1,9 @@
 //! The follower's fetchers, after Kafka's `ReplicaFetcherManager` /
 //! `ReplicaFetcherThread` / `AbstractFetcherThread`: one task per leader
 //! broker, fetching every partition this node follows from that leader in
-//! one Fetch request over a plain connection to the leader's client
-//! listener, with this node's id as the replica id.
+//! one Fetch request over a connection to the leader's inter-broker
+//! listener (TLS and a SASL login first when it speaks them), with this
+//! node's id as the replica id.
 //!
 //! Each partition starts (and restarts after an error that may mean its log
 //! diverged) in the truncating state: an OffsetForLeaderEpoch request with
@@ -96,6 +97,10 @@ pub trait FetcherEnv: Send + Sync + 'static {
     /// `host:port` of a broker's client listener, from its registration
     /// (a leader's, to connect to; this node's own, to connect from).
     fn leader_address(&self, leader: NodeId) -> Option<String>;
+    /// How to dial the inter-broker listener (TLS, SASL login).
+    fn peer_security(&self) -> Arc<crate::security::peer::PeerSecurity> {
+        Arc::new(crate::security::peer::PeerSecurity::plaintext())
+    }
 }
 
 /// The broker's environment: its replica manager, and broker
@@ -103,6 +108,7 @@ pub trait FetcherEnv: Send + Sync + 'static {
 pub struct BrokerFetcherEnv {
     pub replicas: Arc<crate::replica_manager::ReplicaManager>,
     pub images: tokio::sync::watch::Receiver<Arc<crate::metadata::MetadataImage>>,
+    pub security: Arc<crate::security::peer::PeerSecurity>,
 }
 
 impl FetcherEnv for BrokerFetcherEnv {
@@ -115,6 +121,9 @@ impl FetcherEnv for BrokerFetcherEnv {
             .brokers
             .get(&leader)
             .map(|b| format!("{}:{}", b.host, b.port))
+    }
+    fn peer_security(&self) -> Arc<crate::security::peer::PeerSecurity> {
+        self.security.clone()
     }
 }
 
@@ -285,12 +294,25 @@ async fn run_session(
 ) {
     let backoff = Duration::from_millis(config.backoff_ms.max(1));
     let mut conn: Option<PeerConn> = None;
+    let mut failed_connects: u64 = 0;
     loop {
         if conn.is_none() {
             match connect(node_id, leader, &config, env.as_ref()).await {
-                Ok(c) => conn = Some(c),
+                Ok(c) => {
+                    conn = Some(c);
+                    failed_connects = 0;
+                }
                 Err(e) => {
-                    tracing::debug!(%leader, error = %e, "replica fetcher cannot reach the leader");
+                    // A leader that is down is routine; one that refuses our
+                    // login (a wrong password, an untrusted certificate) stops
+                    // replication, so say it at the first failure and now and
+                    // then after, not only at debug level.
+                    failed_connects += 1;
+                    if failed_connects == 1 || failed_connects.is_multiple_of(60) {
+                        tracing::warn!(%leader, error = %e, attempts = failed_connects, "replica fetcher cannot connect to the leader");
+                    } else {
+                        tracing::debug!(%leader, error = %e, "replica fetcher cannot reach the leader");
+                    }
                     tokio::time::sleep(backoff).await;
                     continue;
                 }
@@ -327,22 +349,21 @@ async fn connect(
         .as_deref()
         .and_then(|a| a.rsplit_once(':'))
         .map(|(host, _)| host);
-    let stream = tokio::time::timeout(CONNECT_TIMEOUT, crate::net::connect_from(&addr, own_host))
-        .await
-        .map_err(|_| RoundError::Protocol(format!("connecting to {addr} timed out")))??;
-    stream.set_nodelay(true)?;
     // The response holds at most `response_max_bytes` of batches, or one
     // batch when the first alone is larger.
     let max_response = (config.response_max_bytes.max(0) as usize)
         .max(config.max_batch_bytes.max(0) as usize)
         .saturating_add(RESPONSE_OVERHEAD_BYTES);
-    Ok(PeerConn {
-        stream,
-        correlation_id: 0,
-        client_id: StrBytes::from_string(format!("broker-{node_id}-fetcher-{leader}")),
+    Ok(PeerConn::open(
+        &addr,
+        own_host,
+        &env.peer_security(),
+        StrBytes::from_string(format!("broker-{node_id}-fetcher-{leader}")),
         max_response,
-        timeout: config.request_timeout,
-    })
+        config.request_timeout,
+        CONNECT_TIMEOUT,
+    )
+    .await?)
 }
 
 /// The partitions ready in `phase`, as of now.

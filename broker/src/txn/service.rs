@@ -669,26 +669,22 @@ impl TxnService {
                 .map(|b| format!("{}:{}", b.host, b.port))
                 .ok_or_else(|| crate::net::CallError::Protocol(format!("no address for {node}")))?;
             let own = image.brokers.get(&broker.node_id()).map(|b| b.host.clone());
-            let stream = tokio::time::timeout(
-                PEER_CONNECT_TIMEOUT,
-                crate::net::connect_from(&addr, own.as_deref()),
-            )
-            .await
-            .map_err(|_| {
-                crate::net::CallError::Protocol(format!("connecting to {addr} timed out"))
-            })??;
-            stream.set_nodelay(true)?;
-            *conn = Some(crate::net::PeerConn {
-                stream,
-                correlation_id: 0,
-                client_id: StrBytes::from_string(format!(
-                    "broker-{}-{}",
-                    broker.node_id(),
-                    purpose.name()
-                )),
-                max_response: 1 << 20,
-                timeout: self.settings.request_timeout,
-            });
+            *conn = Some(
+                crate::net::PeerConn::open(
+                    &addr,
+                    own.as_deref(),
+                    &broker.inter_broker_security,
+                    StrBytes::from_string(format!(
+                        "broker-{}-{}",
+                        broker.node_id(),
+                        purpose.name()
+                    )),
+                    1 << 20,
+                    self.settings.request_timeout,
+                    PEER_CONNECT_TIMEOUT,
+                )
+                .await?,
+            );
         }
         let c = conn.as_mut().expect("connected above");
         let result = c.call(key, version, req).await;

@@ -12,6 +12,7 @@
 //! "Authentication failed during authentication due to invalid credentials
 //! with SASL mechanism X", so that nothing about the user leaks.
 
+mod client;
 pub mod jaas;
 mod jwks;
 mod oauthbearer;
@@ -22,6 +23,7 @@ use std::fmt;
 use std::str::FromStr;
 use std::sync::Arc;
 
+pub use client::{client_authenticator, ClientAuthenticator, ClientStep, NoCredentials};
 pub use scram::{ScramCredential, ScramMechanism};
 
 /// `sasl.jaas.config`: the mechanism's JAAS login module and its options.

@@ -62,21 +62,21 @@ impl ScramMechanism {
     }
 
     /// The hash's output length, which is also the proof's.
-    fn hash_len(self) -> usize {
+    pub(super) fn hash_len(self) -> usize {
         match self {
             ScramMechanism::Sha256 => 32,
             ScramMechanism::Sha512 => 64,
         }
     }
 
-    fn hash(self, data: &[u8]) -> Vec<u8> {
+    pub(super) fn hash(self, data: &[u8]) -> Vec<u8> {
         match self {
             ScramMechanism::Sha256 => Sha256::digest(data).to_vec(),
             ScramMechanism::Sha512 => Sha512::digest(data).to_vec(),
         }
     }
 
-    fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
+    pub(super) fn hmac(self, key: &[u8], data: &[u8]) -> Vec<u8> {
         const ANY_KEY: &str = "HMAC takes keys of any length";
         match self {
             ScramMechanism::Sha256 => {
@@ -93,7 +93,7 @@ impl ScramMechanism {
     }
 
     /// RFC 5802's Hi(): PBKDF2 with this HMAC and one block of output.
-    fn hi(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
+    pub(super) fn hi(self, password: &[u8], salt: &[u8], iterations: u32) -> Vec<u8> {
         let mut out = vec![0; self.hash_len()];
         match self {
             ScramMechanism::Sha256 => {
@@ -421,7 +421,7 @@ fn decode_saslname(name: &str) -> String {
 }
 
 /// 144 random bits, base64: printable and comma-free, as the grammar needs.
-fn random_nonce() -> Option<String> {
+pub(super) fn random_nonce() -> Option<String> {
     let mut bytes = [0u8; 18];
     getrandom::fill(&mut bytes).ok()?;
     Some(BASE64.encode(bytes))
