@@ -1603,6 +1603,51 @@ mod tests {
     const MINIMAL: &str = "[[queue]]\nname = \"jobs\"\ntopic = \"jobs\"\n";
 
     #[test]
+    fn security_tables_are_optional_and_checked() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(
+            (c.tls, c.auth, c.internal),
+            (None, None, InternalConfig::default())
+        );
+        let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let c = parse(&format!(
+            "[tls]\ncert_file = \"s.pem\"\nkey_file = \"s.key\"\nclient_ca_file = \"ca.pem\"\n\
+             client_auth = \"optional\"\n\
+             [auth]\ntokens = [{{ principal = \"a\", sha256 = \"{hash}\" }}]\n\
+             [[auth.queue]]\nname = \"*\"\nadmin = [\"a\"]\n\
+             [internal]\nsecret = \"0123456789abcdef\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        let tls = c.tls.unwrap();
+        assert!(!tls.client_cert_required);
+        assert!(tls.client_ca_file.is_some());
+        let auth = c.auth.unwrap();
+        assert_eq!(auth.tokens[0].principal, "a");
+        assert_eq!(auth.tokens[0].sha256[0], 0x9f);
+        assert_eq!(auth.queues[0].admin, vec!["a".to_string()]);
+        assert_eq!(c.internal.secret.as_deref(), Some(&b"0123456789abcdef"[..]));
+
+        assert!(error(&format!("[tls]\ncert_file = \"c\"\n{MINIMAL}"))
+            .contains("key \"tls.key_file\": missing"));
+        assert!(error(&format!("[auth]\n{MINIMAL}")).contains("no caller could authenticate"));
+        assert!(error(&format!(
+            "[auth]\ntokens = [{{ principal = \"a\", sha256 = \"abc\" }}]\n{MINIMAL}"
+        ))
+        .contains("key \"auth.tokens.sha256\": \"abc\" is not a SHA-256"));
+        assert!(error(&format!(
+            "[auth]\ntokens = [{{ principal = \"*\", sha256 = \"{hash}\" }}]\n{MINIMAL}"
+        ))
+        .contains("is not a principal name"));
+        assert!(error(&format!("[internal]\nsecret = \"short\"\n{MINIMAL}"))
+            .contains("key \"internal.secret\": the secret has 5 bytes"));
+        assert!(error(&format!(
+            "[internal]\ntls = true\nsecret = \"0123456789abcdef\"\n{MINIMAL}"
+        ))
+        .contains("needs a [tls] table"));
+        assert!(error(&format!("[internal]\n{MINIMAL}")).contains("needs secret"));
+    }
+
+    #[test]
     fn durations_parse_and_format() {
         assert_eq!(parse_duration("60s"), Some(Duration::from_secs(60)));
         assert_eq!(parse_duration("1m"), Some(Duration::from_secs(60)));

@@ -454,6 +454,7 @@ impl<S: QueueService> Forwarding<S> {
             .iter()
             .map(|q| (q.name.clone(), QueueRoute::new(config, q)))
             .collect();
+        crate::security::tls::install_ring_provider();
         let mut builder = reqwest::Client::builder()
             .timeout(FORWARD_TIMEOUT)
             .no_proxy();
@@ -467,7 +468,6 @@ impl<S: QueueService> Forwarding<S> {
         }
         let internal = &config.internal;
         if internal.tls {
-            crate::security::tls::install_ring_provider();
             // The peers' certificate is [tls]'s; trusted from ca_file, else
             // from the system's roots.
             if let Some(ca) = &internal.ca_file {

@@ -124,6 +124,9 @@ pub async fn serve_bound_parts<S: QueueService>(
     tls: Option<ListenerTls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Servers> {
+    // The process's clients (reqwest's, built without a provider of its
+    // own) and the listeners use ring.
+    crate::security::tls::install_ring_provider();
     let http_listener = TcpListener::bind(http)
         .await
         .with_context(|| format!("binding the HTTP API on {http}"))?;

@@ -49,19 +49,16 @@ impl Client {
     ) -> anyhow::Result<Client> {
         Ok(match endpoint {
             PushEndpoint::Http(url) => {
+                crate::security::tls::install_ring_provider();
                 let mut builder = reqwest::Client::builder()
                     // A redirected POST would become a GET without the body.
                     .redirect(reqwest::redirect::Policy::none())
                     .connect_timeout(timeout)
                     .pool_max_idle_per_host(concurrency as usize)
                     .tcp_nodelay(true);
-                if url.starts_with("https:") {
-                    crate::security::tls::install_ring_provider();
-                    if let Some(ca) = ca_file {
-                        builder = builder.tls_backend_preconfigured(
-                            crate::security::tls::client_config(ca, None)?,
-                        );
-                    }
+                if let Some(ca) = ca_file.filter(|_| url.starts_with("https:")) {
+                    builder = builder
+                        .tls_backend_preconfigured(crate::security::tls::client_config(ca, None)?);
                 }
                 Client::Http {
                     client: builder.build()?,

@@ -31,7 +31,9 @@ const ACCEPTED_BACKLOG: usize = 64;
 
 /// Makes ring the process's rustls provider (for the clients that take the
 /// default: reqwest's, tonic's). Idempotent; a provider installed before
-/// (by an embedding program) is kept.
+/// (by an embedding program) is kept. reqwest is built without a provider
+/// of its own (no aws-lc), so every reqwest client, even one that only
+/// speaks http://, needs this first: building one without it panics.
 pub fn install_ring_provider() {
     let _ = ring_provider().install_default();
 }
