@@ -327,3 +327,125 @@ pub fn constant_time_eq(a: &[u8], b: &[u8]) -> bool {
         .fold(0u8, |acc, (x, y)| acc | (x ^ y))
         == 0
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{QueueGrant, TokenHash};
+    use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+    use base64::Engine as _;
+
+    /// An ES256 key, its JWKS file, and an `[auth]` trusting it for issuer
+    /// `idp` and audience `dispatcher`; `w` may receive from `jobs`.
+    fn jwt_access(dir: &std::path::Path) -> (Access, jsonwebtoken::EncodingKey) {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let raw = key.public_key_raw(); // 0x04 || x || y
+        let jwks = serde_json::json!({"keys": [{
+            "kty": "EC", "crv": "P-256", "kid": "k1", "alg": "ES256",
+            "x": URL_SAFE_NO_PAD.encode(&raw[1..33]),
+            "y": URL_SAFE_NO_PAD.encode(&raw[33..65]),
+        }]});
+        let jwks_file = dir.join("jwks.json");
+        std::fs::write(&jwks_file, jwks.to_string()).unwrap();
+        let config = AuthConfig {
+            tokens: vec![TokenHash {
+                principal: "static".into(),
+                sha256: Sha256::digest(b"static-token").into(),
+            }],
+            jwt: Some(JwtConfig {
+                jwks_file,
+                issuer: Some("idp".into()),
+                audience: Some("dispatcher".into()),
+                principal_claim: "sub".into(),
+            }),
+            queues: vec![QueueGrant {
+                queue: "jobs".into(),
+                produce: vec![],
+                receive: vec!["w".into()],
+                admin: vec![],
+            }],
+        };
+        let signing =
+            jsonwebtoken::EncodingKey::from_ec_pem(key.serialize_pem().as_bytes()).unwrap();
+        (Access::new(&config).unwrap(), signing)
+    }
+
+    fn jwt(key: &jsonwebtoken::EncodingKey, claims: serde_json::Value) -> Vec<u8> {
+        let mut header = jsonwebtoken::Header::new(jsonwebtoken::Algorithm::ES256);
+        header.kid = Some("k1".into());
+        format!(
+            "Bearer {}",
+            jsonwebtoken::encode(&header, &claims, key).unwrap()
+        )
+        .into_bytes()
+    }
+
+    #[test]
+    fn tokens_and_jwks_jwts_authenticate_and_grants_authorize() {
+        let dir = tempfile::tempdir().unwrap();
+        let (access, key) = jwt_access(dir.path());
+        let now = jsonwebtoken::get_current_timestamp();
+        let good = jwt(
+            &key,
+            serde_json::json!({"sub": "w", "iss": "idp", "aud": "dispatcher", "exp": now + 60}),
+        );
+        let p = access
+            .check(Some(&good), Some("jobs"), Action::Receive)
+            .unwrap();
+        assert_eq!(p.name(), "w");
+        // Verified once, then from the cache.
+        assert_eq!(
+            access.jwt.as_ref().unwrap().verified.lock().unwrap().len(),
+            1
+        );
+        assert_eq!(access.authenticate(Some(&good)).unwrap().name(), "w");
+        assert!(matches!(
+            access.check(Some(&good), Some("jobs"), Action::Produce),
+            Err(Denied::Forbidden(_))
+        ));
+        assert!(matches!(
+            access.check(Some(&good), Some("other"), Action::Read),
+            Err(Denied::Forbidden(_))
+        ));
+        assert_eq!(
+            access
+                .authenticate(Some(b"Bearer static-token"))
+                .unwrap()
+                .name(),
+            "static"
+        );
+        for bad in [
+            serde_json::json!({"sub": "w", "iss": "idp", "aud": "elsewhere", "exp": now + 60}),
+            serde_json::json!({"sub": "w", "iss": "other", "aud": "dispatcher", "exp": now + 60}),
+            serde_json::json!({"sub": "w", "iss": "idp", "aud": "dispatcher", "exp": now - 3600}),
+            serde_json::json!({"iss": "idp", "aud": "dispatcher", "exp": now + 60}),
+        ] {
+            let token = jwt(&key, bad.clone());
+            assert!(
+                matches!(
+                    access.authenticate(Some(&token)),
+                    Err(Denied::Unauthenticated(_))
+                ),
+                "{bad}"
+            );
+        }
+        // Signed by another key.
+        let (_, other) = jwt_access(tempfile::tempdir().unwrap().path());
+        let forged = jwt(
+            &other,
+            serde_json::json!({"sub": "w", "iss": "idp", "aud": "dispatcher", "exp": now + 60}),
+        );
+        assert!(matches!(
+            access.authenticate(Some(&forged)),
+            Err(Denied::Unauthenticated(_))
+        ));
+        assert!(matches!(
+            access.authenticate(None),
+            Err(Denied::Unauthenticated(_))
+        ));
+        assert!(matches!(
+            access.authenticate(Some(b"Basic abc")),
+            Err(Denied::Unauthenticated(_))
+        ));
+    }
+}
