@@ -99,6 +99,92 @@ pub struct Config {
     /// weights (`queue::fair`).
     pub max_in_flight: usize,
     pub queues: Vec<QueueConfig>,
+    /// `[tls]`: TLS (and optionally mTLS) on the HTTP and gRPC listeners.
+    pub tls: Option<TlsConfig>,
+    /// `[auth]`: callers must authenticate; queues grant actions.
+    pub auth: Option<AuthConfig>,
+    /// `[internal]`: how instances authenticate to each other's internal
+    /// listener.
+    pub internal: InternalConfig,
+}
+
+/// `[tls]` (docs/dispatcher/security.md). Relative paths are taken from the
+/// configuration file's directory.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TlsConfig {
+    /// The certificate chain, leaf first (PEM).
+    pub cert_file: PathBuf,
+    /// Its private key (PEM: PKCS#8, PKCS#1 or SEC1).
+    pub key_file: PathBuf,
+    /// CA certificates client certificates are verified against (mTLS).
+    pub client_ca_file: Option<PathBuf>,
+    /// With `client_ca_file`: whether a client must show a certificate.
+    pub client_cert_required: bool,
+}
+
+/// `[auth]`: callers' credentials and the queues' grants.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct AuthConfig {
+    /// From `tokens` and `tokens_file`.
+    pub tokens: Vec<TokenHash>,
+    /// `[auth.jwt]`: caller JWTs verified against a JWKS.
+    pub jwt: Option<JwtConfig>,
+    /// `[[auth.queue]]`.
+    pub queues: Vec<QueueGrant>,
+}
+
+/// A bearer token, by its SHA-256.
+#[derive(Clone, PartialEq, Eq)]
+pub struct TokenHash {
+    pub principal: String,
+    pub sha256: [u8; 32],
+}
+
+impl fmt::Debug for TokenHash {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "TokenHash({:?})", self.principal)
+    }
+}
+
+/// `[auth.jwt]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JwtConfig {
+    pub jwks_file: PathBuf,
+    /// The `iss` a token must have, when set.
+    pub issuer: Option<String>,
+    /// An `aud` a token must have, when set.
+    pub audience: Option<String>,
+    /// The claim naming the principal (default `sub`).
+    pub principal_claim: String,
+}
+
+/// One `[[auth.queue]]`: who may do what with a queue (`name = "*"`: every
+/// queue). A principal `"*"` is any authenticated caller.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct QueueGrant {
+    pub queue: String,
+    pub produce: Vec<String>,
+    pub receive: Vec<String>,
+    pub admin: Vec<String>,
+}
+
+/// `[internal]`: the credential of the internal listener (what forwarding
+/// peers call). Every instance of a deployment has the same.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct InternalConfig {
+    /// Sent by the forwarding client, required by the internal listener.
+    pub secret: Option<Vec<u8>>,
+    /// Serve the internal listener over TLS with `[tls]`'s certificate (and
+    /// require a client certificate from `client_ca_file` when set).
+    pub tls: bool,
+    /// The CAs the forwarding client trusts for peers' internal listeners.
+    pub ca_file: Option<PathBuf>,
+    /// mTLS on the internal listener: peers must show a certificate signed
+    /// by one of these CAs.
+    pub client_ca_file: Option<PathBuf>,
+    /// The certificate and key the forwarding client shows (mTLS).
+    pub cert_file: Option<PathBuf>,
+    pub key_file: Option<PathBuf>,
 }
 
 /// One work queue: a topic consumed as a consumer group.
@@ -150,6 +236,60 @@ pub struct PushConfig {
     pub breaker_cooldown: Duration,
     #[serde(serialize_with = "ser_duration")]
     pub breaker_cooldown_max: Duration,
+    /// CA certificates (PEM) an `https://` endpoint is verified against
+    /// instead of the system's.
+    #[serde(skip)]
+    pub ca_file: Option<PathBuf>,
+    /// `[queue.push.auth]`: how each request is signed.
+    #[serde(skip)]
+    pub auth: PushAuth,
+}
+
+/// A signed push JWT is valid this long unless `lifetime` says.
+pub const DEFAULT_PUSH_JWT_LIFETIME: Duration = Duration::from_secs(300);
+/// The header of a push's HMAC signature unless `header` says.
+pub const DEFAULT_PUSH_HMAC_HEADER: &str = "dispatcher-signature";
+
+/// How a push subscription's requests are authenticated to its endpoint
+/// (docs/dispatcher/security.md); either, both or neither.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PushAuth {
+    pub jwt: Option<PushJwt>,
+    pub hmac: Option<PushHmac>,
+}
+
+/// `[queue.push.auth.jwt]`: an `authorization: Bearer <JWT>` per request.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PushJwt {
+    /// The signing key (PEM; RSA for RS256, P-256 for ES256).
+    pub key_file: PathBuf,
+    /// `RS256` or `ES256`.
+    pub algorithm: String,
+    /// `aud`: the endpoint URL unless set.
+    pub audience: String,
+    /// `iss`.
+    pub issuer: String,
+    /// `kid` in the JWT header, when set.
+    pub key_id: Option<String>,
+    /// `exp` - `iat`.
+    pub lifetime: Duration,
+}
+
+/// `[queue.push.auth.hmac]`: `<header>: t=<unix s>,v1=<hex HMAC-SHA256>`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct PushHmac {
+    pub secret: Vec<u8>,
+    /// Lowercase.
+    pub header: String,
+}
+
+impl fmt::Debug for PushHmac {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PushHmac")
+            .field("secret", &format_args!("<{} bytes>", self.secret.len()))
+            .field("header", &self.header)
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -432,6 +572,18 @@ impl Config {
                 ))
             }
         };
+        let tls = match top.table("tls")? {
+            None => None,
+            Some(table) => Some(parse_tls(file, table, base_dir)?),
+        };
+        let auth = match top.table("auth")? {
+            None => None,
+            Some(table) => Some(parse_auth(file, table, base_dir)?),
+        };
+        let internal = match top.table("internal")? {
+            None => InternalConfig::default(),
+            Some(table) => parse_internal(file, table, base_dir, tls.is_some())?,
+        };
         let queue_tables = top.array_of_tables("queue")?;
         top.finish()?;
         if queue_tables.is_empty() {
@@ -442,7 +594,7 @@ impl Config {
         // Every topic a queue writes or reads, so two queues cannot share one.
         let mut topics: HashMap<String, (String, &'static str)> = HashMap::new();
         for (index, table) in queue_tables.into_iter().enumerate() {
-            let q = parse_queue(file, index, table)?;
+            let q = parse_queue(file, index, table, base_dir)?;
             let err = |key: &str, why: String| ConfigError::Key {
                 file: file.to_string(),
                 queue: Some(QueueLabel::Name(q.name.clone())),
@@ -497,11 +649,220 @@ impl Config {
             librdkafka,
             max_in_flight,
             queues,
+            tls,
+            auth,
+            internal,
         })
     }
 }
 
-fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConfig, ConfigError> {
+fn sub_keys<'a>(file: &'a str, prefix: &'static str, table: toml::Table) -> Keys<'a> {
+    Keys {
+        file,
+        queue: None,
+        prefix,
+        table,
+    }
+}
+
+fn parse_tls(file: &str, table: toml::Table, base_dir: &Path) -> Result<TlsConfig, ConfigError> {
+    let mut keys = sub_keys(file, "tls.", table);
+    let cert_file = keys
+        .path("cert_file", base_dir)?
+        .ok_or_else(|| keys.missing("cert_file"))?;
+    let key_file = keys
+        .path("key_file", base_dir)?
+        .ok_or_else(|| keys.missing("key_file"))?;
+    let client_ca_file = keys.path("client_ca_file", base_dir)?;
+    let client_auth = keys.string("client_auth")?;
+    let client_cert_required = match client_auth.as_deref() {
+        None | Some("required") => true,
+        Some("optional") => false,
+        Some(other) => {
+            return Err(keys.invalid(
+                "client_auth",
+                &format!("{other:?} is not \"required\" or \"optional\""),
+            ))
+        }
+    };
+    if client_auth.is_some() && client_ca_file.is_none() {
+        return Err(keys.invalid("client_auth", "needs client_ca_file"));
+    }
+    keys.finish()?;
+    Ok(TlsConfig {
+        cert_file,
+        key_file,
+        client_ca_file,
+        client_cert_required,
+    })
+}
+
+fn parse_auth(file: &str, table: toml::Table, base_dir: &Path) -> Result<AuthConfig, ConfigError> {
+    let mut keys = sub_keys(file, "auth.", table);
+    let mut tokens = Vec::new();
+    if let Some(items) = keys.array("tokens")? {
+        for item in items {
+            let toml::Value::Table(t) = item else {
+                return Err(keys.wrong_type("tokens", "{ principal, sha256 } tables", &item));
+            };
+            let mut tk = sub_keys(file, "auth.tokens.", t);
+            let principal = tk
+                .string("principal")?
+                .ok_or_else(|| tk.missing("principal"))?;
+            let hex = tk.string("sha256")?.ok_or_else(|| tk.missing("sha256"))?;
+            let sha256 = parse_sha256(&hex).map_err(|why| tk.invalid("sha256", &why))?;
+            check_principal(&principal).map_err(|why| tk.invalid("principal", &why))?;
+            tk.finish()?;
+            tokens.push(TokenHash { principal, sha256 });
+        }
+    }
+    if let Some(path) = keys.path("tokens_file", base_dir)? {
+        let text = std::fs::read_to_string(&path).map_err(|e| {
+            keys.invalid(
+                "tokens_file",
+                &format!("cannot read {}: {e}", path.display()),
+            )
+        })?;
+        for (n, line) in text.lines().enumerate() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let bad = |why: String| {
+                keys.invalid(
+                    "tokens_file",
+                    &format!("{} line {}: {why}", path.display(), n + 1),
+                )
+            };
+            let mut words = line.split_whitespace();
+            let (Some(principal), Some(hex), None) = (words.next(), words.next(), words.next())
+            else {
+                return Err(bad("expected \"<principal> <sha256 hex>\"".into()));
+            };
+            check_principal(principal).map_err(&bad)?;
+            let sha256 = parse_sha256(hex).map_err(&bad)?;
+            tokens.push(TokenHash {
+                principal: principal.to_string(),
+                sha256,
+            });
+        }
+    }
+    let jwt = match keys.table("jwt")? {
+        None => None,
+        Some(t) => {
+            let mut jk = sub_keys(file, "auth.jwt.", t);
+            let jwks_file = jk
+                .path("jwks_file", base_dir)?
+                .ok_or_else(|| jk.missing("jwks_file"))?;
+            let issuer = jk.string("issuer")?;
+            let audience = jk.string("audience")?;
+            let principal_claim = jk
+                .string("principal_claim")?
+                .unwrap_or_else(|| "sub".to_string());
+            jk.finish()?;
+            Some(JwtConfig {
+                jwks_file,
+                issuer,
+                audience,
+                principal_claim,
+            })
+        }
+    };
+    if tokens.is_empty() && jwt.is_none() {
+        return Err(keys.invalid(
+            "tokens",
+            "[auth] needs tokens, tokens_file or [auth.jwt]: no caller could authenticate",
+        ));
+    }
+    let mut queues = Vec::new();
+    for t in keys.array_of_tables("queue")? {
+        let mut qk = sub_keys(file, "auth.queue.", t);
+        let queue = qk.string("name")?.ok_or_else(|| qk.missing("name"))?;
+        let produce = qk.strings("produce")?.unwrap_or_default();
+        let receive = qk.strings("receive")?.unwrap_or_default();
+        let admin = qk.strings("admin")?.unwrap_or_default();
+        qk.finish()?;
+        queues.push(QueueGrant {
+            queue,
+            produce,
+            receive,
+            admin,
+        });
+    }
+    keys.finish()?;
+    Ok(AuthConfig {
+        tokens,
+        jwt,
+        queues,
+    })
+}
+
+fn parse_internal(
+    file: &str,
+    table: toml::Table,
+    base_dir: &Path,
+    has_tls: bool,
+) -> Result<InternalConfig, ConfigError> {
+    let mut keys = sub_keys(file, "internal.", table);
+    let secret = keys.secret("secret", "secret_file", base_dir)?;
+    let tls = keys.boolean("tls")?.unwrap_or(false);
+    if tls && !has_tls {
+        return Err(keys.invalid("tls", "needs a [tls] table (its certificate is served)"));
+    }
+    let ca_file = keys.path("ca_file", base_dir)?;
+    let client_ca_file = keys.path("client_ca_file", base_dir)?;
+    let cert_file = keys.path("cert_file", base_dir)?;
+    let key_file = keys.path("key_file", base_dir)?;
+    if cert_file.is_some() != key_file.is_some() {
+        return Err(keys.invalid("cert_file", "give cert_file and key_file together"));
+    }
+    if !tls && (ca_file.is_some() || client_ca_file.is_some()) {
+        return Err(keys.invalid("tls", "ca_file and client_ca_file need tls = true"));
+    }
+    if secret.is_none() && client_ca_file.is_none() {
+        return Err(keys.invalid(
+            "secret",
+            "[internal] needs secret, secret_file or client_ca_file (mTLS)",
+        ));
+    }
+    keys.finish()?;
+    Ok(InternalConfig {
+        secret,
+        tls,
+        ca_file,
+        client_ca_file,
+        cert_file,
+        key_file,
+    })
+}
+
+fn parse_sha256(hex: &str) -> Result<[u8; 32], String> {
+    let bad = || format!("{hex:?} is not a SHA-256 in hex (64 digits)");
+    if hex.len() != 64 {
+        return Err(bad());
+    }
+    let mut out = [0u8; 32];
+    for (i, byte) in out.iter_mut().enumerate() {
+        *byte = u8::from_str_radix(&hex[2 * i..2 * i + 2], 16).map_err(|_| bad())?;
+    }
+    Ok(out)
+}
+
+fn check_principal(p: &str) -> Result<(), String> {
+    if p.is_empty() || p == "*" || p.contains(char::is_whitespace) {
+        return Err(format!(
+            "{p:?} is not a principal name (not empty, not \"*\", no spaces)"
+        ));
+    }
+    Ok(())
+}
+
+fn parse_queue(
+    file: &str,
+    index: usize,
+    table: toml::Table,
+    base_dir: &Path,
+) -> Result<QueueConfig, ConfigError> {
     let mut keys = Keys::new(file, Some(QueueLabel::Index(index)), table);
     let name = keys.string("name")?.ok_or_else(|| keys.missing("name"))?;
     if name.is_empty()
@@ -610,7 +971,7 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
                 prefix: "push.",
                 table,
             };
-            let push = parse_push(&mut push_keys, max_lease)?;
+            let push = parse_push(&mut push_keys, max_lease, base_dir)?;
             push_keys.finish()?;
             Some(push)
         }
@@ -636,7 +997,11 @@ fn parse_queue(file: &str, index: usize, table: toml::Table) -> Result<QueueConf
 }
 
 /// The keys of a `[queue.push]` table; `max_lease` is the queue's.
-fn parse_push(keys: &mut Keys<'_>, max_lease: Duration) -> Result<PushConfig, ConfigError> {
+fn parse_push(
+    keys: &mut Keys<'_>,
+    max_lease: Duration,
+    base_dir: &Path,
+) -> Result<PushConfig, ConfigError> {
     let url = keys.string("url")?;
     let grpc = keys.string("grpc")?;
     let endpoint = match (url, grpc) {
@@ -714,6 +1079,27 @@ fn parse_push(keys: &mut Keys<'_>, max_lease: Duration) -> Result<PushConfig, Co
             ),
         ));
     }
+    let ca_file = keys.path("ca_file", base_dir)?;
+    if ca_file.is_some() && !matches!(&endpoint, PushEndpoint::Http(u) if u.starts_with("https:")) {
+        return Err(keys.invalid("ca_file", "only an https:// url takes a ca_file"));
+    }
+    let auth = match keys.table("auth")? {
+        None => PushAuth::default(),
+        Some(table) => {
+            let PushEndpoint::Http(url) = &endpoint else {
+                return Err(keys.invalid("auth", "signing is for url endpoints, not grpc"));
+            };
+            let mut ak = Keys {
+                file: keys.file,
+                queue: keys.queue.clone(),
+                prefix: "push.auth.",
+                table,
+            };
+            let auth = parse_push_auth(&mut ak, url, base_dir)?;
+            ak.finish()?;
+            auth
+        }
+    };
     Ok(PushConfig {
         endpoint,
         concurrency,
@@ -721,22 +1107,86 @@ fn parse_push(keys: &mut Keys<'_>, max_lease: Duration) -> Result<PushConfig, Co
         breaker_failures,
         breaker_cooldown,
         breaker_cooldown_max,
+        ca_file,
+        auth,
     })
 }
 
-/// An `http://host[:port]/path` URL. `https` is refused: the dispatcher is
-/// built without TLS.
+fn parse_push_auth(
+    keys: &mut Keys<'_>,
+    url: &str,
+    base_dir: &Path,
+) -> Result<PushAuth, ConfigError> {
+    let jwt = match keys.table("jwt")? {
+        None => None,
+        Some(table) => {
+            let mut jk = Keys {
+                file: keys.file,
+                queue: keys.queue.clone(),
+                prefix: "push.auth.jwt.",
+                table,
+            };
+            let key_file = jk
+                .path("key_file", base_dir)?
+                .ok_or_else(|| jk.missing("key_file"))?;
+            let algorithm = jk.string("algorithm")?.unwrap_or_else(|| "RS256".into());
+            if !matches!(algorithm.as_str(), "RS256" | "ES256") {
+                return Err(
+                    jk.invalid("algorithm", &format!("{algorithm:?} is not RS256 or ES256"))
+                );
+            }
+            let audience = jk.string("audience")?.unwrap_or_else(|| url.to_string());
+            let issuer = jk.string("issuer")?.unwrap_or_else(|| "dispatcher".into());
+            let key_id = jk.string("key_id")?;
+            let lifetime = jk
+                .duration("lifetime")?
+                .unwrap_or(DEFAULT_PUSH_JWT_LIFETIME);
+            if lifetime < Duration::from_secs(1) {
+                return Err(jk.invalid("lifetime", "must be at least 1s"));
+            }
+            jk.finish()?;
+            Some(PushJwt {
+                key_file,
+                algorithm,
+                audience,
+                issuer,
+                key_id,
+                lifetime,
+            })
+        }
+    };
+    let hmac = match keys.table("hmac")? {
+        None => None,
+        Some(table) => {
+            let mut hk = Keys {
+                file: keys.file,
+                queue: keys.queue.clone(),
+                prefix: "push.auth.hmac.",
+                table,
+            };
+            let secret = hk
+                .secret("secret", "secret_file", base_dir)?
+                .ok_or_else(|| hk.missing("secret"))?;
+            let header = hk
+                .string("header")?
+                .unwrap_or_else(|| DEFAULT_PUSH_HMAC_HEADER.into())
+                .to_ascii_lowercase();
+            if reqwest::header::HeaderName::from_bytes(header.as_bytes()).is_err() {
+                return Err(hk.invalid("header", &format!("{header:?} is not a header name")));
+            }
+            hk.finish()?;
+            Some(PushHmac { secret, header })
+        }
+    };
+    Ok(PushAuth { jwt, hmac })
+}
+
+/// An `http://` or `https://host[:port]/path` URL.
 fn check_push_url(url: &str) -> Result<(), String> {
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("{url:?} is not a URL: {e}"))?;
     match parsed.scheme() {
-        "http" => {}
-        "https" => {
-            return Err(format!(
-                "{url:?}: https is not supported (the dispatcher is built without TLS); use \
-                 http:// or a TLS-terminating proxy"
-            ))
-        }
-        other => return Err(format!("{url:?}: scheme {other:?} is not http")),
+        "http" | "https" => {}
+        other => return Err(format!("{url:?}: scheme {other:?} is not http or https")),
     }
     if parsed.host_str().is_none_or(str::is_empty) {
         return Err(format!("{url:?} names no host"));
@@ -804,6 +1254,71 @@ impl<'a> Keys<'a> {
             Some(toml::Value::String(s)) => Ok(Some(s)),
             Some(other) => Err(self.wrong_type(key, "a string", &other)),
         }
+    }
+
+    /// A path, relative to `base_dir` unless absolute.
+    fn path(&mut self, key: &str, base_dir: &Path) -> Result<Option<PathBuf>, ConfigError> {
+        Ok(self.string(key)?.map(|p| base_dir.join(p)))
+    }
+
+    fn array(&mut self, key: &str) -> Result<Option<Vec<toml::Value>>, ConfigError> {
+        match self.table.remove(key) {
+            None => Ok(None),
+            Some(toml::Value::Array(items)) => Ok(Some(items)),
+            Some(other) => Err(self.wrong_type(key, "an array", &other)),
+        }
+    }
+
+    fn strings(&mut self, key: &str) -> Result<Option<Vec<String>>, ConfigError> {
+        match self.array(key)? {
+            None => Ok(None),
+            Some(items) => items
+                .into_iter()
+                .map(|item| match item {
+                    toml::Value::String(s) => Ok(s),
+                    other => Err(self.wrong_type(key, "an array of strings", &other)),
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map(Some),
+        }
+    }
+
+    /// A secret given inline (`key`) or in a file (`file_key`; trailing
+    /// whitespace is not part of it), at least [`MIN_SECRET_BYTES`] long.
+    fn secret(
+        &mut self,
+        key: &str,
+        file_key: &str,
+        base_dir: &Path,
+    ) -> Result<Option<Vec<u8>>, ConfigError> {
+        let inline = self.string(key)?;
+        let file = self.path(file_key, base_dir)?;
+        let secret = match (inline, file) {
+            (Some(_), Some(_)) => {
+                return Err(self.invalid(key, &format!("give {key} or {file_key}, not both")))
+            }
+            (None, None) => return Ok(None),
+            (Some(s), None) => s.into_bytes(),
+            (None, Some(path)) => {
+                let mut bytes = std::fs::read(&path).map_err(|e| {
+                    self.invalid(file_key, &format!("cannot read {}: {e}", path.display()))
+                })?;
+                while bytes.last().is_some_and(|b| b.is_ascii_whitespace()) {
+                    bytes.pop();
+                }
+                bytes
+            }
+        };
+        if secret.len() < MIN_SECRET_BYTES {
+            return Err(self.invalid(
+                key,
+                &format!(
+                    "the secret has {} bytes, at least {MIN_SECRET_BYTES} are needed",
+                    secret.len()
+                ),
+            ));
+        }
+        Ok(Some(secret))
     }
 
     fn integer(&mut self, key: &str) -> Result<Option<i64>, ConfigError> {
@@ -1086,6 +1601,51 @@ mod tests {
     }
 
     const MINIMAL: &str = "[[queue]]\nname = \"jobs\"\ntopic = \"jobs\"\n";
+
+    #[test]
+    fn security_tables_are_optional_and_checked() {
+        let c = parse(MINIMAL).unwrap();
+        assert_eq!(
+            (c.tls, c.auth, c.internal),
+            (None, None, InternalConfig::default())
+        );
+        let hash = "9f86d081884c7d659a2feaa0c55ad015a3bf4f1b2b0b822cd15d6c15b0f00a08";
+        let c = parse(&format!(
+            "[tls]\ncert_file = \"s.pem\"\nkey_file = \"s.key\"\nclient_ca_file = \"ca.pem\"\n\
+             client_auth = \"optional\"\n\
+             [auth]\ntokens = [{{ principal = \"a\", sha256 = \"{hash}\" }}]\n\
+             [[auth.queue]]\nname = \"*\"\nadmin = [\"a\"]\n\
+             [internal]\nsecret = \"0123456789abcdef\"\n{MINIMAL}"
+        ))
+        .unwrap();
+        let tls = c.tls.unwrap();
+        assert!(!tls.client_cert_required);
+        assert!(tls.client_ca_file.is_some());
+        let auth = c.auth.unwrap();
+        assert_eq!(auth.tokens[0].principal, "a");
+        assert_eq!(auth.tokens[0].sha256[0], 0x9f);
+        assert_eq!(auth.queues[0].admin, vec!["a".to_string()]);
+        assert_eq!(c.internal.secret.as_deref(), Some(&b"0123456789abcdef"[..]));
+
+        assert!(error(&format!("[tls]\ncert_file = \"c\"\n{MINIMAL}"))
+            .contains("key \"tls.key_file\": missing"));
+        assert!(error(&format!("[auth]\n{MINIMAL}")).contains("no caller could authenticate"));
+        assert!(error(&format!(
+            "[auth]\ntokens = [{{ principal = \"a\", sha256 = \"abc\" }}]\n{MINIMAL}"
+        ))
+        .contains("key \"auth.tokens.sha256\": \"abc\" is not a SHA-256"));
+        assert!(error(&format!(
+            "[auth]\ntokens = [{{ principal = \"*\", sha256 = \"{hash}\" }}]\n{MINIMAL}"
+        ))
+        .contains("is not a principal name"));
+        assert!(error(&format!("[internal]\nsecret = \"short\"\n{MINIMAL}"))
+            .contains("key \"internal.secret\": the secret has 5 bytes"));
+        assert!(error(&format!(
+            "[internal]\ntls = true\nsecret = \"0123456789abcdef\"\n{MINIMAL}"
+        ))
+        .contains("needs a [tls] table"));
+        assert!(error(&format!("[internal]\n{MINIMAL}")).contains("needs secret"));
+    }
 
     #[test]
     fn durations_parse_and_format() {
@@ -1545,6 +2105,8 @@ ordered = false
                 breaker_failures: 5,
                 breaker_cooldown: Duration::from_secs(5),
                 breaker_cooldown_max: Duration::from_secs(60),
+                ca_file: None,
+                auth: PushAuth::default(),
             }
         );
         assert_eq!(push.lease(q.max_lease), Duration::from_secs(35));
@@ -1594,11 +2156,18 @@ ordered = false
             "key \"push.url\": missing: a push table needs url = \"http://...\" or grpc = \"host:port\""
         ));
         assert!(push("url = \"http://h:1/\"\ngrpc = \"h:2\"").contains("not both"));
-        assert!(push("url = \"https://h/\"")
-            .contains("key \"push.url\": \"https://h/\": https is not supported"));
+        assert!(push("url = \"http://h/\"\nca_file = \"ca.pem\"")
+            .contains("key \"push.ca_file\": only an https:// url takes a ca_file"));
         assert!(
-            push("url = \"h:1\"").contains("key \"push.url\": \"h:1\": scheme \"h\" is not http")
+            push("grpc = \"h:1\"\n[queue.push.auth.hmac]\nsecret = \"0123456789abcdef\"")
+                .contains("key \"push.auth\": signing is for url endpoints")
         );
+        assert!(
+            push("url = \"https://h/\"\n[queue.push.auth.hmac]\nsecret = \"short\"")
+                .contains("key \"push.auth.hmac.secret\": the secret has 5 bytes")
+        );
+        assert!(push("url = \"h:1\"")
+            .contains("key \"push.url\": \"h:1\": scheme \"h\" is not http or https"));
         assert!(
             push("url = \"not a url\"").contains("key \"push.url\": \"not a url\" is not a URL")
         );

@@ -439,6 +439,8 @@ pub struct Forwarding<S> {
     routes: HashMap<String, QueueRoute>,
     owners: Owners,
     http: reqwest::Client,
+    /// `https` when the internal listeners serve TLS (`[internal] tls`).
+    scheme: &'static str,
     /// This instance's advertised address: never forwarded to.
     me: String,
 }
@@ -452,9 +454,34 @@ impl<S: QueueService> Forwarding<S> {
             .iter()
             .map(|q| (q.name.clone(), QueueRoute::new(config, q)))
             .collect();
-        let http = reqwest::Client::builder()
+        crate::security::tls::install_ring_provider();
+        let mut builder = reqwest::Client::builder()
             .timeout(FORWARD_TIMEOUT)
-            .no_proxy()
+            .no_proxy();
+        if let Some(auth) = crate::security::InternalAuth::new(&config.internal) {
+            let mut headers = reqwest::header::HeaderMap::new();
+            headers.insert(
+                crate::security::INTERNAL_SECRET_HEADER,
+                auth.header_value()?,
+            );
+            builder = builder.default_headers(headers);
+        }
+        let internal = &config.internal;
+        if internal.tls {
+            // The peers' certificate is [tls]'s; trusted from ca_file, else
+            // from the system's roots.
+            if let Some(ca) = &internal.ca_file {
+                let identity = internal
+                    .cert_file
+                    .as_deref()
+                    .zip(internal.key_file.as_deref());
+                builder = builder.tls_backend_preconfigured(
+                    crate::security::tls::client_config(ca, identity)
+                        .context("the forwarding client's TLS ([internal] ca_file)")?,
+                );
+            }
+        }
+        let http = builder
             .build()
             .context("creating the forwarding HTTP client")?;
         Ok(Forwarding {
@@ -462,6 +489,7 @@ impl<S: QueueService> Forwarding<S> {
             routes,
             owners: Owners::new(config)?,
             http,
+            scheme: if internal.tls { "https" } else { "http" },
             me,
         })
     }
@@ -482,7 +510,10 @@ impl<S: QueueService> Forwarding<S> {
         op: &str,
         body: &T,
     ) -> anyhow::Result<R> {
-        let url = format!("http://{owner}{INTERNAL_PREFIX}/queues/{queue}/{op}");
+        let url = format!(
+            "{}://{owner}{INTERNAL_PREFIX}/queues/{queue}/{op}",
+            self.scheme
+        );
         let response = self
             .http
             .post(&url)
@@ -526,7 +557,10 @@ impl<S: QueueService> Forwarding<S> {
                 route.topics[0]
             )));
         };
-        let mut url = format!("http://{owner}{INTERNAL_PREFIX}/queues/{queue}/redrive");
+        let mut url = format!(
+            "{}://{owner}{INTERNAL_PREFIX}/queues/{queue}/redrive",
+            self.scheme
+        );
         if !op.is_empty() {
             url = format!("{url}/{op}");
         }
@@ -767,7 +801,10 @@ impl<S: QueueService> QueueService for Forwarding<S> {
         };
         let mut failed = Vec::new();
         for addr in members.iter().filter(|a| **a != self.me) {
-            let url = format!("http://{addr}{INTERNAL_PREFIX}/queues/{queue}/{action}");
+            let url = format!(
+                "{}://{addr}{INTERNAL_PREFIX}/queues/{queue}/{action}",
+                self.scheme
+            );
             match self.http.post(&url).send().await {
                 Ok(r) if r.status().is_success() => {}
                 Ok(r) => failed.push(format!("{addr} (HTTP {})", r.status())),
@@ -806,7 +843,10 @@ impl<S: QueueService> QueueService for Forwarding<S> {
         else {
             return Ok(local);
         };
-        let url = format!("http://{owner}{INTERNAL_PREFIX}/queues/{queue}/skip");
+        let url = format!(
+            "{}://{owner}{INTERNAL_PREFIX}/queues/{queue}/skip",
+            self.scheme
+        );
         let body = SkipBody {
             partition: request.partition,
             key_base64: base64::Engine::encode(
@@ -917,8 +957,11 @@ impl<S: QueueService> Forwarding<S> {
         message_id: &str,
         queue: &str,
     ) -> anyhow::Result<TraceResponse> {
-        let mut url = reqwest::Url::parse(&format!("http://{owner}{INTERNAL_PREFIX}/messages/"))
-            .with_context(|| format!("the owner's address {owner:?}"))?;
+        let mut url = reqwest::Url::parse(&format!(
+            "{}://{owner}{INTERNAL_PREFIX}/messages/",
+            self.scheme
+        ))
+        .with_context(|| format!("the owner's address {owner:?}"))?;
         url.path_segments_mut()
             .map_err(|()| anyhow::anyhow!("http://{owner} takes no path"))?
             .pop_if_empty()

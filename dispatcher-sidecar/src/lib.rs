@@ -21,6 +21,7 @@ pub mod lease;
 pub mod push;
 pub mod queue;
 pub mod redrive;
+pub mod security;
 pub mod service;
 pub mod trace;
 
@@ -42,6 +43,18 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
             "no receipt_secret or receipt_secret_file configured: generated a random one; \
              receipts will not survive a restart and other instances will reject them"
         );
+    }
+    // Read before anything starts, so a bad PEM file or JWKS stops the
+    // dispatcher at once.
+    let tls = security::ListenerTls::from_config(&config).context("loading [tls]")?;
+    let access = match &config.auth {
+        Some(auth) => Some(Arc::new(
+            security::auth::Access::new(auth).context("loading [auth]")?,
+        )),
+        None => None,
+    };
+    if config.auth.is_none() {
+        tracing::warn!("no [auth] configured: any caller may use every queue");
     }
     let metrics = metrics_exporter_prometheus::PrometheusBuilder::new()
         .install_recorder()
@@ -82,18 +95,24 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     // from this instance only (what a forwarding peer calls, so a request
     // is forwarded at most once). Clients of the public listener cannot
     // reach it.
-    let router = api::http_router(forwarding.clone(), Some(metrics));
-    let internal = axum::Router::new().nest(
+    let router = api::http_router_with_access(forwarding.clone(), Some(metrics), access.clone());
+    let mut internal = axum::Router::new().nest(
         forward::INTERNAL_PREFIX,
         api::http_router(dispatcher.clone(), None),
     );
+    // Callers of the internal listener act for the instance that forwarded
+    // them (which checked its caller): they show the internal credential.
+    if let Some(auth) = security::InternalAuth::new(&config.internal) {
+        internal = auth.layer(internal);
+    }
     let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
     let servers = api::serve_bound_parts(
         router,
-        api::grpc_service(forwarding),
+        api::grpc_service_with_access(forwarding, access),
         config.http_listen,
         config.grpc_listen,
         Some((internal_listener, internal)),
+        tls,
         async {
             let _ = stop_rx.await;
         },

@@ -35,6 +35,7 @@ fn disable_transparent_huge_pages() -> std::io::Result<()> {
 
 fn main() -> ExitCode {
     let thp_off = disable_transparent_huge_pages();
+    dispatcher_sidecar::security::tls::install_ring_provider();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

@@ -12,6 +12,7 @@ use crate::config::{PushEndpoint, QueueConfig};
 use crate::redrive::{
     JobState, RedriveAction, RedriveError, RedriveFilter, RedriveJob, RedriveRequest,
 };
+use crate::security::auth::{Access, Action, Denied, Principal};
 use crate::service::{
     Delivery, NewMessage, ParkedKeyInfo, PartitionStats, ProduceResult, ProduceStatus,
     QueueService, QueueStats, ReceiptOutcome, ServiceError, SkipOutcome,
@@ -38,12 +39,66 @@ pub const GRPC_MESSAGE_LIMIT_BYTES: usize = 2 << 20;
 #[derive(Debug)]
 pub struct GrpcApi<S> {
     service: Arc<S>,
+    /// `[auth]`: who may call what (everyone when `None`).
+    access: Option<Arc<Access>>,
 }
 
 /// The gRPC API as a tonic service, ready for
 /// `tonic::transport::Server::add_service`.
 pub fn grpc_service<S: QueueService>(service: Arc<S>) -> DispatcherServer<GrpcApi<S>> {
-    DispatcherServer::new(GrpcApi { service }).max_decoding_message_size(GRPC_MESSAGE_LIMIT_BYTES)
+    grpc_service_with_access(service, None)
+}
+
+/// [`grpc_service`] whose calls require a caller `access` authenticates
+/// (UNAUTHENTICATED otherwise) and authorizes for the call's queue and
+/// action (PERMISSION_DENIED otherwise), as the HTTP routes do.
+pub fn grpc_service_with_access<S: QueueService>(
+    service: Arc<S>,
+    access: Option<Arc<Access>>,
+) -> DispatcherServer<GrpcApi<S>> {
+    DispatcherServer::new(GrpcApi { service, access })
+        .max_decoding_message_size(GRPC_MESSAGE_LIMIT_BYTES)
+}
+
+impl<S> GrpcApi<S> {
+    /// The caller, when it may do `action` on `queue` (or, without a queue,
+    /// when it authenticates); `None` without `[auth]`.
+    fn allow<T>(
+        &self,
+        request: &Request<T>,
+        queue: Option<&str>,
+        action: Action,
+    ) -> Result<Option<Principal>, Status> {
+        let Some(access) = &self.access else {
+            return Ok(None);
+        };
+        let authorization = request
+            .metadata()
+            .get("authorization")
+            .map(|v| v.as_bytes());
+        match access.check(authorization, queue, action) {
+            Ok(p) => Ok(Some(p)),
+            Err(denied) => {
+                metrics::counter!("dispatcher_auth_denied_total", "reason" => match denied {
+                    Denied::Unauthenticated(_) => "unauthenticated",
+                    Denied::Forbidden(_) => "forbidden",
+                })
+                .increment(1);
+                Err(match denied {
+                    Denied::Unauthenticated(m) => Status::unauthenticated(m),
+                    Denied::Forbidden(m) => Status::permission_denied(m),
+                })
+            }
+        }
+    }
+
+    fn may_read(&self, caller: Option<&Principal>, queue: &str) -> bool {
+        match (&self.access, caller) {
+            (None, _) => true,
+            (Some(access), Some(p)) => access.allows(p, queue, Action::Read),
+            (Some(_), None) => false,
+        }
+    }
 }
 
 /// UnknownQueue → NOT_FOUND, InvalidArgument → INVALID_ARGUMENT,
@@ -70,9 +125,16 @@ fn receipt_status(outcome: ReceiptOutcome) -> proto::ReceiptStatus {
 impl<S: QueueService> Dispatcher for GrpcApi<S> {
     async fn list_queues(
         &self,
-        _request: Request<proto::ListQueuesRequest>,
+        request: Request<proto::ListQueuesRequest>,
     ) -> Result<Response<proto::ListQueuesResponse>, Status> {
-        let queues = self.service.queues().into_iter().map(queue).collect();
+        let caller = self.allow(&request, None, Action::Read)?;
+        let queues = self
+            .service
+            .queues()
+            .into_iter()
+            .filter(|q| self.may_read(caller.as_ref(), &q.name))
+            .map(queue)
+            .collect();
         Ok(Response::new(proto::ListQueuesResponse { queues }))
     }
 
@@ -80,6 +142,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::ProduceRequest>,
     ) -> Result<Response<proto::ProduceResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Produce)?;
         let request = request.into_inner();
         let messages: Vec<NewMessage> = request.messages.into_iter().map(new_message).collect();
         edge::check_produce(&messages).map_err(status)?;
@@ -96,6 +159,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::ReceiveRequest>,
     ) -> Result<Response<proto::ReceiveResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Receive)?;
         let request = request.into_inner();
         let receive = edge::receive_request(edge::ReceiveParams {
             max_messages: request.max_messages,
@@ -117,6 +181,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::AckRequest>,
     ) -> Result<Response<proto::AckResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Receive)?;
         let request = request.into_inner();
         edge::check_receipts(&request.receipts).map_err(status)?;
         let outcomes = self
@@ -147,6 +212,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::NackRequest>,
     ) -> Result<Response<proto::NackResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Receive)?;
         let request = request.into_inner();
         let nack = edge::nack_request(
             request.receipt,
@@ -168,6 +234,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::ExtendRequest>,
     ) -> Result<Response<proto::ExtendResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Receive)?;
         let request = request.into_inner();
         let lease = edge::lease_duration("lease_seconds", request.lease_seconds).map_err(status)?;
         let result = self
@@ -185,6 +252,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::StatsRequest>,
     ) -> Result<Response<proto::StatsResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Read)?;
         let request = request.into_inner();
         let stats = self.service.stats(&request.queue).await.map_err(status)?;
         Ok(Response::new(stats_response(stats)))
@@ -194,6 +262,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::PauseRequest>,
     ) -> Result<Response<proto::PauseResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Admin)?;
         let request = request.into_inner();
         self.service
             .set_paused(&request.queue, true)
@@ -206,6 +275,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::ResumeRequest>,
     ) -> Result<Response<proto::ResumeResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Admin)?;
         let request = request.into_inner();
         self.service
             .set_paused(&request.queue, false)
@@ -218,6 +288,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::ParkedRequest>,
     ) -> Result<Response<proto::ParkedResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Read)?;
         let request = request.into_inner();
         let parked = self.service.parked(&request.queue).await.map_err(status)?;
         Ok(Response::new(proto::ParkedResponse {
@@ -229,6 +300,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::SkipRequest>,
     ) -> Result<Response<proto::SkipResponse>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Admin)?;
         let request = request.into_inner();
         let skip = edge::skip_request(request.partition, request.key, request.message_id)
             .map_err(status)?;
@@ -253,12 +325,14 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::TraceRequest>,
     ) -> Result<Response<proto::TraceResponse>, Status> {
+        let caller = self.allow(&request, request.get_ref().queue.as_deref(), Action::Read)?;
         let request = request.into_inner();
-        let traces = self
+        let mut traces = self
             .service
             .trace(&request.message_id, request.queue.as_deref())
             .await
             .map_err(status)?;
+        traces.retain(|t| self.may_read(caller.as_ref(), &t.queue));
         if traces.is_empty() {
             return Err(Status::not_found(edge::unknown_message(
                 &request.message_id,
@@ -275,6 +349,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::RedriveStartRequest>,
     ) -> Result<Response<proto::RedriveJob>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Admin)?;
         let request = request.into_inner();
         let start = RedriveRequest {
             rate_per_sec: request.rate_per_sec,
@@ -299,6 +374,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::RedriveStatusRequest>,
     ) -> Result<Response<proto::RedriveJob>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Read)?;
         let request = request.into_inner();
         let job = self
             .service
@@ -312,6 +388,7 @@ impl<S: QueueService> Dispatcher for GrpcApi<S> {
         &self,
         request: Request<proto::RedriveControlRequest>,
     ) -> Result<Response<proto::RedriveJob>, Status> {
+        self.allow(&request, Some(&request.get_ref().queue), Action::Admin)?;
         let request = request.into_inner();
         let action = match proto::RedriveAction::try_from(request.action) {
             Ok(proto::RedriveAction::Pause) => RedriveAction::Pause,

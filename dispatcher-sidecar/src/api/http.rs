@@ -26,6 +26,7 @@ use super::json::{
 };
 use super::json::{ParkedResponse, SkipBody};
 use crate::redrive::{RedriveAction, RedriveError, RedriveRequest};
+use crate::security::auth::{Access, Action, Denied, Principal, WWW_AUTHENTICATE};
 use crate::service::{QueueService, ServiceError, SkipOutcome};
 
 /// The largest request body accepted (413 above it): a full 1 MiB produce
@@ -111,6 +112,8 @@ pub const HTTP_ROUTES: &[HttpRoute] = &[
 struct ApiState<S> {
     service: Arc<S>,
     metrics: Option<PrometheusHandle>,
+    /// `[auth]`: who may call which route (everyone when `None`).
+    access: Option<Arc<Access>>,
 }
 
 type AppState<S> = State<Arc<ApiState<S>>>;
@@ -118,15 +121,145 @@ type AppState<S> = State<Arc<ApiState<S>>>;
 /// The HTTP API over `service`; `metrics` is rendered at `GET /metrics`
 /// (404 when `None`).
 pub fn http_router<S: QueueService>(service: Arc<S>, metrics: Option<PrometheusHandle>) -> Router {
+    http_router_with_access(service, metrics, None)
+}
+
+/// [`http_router`] whose routes (but `/healthz`) require a caller
+/// `access` authenticates and, on a queue, authorizes for the route's
+/// [`Action`] ([`route_action`]): 401 with `WWW-Authenticate` without a
+/// valid credential, 403 when the caller may not.
+pub fn http_router_with_access<S: QueueService>(
+    service: Arc<S>,
+    metrics: Option<PrometheusHandle>,
+    access: Option<Arc<Access>>,
+) -> Router {
     let mut router = Router::new();
     for route in HTTP_ROUTES {
         router = router.route(route.path, method_router::<S>(route));
+    }
+    if let Some(access) = &access {
+        // After routing, so the route (and its queue) is known.
+        router = router.route_layer(axum::middleware::from_fn_with_state(
+            access.clone(),
+            authorize,
+        ));
     }
     router
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(HTTP_BODY_LIMIT_BYTES))
-        .with_state(Arc::new(ApiState { service, metrics }))
+        .with_state(Arc::new(ApiState {
+            service,
+            metrics,
+            access,
+        }))
+}
+
+/// What a route requires of its caller.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Requirement {
+    /// Nothing (`/healthz`).
+    Open,
+    /// Any authenticated caller (what it sees may be filtered).
+    Authenticated,
+    /// The action on the route's queue (`{q}`).
+    OnQueue(Action),
+    /// Read on the queue of `?queue=` when given; otherwise authenticated,
+    /// and only the queues the caller may read are shown.
+    Trace,
+}
+
+/// The one mapping of HTTP endpoints to what they require.
+pub fn route_action(route: &HttpRoute) -> Requirement {
+    match route.endpoint {
+        Endpoint::Health => Requirement::Open,
+        Endpoint::Metrics | Endpoint::ListQueues => Requirement::Authenticated,
+        Endpoint::Stats | Endpoint::Parked | Endpoint::RedriveStatus => {
+            Requirement::OnQueue(Action::Read)
+        }
+        Endpoint::Produce => Requirement::OnQueue(Action::Produce),
+        Endpoint::Receive | Endpoint::Ack | Endpoint::Nack | Endpoint::Extend => {
+            Requirement::OnQueue(Action::Receive)
+        }
+        Endpoint::Pause
+        | Endpoint::Resume
+        | Endpoint::Skip
+        | Endpoint::RedriveStart
+        | Endpoint::RedriveControl(_) => Requirement::OnQueue(Action::Admin),
+        Endpoint::Trace => Requirement::Trace,
+    }
+}
+
+async fn authorize(
+    State(access): State<Arc<Access>>,
+    request: Request,
+    next: axum::middleware::Next,
+) -> Response {
+    let matched = request
+        .extensions()
+        .get::<axum::extract::MatchedPath>()
+        .map(|m| m.as_str().to_owned());
+    let route = HTTP_ROUTES
+        .iter()
+        .find(|r| Some(r.path) == matched.as_deref() && r.method == request.method().as_str());
+    let Some(route) = route else {
+        return next.run(request).await;
+    };
+    let (mut parts, body) = request.into_parts();
+    let (queue, action) = match route_action(route) {
+        Requirement::Open => return next.run(Request::from_parts(parts, body)).await,
+        Requirement::Authenticated => (None, Action::Read),
+        Requirement::OnQueue(action) => {
+            match QueueName::from_request_parts(&mut parts, &()).await {
+                Ok(QueueName(q)) => (Some(q), action),
+                Err(e) => return e.into_response(),
+            }
+        }
+        Requirement::Trace => (query_param(&parts.uri, "queue"), Action::Read),
+    };
+    let authorization = parts
+        .headers
+        .get(header::AUTHORIZATION)
+        .map(|v| v.as_bytes());
+    match access.check(authorization, queue.as_deref(), action) {
+        Ok(principal) => {
+            parts.extensions.insert(principal);
+            next.run(Request::from_parts(parts, body)).await
+        }
+        Err(denied) => denied_response(&denied),
+    }
+}
+
+/// 401 (with `WWW-Authenticate`) or 403, as a JSON error.
+fn denied_response(denied: &Denied) -> Response {
+    metrics::counter!("dispatcher_auth_denied_total", "reason" => match denied {
+        Denied::Unauthenticated(_) => "unauthenticated",
+        Denied::Forbidden(_) => "forbidden",
+    })
+    .increment(1);
+    match denied {
+        Denied::Unauthenticated(m) => {
+            let mut r = ApiError::new(StatusCode::UNAUTHORIZED, "unauthenticated", m.clone())
+                .into_response();
+            r.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static(WWW_AUTHENTICATE),
+            );
+            r
+        }
+        Denied::Forbidden(m) => {
+            ApiError::new(StatusCode::FORBIDDEN, "permission_denied", m.clone()).into_response()
+        }
+    }
+}
+
+/// Whether the caller of this request may read `queue` (always, without `[auth]`).
+fn may_read<S>(state: &ApiState<S>, caller: Option<&Principal>, queue: &str) -> bool {
+    match (&state.access, caller) {
+        (None, _) => true,
+        (Some(access), Some(p)) => access.allows(p, queue, Action::Read),
+        (Some(_), None) => false,
+    }
 }
 
 fn method_router<S: QueueService>(route: &HttpRoute) -> MethodRouter<Arc<ApiState<S>>> {
@@ -176,8 +309,17 @@ async fn metrics<S: QueueService>(State(state): AppState<S>) -> Result<Response,
         .into_response())
 }
 
-async fn list_queues<S: QueueService>(State(state): AppState<S>) -> Response {
-    let queues = state.service.queues().into_iter().map(QueueOut::from);
+async fn list_queues<S: QueueService>(
+    State(state): AppState<S>,
+    caller: Option<axum::Extension<Principal>>,
+) -> Response {
+    let caller = caller.map(|axum::Extension(p)| p);
+    let queues = state
+        .service
+        .queues()
+        .into_iter()
+        .filter(|q| may_read(&state, caller.as_ref(), &q.name))
+        .map(QueueOut::from);
     json(
         StatusCode::OK,
         &QueuesResponse {
@@ -361,10 +503,13 @@ async fn resume<S: QueueService>(
 async fn trace_message<S: QueueService>(
     State(state): AppState<S>,
     MessageIdParam(message_id): MessageIdParam,
+    caller: Option<axum::Extension<Principal>>,
     uri: axum::http::Uri,
 ) -> Result<Response, ApiError> {
     let queue = query_param(&uri, "queue");
-    let traces = state.service.trace(&message_id, queue.as_deref()).await?;
+    let caller = caller.map(|axum::Extension(p)| p);
+    let mut traces = state.service.trace(&message_id, queue.as_deref()).await?;
+    traces.retain(|t| may_read(&state, caller.as_ref(), &t.queue));
     if traces.is_empty() {
         return Err(ApiError::new(
             StatusCode::NOT_FOUND,

@@ -34,11 +34,17 @@ use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use crate::security::tls::{tls_incoming, TlsListener};
+use crate::security::ListenerTls;
 use crate::service::QueueService;
+use std::future::IntoFuture as _;
 
 pub use edge::{DEFAULT_RECEIVE_MESSAGES, MAX_ACK_RECEIPTS, MAX_NACK_ERROR_BYTES};
-pub use grpc::{grpc_service, GrpcApi};
-pub use http::{http_router, HttpRoute, HTTP_BODY_LIMIT_BYTES, HTTP_ROUTES};
+pub use grpc::{grpc_service, grpc_service_with_access, GrpcApi};
+pub use http::{
+    http_router, http_router_with_access, route_action, HttpRoute, Requirement,
+    HTTP_BODY_LIMIT_BYTES, HTTP_ROUTES,
+};
 
 /// At most this many gRPC calls in progress on one connection (an HTTP/2
 /// setting the client honours): each may be a receive holding a long poll.
@@ -98,6 +104,7 @@ pub async fn serve_bound<S: QueueService>(
         http,
         grpc,
         None,
+        None,
         shutdown,
     )
     .await
@@ -106,15 +113,20 @@ pub async fn serve_bound<S: QueueService>(
 /// Like [`serve_bound`], with the HTTP router and the gRPC service already
 /// built, and optionally a third HTTP router on a listener of its own (the
 /// dispatcher's `/internal` routes, which other instances forward to, on
-/// `internal_listen`: never on the public listener).
+/// `internal_listen`: never on the public listener). With `tls`, the
+/// listeners serve TLS only (the internal one when `tls.internal` is set).
 pub async fn serve_bound_parts<S: QueueService>(
     router: axum::Router,
     grpc_api: grpc::proto::dispatcher_server::DispatcherServer<GrpcApi<S>>,
     http: SocketAddr,
     grpc: SocketAddr,
     internal: Option<(TcpListener, axum::Router)>,
+    tls: Option<ListenerTls>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<Servers> {
+    // The process's clients (reqwest's, built without a provider of its
+    // own) and the listeners use ring.
+    crate::security::tls::install_ring_provider();
     let http_listener = TcpListener::bind(http)
         .await
         .with_context(|| format!("binding the HTTP API on {http}"))?;
@@ -125,34 +137,39 @@ pub async fn serve_bound_parts<S: QueueService>(
     let grpc = grpc_listener.local_addr()?;
     let stopping = shutdown_signal(shutdown);
 
-    // No Nagle delay on small answers (a receive or an ack is one small
-    // write each way).
-    let http_listener = http_listener.tap_io(|tcp| {
-        if let Err(e) = tcp.set_nodelay(true) {
-            tracing::debug!("TCP_NODELAY on an HTTP connection: {e}");
-        }
-    });
     let internal_addr = match &internal {
         Some((listener, _)) => Some(listener.local_addr()?),
         None => None,
     };
-    let internal_server = internal.map(|(listener, router)| {
-        let listener = listener.tap_io(|tcp| {
-            if let Err(e) = tcp.set_nodelay(true) {
-                tracing::debug!("TCP_NODELAY on an internal connection: {e}");
-            }
-        });
-        axum::serve(listener, router).with_graceful_shutdown(stopped(stopping.clone()))
-    });
-    let http_server =
-        axum::serve(http_listener, router).with_graceful_shutdown(stopped(stopping.clone()));
-    let grpc_server = tonic::transport::Server::builder()
+    let http_server = serve_http(
+        http_listener,
+        router,
+        tls.as_ref().map(|t| t.http.clone()),
+        stopping.clone(),
+    )?;
+    let internal_server = match internal {
+        Some((listener, router)) => Some(serve_http(
+            listener,
+            router,
+            tls.as_ref().and_then(|t| t.internal.clone()),
+            stopping.clone(),
+        )?),
+        None => None,
+    };
+    let grpc_builder = tonic::transport::Server::builder()
         .max_concurrent_streams(GRPC_MAX_STREAMS_PER_CONNECTION)
-        .add_service(grpc_api)
-        .serve_with_incoming_shutdown(
-            tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
-            stopped(stopping),
-        );
+        .add_service(grpc_api);
+    let grpc_server: BoxedServer =
+        match tls.as_ref().map(|t| t.grpc.clone()) {
+            None => Box::pin(grpc_builder.serve_with_incoming_shutdown(
+                tonic::transport::server::TcpIncoming::from(grpc_listener).with_nodelay(Some(true)),
+                stopped(stopping),
+            )),
+            Some(config) => Box::pin(grpc_builder.serve_with_incoming_shutdown(
+                tls_incoming(grpc_listener, config),
+                stopped(stopping),
+            )),
+        };
     let running = tokio::spawn(async move {
         tokio::try_join!(
             async { http_server.await.context("the HTTP API server failed") },
@@ -172,6 +189,40 @@ pub async fn serve_bound_parts<S: QueueService>(
         grpc,
         internal: internal_addr,
         running,
+    })
+}
+
+type BoxedServer =
+    std::pin::Pin<Box<dyn Future<Output = Result<(), tonic::transport::Error>> + Send + 'static>>;
+type BoxedHttp = std::pin::Pin<Box<dyn Future<Output = std::io::Result<()>> + Send + 'static>>;
+
+/// Serves `router` on `listener`, over TLS with `tls`, until `stopping` fires.
+fn serve_http(
+    listener: TcpListener,
+    router: axum::Router,
+    tls: Option<Arc<rustls::ServerConfig>>,
+    stopping: watch::Receiver<()>,
+) -> anyhow::Result<BoxedHttp> {
+    Ok(match tls {
+        None => {
+            // No Nagle delay on small answers (a receive or an ack is one
+            // small write each way).
+            let listener = listener.tap_io(|tcp| {
+                if let Err(e) = tcp.set_nodelay(true) {
+                    tracing::debug!("TCP_NODELAY on an HTTP connection: {e}");
+                }
+            });
+            Box::pin(
+                axum::serve(listener, router)
+                    .with_graceful_shutdown(stopped(stopping))
+                    .into_future(),
+            )
+        }
+        Some(config) => Box::pin(
+            axum::serve(TlsListener::new(listener, config)?, router)
+                .with_graceful_shutdown(stopped(stopping))
+                .into_future(),
+        ),
     })
 }
 

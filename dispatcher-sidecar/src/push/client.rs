@@ -22,27 +22,50 @@ pub(super) enum Client {
     Http {
         client: reqwest::Client,
         url: reqwest::Url,
+        /// `[queue.push.auth]`: the headers that sign each request.
+        signer: Option<Box<super::sign::Signer>>,
     },
     Grpc(proto::push_endpoint_client::PushEndpointClient<tonic::transport::Channel>),
 }
 
 impl Client {
+    #[cfg(test)]
     pub(super) fn new(
         endpoint: &PushEndpoint,
         concurrency: u32,
         timeout: Duration,
     ) -> anyhow::Result<Client> {
+        Client::with_security(endpoint, concurrency, timeout, None, None)
+    }
+
+    /// An `https://` endpoint is verified against `ca_file`'s CAs when
+    /// given, else the system's; `signer` signs each HTTP request.
+    pub(super) fn with_security(
+        endpoint: &PushEndpoint,
+        concurrency: u32,
+        timeout: Duration,
+        ca_file: Option<&std::path::Path>,
+        signer: Option<super::sign::Signer>,
+    ) -> anyhow::Result<Client> {
         Ok(match endpoint {
-            PushEndpoint::Http(url) => Client::Http {
-                client: reqwest::Client::builder()
+            PushEndpoint::Http(url) => {
+                crate::security::tls::install_ring_provider();
+                let mut builder = reqwest::Client::builder()
                     // A redirected POST would become a GET without the body.
                     .redirect(reqwest::redirect::Policy::none())
                     .connect_timeout(timeout)
                     .pool_max_idle_per_host(concurrency as usize)
-                    .tcp_nodelay(true)
-                    .build()?,
-                url: reqwest::Url::parse(url)?,
-            },
+                    .tcp_nodelay(true);
+                if let Some(ca) = ca_file.filter(|_| url.starts_with("https:")) {
+                    builder = builder
+                        .tls_backend_preconfigured(crate::security::tls::client_config(ca, None)?);
+                }
+                Client::Http {
+                    client: builder.build()?,
+                    url: reqwest::Url::parse(url)?,
+                    signer: signer.map(Box::new),
+                }
+            }
             PushEndpoint::Grpc(address) => {
                 // Lazy: the endpoint may be down at start; each call
                 // (re)connects as needed and a failure is that call's.
@@ -62,7 +85,11 @@ impl Client {
     pub(super) async fn deliver(&self, queue: &str, d: &Delivery, timeout: Duration) -> Outcome {
         let call = async {
             match self {
-                Client::Http { client, url } => deliver_http(client, url, queue, d, timeout).await,
+                Client::Http {
+                    client,
+                    url,
+                    signer,
+                } => deliver_http(client, url, signer.as_deref(), queue, d, timeout).await,
                 Client::Grpc(client) => deliver_grpc(client.clone(), queue, d, timeout).await,
             }
         };
@@ -75,13 +102,23 @@ impl Client {
 async fn deliver_http(
     client: &reqwest::Client,
     url: &reqwest::Url,
+    signer: Option<&super::sign::Signer>,
     queue: &str,
     d: &Delivery,
     timeout: Duration,
 ) -> Outcome {
+    let mut headers = http_headers(queue, d);
+    if let Some(signer) = signer {
+        let now_s = SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        for (name, value) in signer.headers(&d.payload, now_s) {
+            headers.insert(name, value);
+        }
+    }
     let sent = client
         .post(url.clone())
-        .headers(http_headers(queue, d))
+        .headers(headers)
         .body(d.payload.clone())
         .timeout(timeout)
         .send()

@@ -24,6 +24,7 @@
 mod breaker;
 mod client;
 mod outcome;
+pub mod sign;
 
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -74,7 +75,14 @@ impl Pusher {
         let mut loops = Vec::new();
         for queue in queues {
             let Some(push) = &queue.push else { continue };
-            let client = Client::new(&push.endpoint, push.concurrency, push.timeout)?;
+            let signer = sign::Signer::new(&push.auth, &queue.name)?;
+            let client = Client::with_security(
+                &push.endpoint,
+                push.concurrency,
+                push.timeout,
+                push.ca_file.as_deref(),
+                signer,
+            )?;
             let endpoint = push.endpoint.redacted();
             tracing::info!(queue = %queue.name, %endpoint, "pushing");
             let lane = Arc::new(Lane {

@@ -78,16 +78,18 @@ pub async fn run(args: &TraceArgs) -> anyhow::Result<String> {
     if let Some(q) = &args.queue {
         url.query_pairs_mut().append_pair("queue", q);
     }
+    crate::security::tls::install_ring_provider();
     let client = reqwest::Client::builder()
         .timeout(TIMEOUT)
         .no_proxy()
         .build()
         .context("creating the HTTP client")?;
-    let response = client
-        .get(url.clone())
-        .send()
-        .await
-        .with_context(|| format!("GET {url}"))?;
+    let mut request = client.get(url.clone());
+    // A dispatcher with [auth] wants a bearer token (docs/dispatcher/security.md).
+    if let Ok(token) = std::env::var("DISPATCHER_TOKEN") {
+        request = request.bearer_auth(token);
+    }
+    let response = request.send().await.with_context(|| format!("GET {url}"))?;
     let status = response.status();
     let body = response.text().await.context("reading the answer")?;
     if !status.is_success() {

@@ -88,6 +88,9 @@ impl Broker {
     /// [`Broker::start`] with more `--override key=value`s (ignored for a
     /// broker named by `DISPATCHER_TEST_BOOTSTRAP`).
     pub fn start_with(port: u16, overrides: &[(&str, &str)]) -> Broker {
+        // The tests' own reqwest clients need a rustls provider: the
+        // dispatcher's reqwest is built without one (ring is installed).
+        dispatcher_sidecar::security::tls::install_ring_provider();
         if let Ok(external) = std::env::var("DISPATCHER_TEST_BOOTSTRAP") {
             return Broker {
                 child: None,
