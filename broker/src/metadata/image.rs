@@ -29,6 +29,10 @@ pub struct MetadataImage {
     /// server needs to check a proof.
     #[serde(default)]
     pub scram_credentials: BTreeMap<String, BTreeMap<i8, StoredScramCredential>>,
+    /// ACL bindings (Kafka's `AccessControlEntryRecord`s), indexed for the
+    /// authorizer.
+    #[serde(default)]
+    pub acls: crate::authz::AclSet,
 }
 
 /// One user's SCRAM credential for one mechanism (RFC 5802's StoredKey and
@@ -186,6 +190,12 @@ pub enum MetadataCommand {
     AlterScramCredentials {
         delete: Vec<(String, i8)>,
         upsert: Vec<(String, i8, StoredScramCredential)>,
+    },
+    /// Removes then adds ACL bindings (CreateAcls and DeleteAcls, whose
+    /// handlers validated them and resolved DeleteAcls' filters).
+    AlterAcls {
+        create: Vec<crate::authz::AclBinding>,
+        delete: Vec<crate::authz::AclBinding>,
     },
 }
 
@@ -461,6 +471,10 @@ impl MetadataImage {
                         .or_default()
                         .insert(*mechanism, credential.clone());
                 }
+                Ok(MetadataOutcome::Done)
+            }
+            MetadataCommand::AlterAcls { create, delete } => {
+                self.acls = self.acls.changed(create, delete);
                 Ok(MetadataOutcome::Done)
             }
         }
