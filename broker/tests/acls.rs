@@ -572,6 +572,16 @@ async fn matrix_denied_with_kafkas_code_then_allowed() {
     let r: OffsetFetchResponse = bob.call(ApiKey::OffsetFetch, 7, &fetch_offsets).await;
     assert_eq!(r.error_code, 0);
     assert_eq!(r.topics[0].partitions[0].committed_offset, 1);
+    // A named topic bob may not describe: TOPIC_AUTHORIZATION_FAILED.
+    let named = OffsetFetchRequest::default()
+        .with_group_id(GroupId(s("g")))
+        .with_topics(Some(vec![
+            offset_fetch_request::OffsetFetchRequestTopic::default()
+                .with_name(TopicName(s("other")))
+                .with_partition_indexes(vec![0]),
+        ]));
+    let r: OffsetFetchResponse = bob.call(ApiKey::OffsetFetch, 7, &named).await;
+    assert_eq!(r.topics[0].partitions[0].error_code, DENIED_TOPIC);
     // Read does not allow Delete.
     let r: DeleteGroupsResponse = bob.call(ApiKey::DeleteGroups, 2, &delete_groups).await;
     assert_eq!(r.results[0].error_code, DENIED_GROUP);

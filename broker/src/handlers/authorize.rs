@@ -470,18 +470,44 @@ pub fn write_txn_markers(
     )
 }
 
-/// OffsetFetch: group Describe (per group from v8), Describe per topic;
-/// fetching all of a group's offsets leaves out the topics the principal
-/// may not describe.
-pub fn offset_fetch_filter(authz: &Authz<'_>, resp: &mut OffsetFetchResponse) {
+/// OffsetFetch's topic check (the group's is the caller's): fetching all
+/// of a group's offsets leaves out the topics the principal may not
+/// describe; a named one is answered TOPIC_AUTHORIZATION_FAILED per
+/// partition. `named(group)`: whether that group's request named topics
+/// (before v8 there is one group, asked for as "").
+pub fn offset_fetch_filter(
+    authz: &Authz<'_>,
+    resp: &mut OffsetFetchResponse,
+    named: impl Fn(&str) -> bool,
+) {
     if !authz.enabled() {
         return;
     }
-    resp.topics
-        .retain(|t| authz.may(Operation::Describe, ResourceType::Topic, t.name.0.as_str()));
+    let may =
+        |name: &TopicName| authz.may(Operation::Describe, ResourceType::Topic, name.0.as_str());
+    if named("") {
+        for t in resp.topics.iter_mut().filter(|t| !may(&t.name)) {
+            for p in &mut t.partitions {
+                p.error_code = TOPIC_DENIED;
+                p.committed_offset = -1;
+                p.metadata = None;
+            }
+        }
+    } else {
+        resp.topics.retain(|t| may(&t.name));
+    }
     for g in &mut resp.groups {
-        g.topics
-            .retain(|t| authz.may(Operation::Describe, ResourceType::Topic, t.name.0.as_str()));
+        if named(g.group_id.0.as_str()) {
+            for t in g.topics.iter_mut().filter(|t| !may(&t.name)) {
+                for p in &mut t.partitions {
+                    p.error_code = TOPIC_DENIED;
+                    p.committed_offset = -1;
+                    p.metadata = None;
+                }
+            }
+        } else {
+            g.topics.retain(|t| may(&t.name));
+        }
     }
 }
 

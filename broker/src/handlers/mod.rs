@@ -659,20 +659,27 @@ async fn offset_fetch(
         if !group_ok(authz, Operation::Describe, r.group_id.0.as_str()) {
             return OffsetFetchResponse::default().with_error_code(GROUP_DENIED);
         }
+        let named = r.topics.is_some();
         let mut resp = offset_fetch::handle(broker, version, r).await;
-        authorize::offset_fetch_filter(authz, &mut resp);
+        authorize::offset_fetch_filter(authz, &mut resp, |_| named);
         return resp;
     }
     let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.groups)
         .into_iter()
         .partition(|g| group_ok(authz, Operation::Describe, g.group_id.0.as_str()));
     r.groups = ok;
+    let named: std::collections::HashSet<String> = r
+        .groups
+        .iter()
+        .filter(|g| g.topics.is_some())
+        .map(|g| g.group_id.0.to_string())
+        .collect();
     let mut resp = if r.groups.is_empty() {
         OffsetFetchResponse::default()
     } else {
         offset_fetch::handle(broker, version, r).await
     };
-    authorize::offset_fetch_filter(authz, &mut resp);
+    authorize::offset_fetch_filter(authz, &mut resp, |g| named.contains(g));
     resp.groups.extend(denied.into_iter().map(|g| {
         OffsetFetchResponseGroup::default()
             .with_group_id(g.group_id)
