@@ -9,7 +9,7 @@ usage() {
   echo "tools: kafka-topics kafka-console-producer kafka-console-consumer kafka-configs" >&2
   echo "       kafka-get-offsets kafka-consumer-groups kafka-delete-records" >&2
   echo "       kafka-producer-perf-test kafka-consumer-perf-test kafka-e2e-latency kafka-storage" >&2
-  echo "       kafka-broker-api-versions kafka-metadata-quorum kafka-transactions" >&2
+  echo "       kafka-broker-api-versions kafka-metadata-quorum kafka-transactions kafka-acls" >&2
   exit 2
 }
 [[ $# -ge 1 ]] || usage
@@ -30,6 +30,7 @@ case "$tool" in
   kafka-broker-api-versions) main=org.apache.kafka.tools.BrokerApiVersionsCommand ;;
   kafka-metadata-quorum) main=org.apache.kafka.tools.MetadataQuorumCommand ;;
   kafka-transactions) main=org.apache.kafka.tools.TransactionsCommand ;;
+  kafka-acls) main=org.apache.kafka.tools.AclCommand ;;
   *) usage ;;
 esac
 compgen -G "$KAFKA_LIBS/*.jar" >/dev/null || die "no Kafka jars in $KAFKA_LIBS; run install.sh kafka"

@@ -1,5 +1,6 @@
 //! The broker: a Kafka-wire-compatible server. See ARCHITECTURE.md for the map.
 
+pub mod authz;
 pub mod broker;
 pub mod config;
 pub mod coordinator;

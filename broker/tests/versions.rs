@@ -424,6 +424,9 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             version,
         ),
         ApiKey::ListTransactions => enc(ListTransactionsRequest::default(), version),
+        ApiKey::DescribeAcls => enc(DescribeAclsRequest::default(), version),
+        ApiKey::CreateAcls => enc(CreateAclsRequest::default(), version),
+        ApiKey::DeleteAcls => enc(DeleteAclsRequest::default(), version),
         ApiKey::SaslHandshake => enc(
             SaslHandshakeRequest::default().with_mechanism(s("PLAIN")),
             version,

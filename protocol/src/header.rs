@@ -370,9 +370,13 @@ mod tests {
     #[test]
     fn known_api_we_do_not_serve_is_not_enabled() {
         assert_eq!(
-            decode_request(Bytes::from(prefix(ApiKey::DescribeAcls as i16, 3, 42))),
+            decode_request(Bytes::from(prefix(
+                ApiKey::DescribeDelegationToken as i16,
+                3,
+                42
+            ))),
             Err(RequestError::ApiNotEnabled {
-                api_key: ApiKey::DescribeAcls,
+                api_key: ApiKey::DescribeDelegationToken,
                 api_version: 3,
                 correlation_id: 42
             })

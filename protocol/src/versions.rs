@@ -103,6 +103,10 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::EndTxn, 0, 5),
     ApiRange::new(ApiKey::DescribeTransactions, 0, 0),
     ApiRange::new(ApiKey::ListTransactions, 0, 2),
+    // ACLs (kafka-acls.sh); Kafka 4 removed v0 of all three.
+    ApiRange::new(ApiKey::DescribeAcls, 1, 3),
+    ApiRange::new(ApiKey::CreateAcls, 1, 3),
+    ApiRange::new(ApiKey::DeleteAcls, 1, 3),
     // Client quotas: described (none can be set yet; kafka-configs.sh
     // --describe --entity-type users asks before SCRAM credentials).
     ApiRange::new(ApiKey::DescribeClientQuotas, 0, 1),

@@ -69,6 +69,13 @@ pub struct ServerConfig {
     pub num_partitions: i32,
     pub default_replication_factor: i16,
     pub auto_create_topics_enable: bool,
+    /// `authorizer.class.name` set to Kafka's `StandardAuthorizer`: ACLs
+    /// from the metadata quorum decide every request. Off (empty) by default.
+    pub authorizer_enabled: bool,
+    /// `super.users`: principals (`User:admin`) every check allows.
+    pub super_users: Vec<String>,
+    /// `allow.everyone.if.no.acl.found`: a resource no ACL names is open.
+    pub allow_everyone_if_no_acl_found: bool,
     pub log_retention_ms: i64,
     pub log_retention_bytes: i64,
     pub log_segment_bytes: u64,
@@ -232,6 +239,9 @@ impl Default for ServerConfig {
             num_partitions: 1,
             default_replication_factor: 1,
             auto_create_topics_enable: true,
+            authorizer_enabled: false,
+            super_users: Vec::new(),
+            allow_everyone_if_no_acl_found: false,
             log_retention_ms: 7 * 24 * 3_600_000,
             log_retention_bytes: -1,
             log_segment_bytes: 1 << 30,
@@ -488,6 +498,30 @@ impl ServerConfig {
             "num.partitions" => self.num_partitions = parse_num(key, v)?,
             "default.replication.factor" => self.default_replication_factor = parse_num(key, v)?,
             "auto.create.topics.enable" => self.auto_create_topics_enable = parse_bool(key, v)?,
+            "authorizer.class.name" => {
+                self.authorizer_enabled = match v.trim() {
+                    "" => false,
+                    crate::authz::STANDARD_AUTHORIZER => true,
+                    _ => {
+                        return Err(invalid(
+                            key,
+                            v,
+                            "only org.apache.kafka.metadata.authorizer.StandardAuthorizer is supported (empty: no authorization)",
+                        ))
+                    }
+                }
+            }
+            "super.users" => {
+                self.super_users = v
+                    .split(';')
+                    .map(str::trim)
+                    .filter(|p| !p.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            "allow.everyone.if.no.acl.found" => {
+                self.allow_everyone_if_no_acl_found = parse_bool(key, v)?
+            }
             "log.retention.ms" => self.log_retention_ms = parse_num(key, v)?,
             "log.retention.minutes" => {
                 self.log_retention_ms = parse_num::<i64>(key, v)?.saturating_mul(60_000)

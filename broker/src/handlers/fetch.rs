@@ -110,7 +110,13 @@ pub async fn handle(
         };
     }
     let replica_id = replica_id(version, &req);
-    if replica_id >= 0 && !from_registered_broker(broker, ctx, replica_id).await {
+    let authz = crate::authz::Authz::new(&broker.config, || broker.metadata.image(), ctx);
+    // A follower's fetch needs ClusterAction (with an authorizer) and, until
+    // brokers authenticate, an address of the broker it names.
+    if replica_id >= 0
+        && (!authz.allows_cluster(crate::authz::Operation::ClusterAction)
+            || !from_registered_broker(broker, ctx, replica_id).await)
+    {
         metrics::counter!("kafka_broker_replica_fetches_refused_total").increment(1);
         tracing::warn!(replica_id, client = %ctx.client_host, "replica fetch from an address that is not the broker's; refused");
         return account(broker, refused(version, &req));
@@ -129,12 +135,13 @@ pub async fn handle(
         let notified = broker.replicas.appended.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        let (reply, bytes, had_error) = read_once(broker, &ctx.listener, version, &req, max_bytes);
+        let (reply, bytes, had_error) =
+            read_once(broker, &authz, &ctx.listener, version, &req, max_bytes);
         if bytes >= min_bytes || had_error || tokio::time::Instant::now() >= deadline {
             return account(broker, reply);
         }
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
-            let (reply, _, _) = read_once(broker, &ctx.listener, version, &req, max_bytes);
+            let (reply, _, _) = read_once(broker, &authz, &ctx.listener, version, &req, max_bytes);
             return account(broker, reply);
         }
     }
@@ -243,6 +250,7 @@ fn refused(version: i16, req: &FetchRequest) -> FetchReply {
 /// holds, and whether a partition had an error.
 fn read_once(
     broker: &Broker,
+    authz: &crate::authz::Authz<'_>,
     listener: &str,
     version: i16,
     req: &FetchRequest,
@@ -284,6 +292,21 @@ fn read_once(
                 records.push(Some(FetchedRecords::empty()));
                 continue;
             };
+            // A consumer needs Read on the topic (a follower was checked
+            // for ClusterAction above).
+            if !from_follower
+                && !authz.allows(
+                    crate::authz::Operation::Read,
+                    crate::authz::ResourceType::Topic,
+                    name,
+                )
+            {
+                pd.error_code = ResponseError::TopicAuthorizationFailed.code();
+                had_error = true;
+                t.partitions.push(pd);
+                records.push(Some(FetchedRecords::empty()));
+                continue;
+            }
             let tp = TopicPartition::new(name.as_str(), fp.partition);
             let Some(part) = broker.replicas.get(&tp) else {
                 pd.error_code = ResponseError::UnknownTopicOrPartition.code();

@@ -17,6 +17,7 @@ use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use super::{str_bytes, AUTHORIZED_OPERATIONS_OMITTED};
+use crate::authz::{Authz, Operation, ResourceType, CLUSTER_OPERATIONS, TOPIC_OPERATIONS};
 use crate::broker::{Broker, NewTopic};
 use crate::metadata::{MetadataImage, TopicImage, NO_LEADER};
 
@@ -85,9 +86,38 @@ fn error_topic(name: Option<String>, id: Uuid, code: ResponseError) -> MetadataR
 
 pub async fn handle(
     broker: &Broker,
+    authz: &Authz<'_>,
     listener: &str,
     version: i16,
     req: MetadataRequest,
+) -> MetadataResponse {
+    let mut resp = respond(broker, authz, listener, version, &req).await;
+    // Authorized operations, when asked for (Kafka fills them for the
+    // topics it describes and, before v11, for the cluster).
+    if req.include_cluster_authorized_operations && version <= 10 {
+        resp.cluster_authorized_operations = authz.operations(
+            ResourceType::Cluster,
+            crate::authz::CLUSTER_NAME,
+            CLUSTER_OPERATIONS,
+        );
+    }
+    if req.include_topic_authorized_operations {
+        for t in resp.topics.iter_mut().filter(|t| t.error_code == 0) {
+            if let Some(name) = &t.name {
+                t.topic_authorized_operations =
+                    authz.operations(ResourceType::Topic, name.0.as_str(), TOPIC_OPERATIONS);
+            }
+        }
+    }
+    resp
+}
+
+async fn respond(
+    broker: &Broker,
+    authz: &Authz<'_>,
+    listener: &str,
+    version: i16,
+    req: &MetadataRequest,
 ) -> MetadataResponse {
     let mut resp = MetadataResponse::default();
     resp.brokers = live_brokers(broker, listener)
@@ -105,7 +135,7 @@ pub async fn handle(
     resp.cluster_authorized_operations = AUTHORIZED_OPERATIONS_OMITTED;
 
     // v0: an empty list means all topics; v1+: null means all topics.
-    let requested = match req.topics {
+    let requested = match &req.topics {
         None => None,
         Some(t) if t.is_empty() && version == 0 => None,
         Some(t) => Some(t),
@@ -113,9 +143,12 @@ pub async fn handle(
     let image = broker.metadata.image();
     resp.cluster_id = Some(str_bytes(image.cluster_id.clone()));
     let Some(requested) = requested else {
+        // Topics the principal may not describe are left out, as Kafka
+        // does (and does not count as denials).
         resp.topics = image
             .topics
             .values()
+            .filter(|t| authz.may(Operation::Describe, ResourceType::Topic, &t.name))
             .map(|t| topic_response(&image, t))
             .collect();
         return resp;
@@ -127,7 +160,7 @@ pub async fn handle(
     let mut seen_names: HashSet<&str> = HashSet::new();
     let mut seen_ids: HashSet<Uuid> = HashSet::new();
     let mut out = Vec::new();
-    for t in &requested {
+    for t in requested {
         let first = match &t.name {
             Some(n) => seen_names.insert(n.0.as_str()),
             None => seen_ids.insert(t.topic_id),
@@ -140,6 +173,22 @@ pub async fn handle(
             Some(n) => image.topics.get(n),
             None => image.topic_by_id(t.topic_id),
         };
+        // Kafka answers TOPIC_AUTHORIZATION_FAILED for a topic the principal
+        // may not describe, whether or not it exists (by id: only once the
+        // id is known, so ids cannot be probed for names).
+        let described = match (&name, found) {
+            (Some(n), _) => Some(n.as_str()),
+            (None, Some(img)) => Some(img.name.as_str()),
+            (None, None) => None,
+        };
+        if described.is_some_and(|n| !authz.allows(Operation::Describe, ResourceType::Topic, n)) {
+            out.push(error_topic(
+                name,
+                Uuid::nil(),
+                ResponseError::TopicAuthorizationFailed,
+            ));
+            continue;
+        }
         let topic = match (found, name) {
             (Some(img), _) => topic_response(&image, img),
             (None, None) => error_topic(None, t.topic_id, ResponseError::UnknownTopicId),
@@ -148,6 +197,18 @@ pub async fn handle(
                     error_topic(Some(n), Uuid::nil(), ResponseError::InvalidTopicException)
                 } else if !auto_create {
                     error_topic(Some(n), Uuid::nil(), ResponseError::UnknownTopicOrPartition)
+                } else if !authz.may(
+                    Operation::Create,
+                    ResourceType::Cluster,
+                    crate::authz::CLUSTER_NAME,
+                ) && !authz.allows(Operation::Create, ResourceType::Topic, &n)
+                {
+                    // Auto-creation needs Create on the cluster or the topic.
+                    error_topic(
+                        Some(n),
+                        Uuid::nil(),
+                        ResponseError::TopicAuthorizationFailed,
+                    )
                 } else {
                     let new = NewTopic {
                         name: n.clone(),

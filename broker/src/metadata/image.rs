@@ -29,6 +29,10 @@ pub struct MetadataImage {
     /// server needs to check a proof.
     #[serde(default)]
     pub scram_credentials: BTreeMap<String, BTreeMap<i8, StoredScramCredential>>,
+    /// ACL bindings (Kafka's `AccessControlEntryRecord`s), indexed for the
+    /// authorizer.
+    #[serde(default)]
+    pub acls: crate::authz::AclSet,
 }
 
 /// One user's SCRAM credential for one mechanism (RFC 5802's StoredKey and
@@ -186,6 +190,12 @@ pub enum MetadataCommand {
     AlterScramCredentials {
         delete: Vec<(String, i8)>,
         upsert: Vec<(String, i8, StoredScramCredential)>,
+    },
+    /// Removes then adds ACL bindings (CreateAcls and DeleteAcls, whose
+    /// handlers validated them and resolved DeleteAcls' filters).
+    AlterAcls {
+        create: Vec<crate::authz::AclBinding>,
+        delete: Vec<crate::authz::AclBinding>,
     },
 }
 
@@ -461,6 +471,10 @@ impl MetadataImage {
                         .or_default()
                         .insert(*mechanism, credential.clone());
                 }
+                Ok(MetadataOutcome::Done)
+            }
+            MetadataCommand::AlterAcls { create, delete } => {
+                self.acls = self.acls.changed(create, delete);
                 Ok(MetadataOutcome::Done)
             }
         }
@@ -978,6 +992,53 @@ mod tests {
             image.apply(&unknown),
             Err(MetadataError::UnknownTopicOrPartition(..))
         ));
+    }
+
+    #[test]
+    fn acls_are_added_removed_and_kept_in_the_json() {
+        use crate::authz::{AclBinding, Operation, PatternType, Permission, ResourceType, Verdict};
+        let binding = |name: &str| AclBinding {
+            resource_type: ResourceType::Topic,
+            resource_name: name.into(),
+            pattern_type: PatternType::Prefixed,
+            principal: "User:alice".into(),
+            host: "*".into(),
+            operation: Operation::Read,
+            permission: Permission::Allow,
+        };
+        let mut image = MetadataImage::default();
+        let add = MetadataCommand::AlterAcls {
+            create: vec![binding("a-"), binding("b-")],
+            delete: vec![],
+        };
+        image.apply(&add).unwrap();
+        image
+            .apply(&MetadataCommand::AlterAcls {
+                create: vec![],
+                delete: vec![binding("b-")],
+            })
+            .unwrap();
+        assert_eq!(image.acls.len(), 1);
+        let json = serde_json::to_vec(&image).unwrap();
+        let back: MetadataImage = serde_json::from_slice(&json).unwrap();
+        assert_eq!(back, image);
+        // The index is rebuilt from the JSON, not only the list.
+        let check = |name| {
+            back.acls.check(
+                "User:alice",
+                "h",
+                Operation::Read,
+                ResourceType::Topic,
+                name,
+            )
+        };
+        assert_eq!(check("a-1"), Verdict::Allowed);
+        assert_eq!(check("b-1"), Verdict::NoAcls);
+        // An image written before ACLs existed reads as having none.
+        let mut old: serde_json::Value = serde_json::to_value(&image).unwrap();
+        old.as_object_mut().unwrap().remove("acls");
+        let old: MetadataImage = serde_json::from_value(old).unwrap();
+        assert!(old.acls.is_empty());
     }
 
     #[test]

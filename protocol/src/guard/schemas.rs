@@ -643,6 +643,57 @@ const LIST_TRANSACTIONS_BODY: &[Field] = &[
     field("transactional_id_pattern", 2, MAX, STRING),
 ];
 
+pub(crate) const DESCRIBE_ACLS: Message = Message {
+    versions: (1, 3),
+    flexible_from: 2,
+    body: DESCRIBE_ACLS_BODY,
+};
+const DESCRIBE_ACLS_BODY: &[Field] = &[
+    field("resource_type_filter", 1, MAX, INT8),
+    field("resource_name_filter", 1, MAX, STRING),
+    field("pattern_type_filter", 1, MAX, INT8),
+    field("principal_filter", 1, MAX, STRING),
+    field("host_filter", 1, MAX, STRING),
+    field("operation", 1, MAX, INT8),
+    field("permission_type", 1, MAX, INT8),
+];
+
+pub(crate) const CREATE_ACLS: Message = Message {
+    versions: (1, 3),
+    flexible_from: 2,
+    body: CREATE_ACLS_BODY,
+};
+const CREATE_ACLS_BODY: &[Field] = &[
+    field("creations", 1, MAX, array_of(&Ty::Struct(CREATE_ACLS_ACL_CREATION), size_of::<km::create_acls_request::AclCreation>())),
+];
+const CREATE_ACLS_ACL_CREATION: &[Field] = &[
+    field("resource_type", 1, MAX, INT8),
+    field("resource_name", 1, MAX, STRING),
+    field("resource_pattern_type", 1, MAX, INT8),
+    field("principal", 1, MAX, STRING),
+    field("host", 1, MAX, STRING),
+    field("operation", 1, MAX, INT8),
+    field("permission_type", 1, MAX, INT8),
+];
+
+pub(crate) const DELETE_ACLS: Message = Message {
+    versions: (1, 3),
+    flexible_from: 2,
+    body: DELETE_ACLS_BODY,
+};
+const DELETE_ACLS_BODY: &[Field] = &[
+    field("filters", 1, MAX, array_of(&Ty::Struct(DELETE_ACLS_DELETE_ACLS_FILTER), size_of::<km::delete_acls_request::DeleteAclsFilter>())),
+];
+const DELETE_ACLS_DELETE_ACLS_FILTER: &[Field] = &[
+    field("resource_type_filter", 1, MAX, INT8),
+    field("resource_name_filter", 1, MAX, STRING),
+    field("pattern_type_filter", 1, MAX, INT8),
+    field("principal_filter", 1, MAX, STRING),
+    field("host_filter", 1, MAX, STRING),
+    field("operation", 1, MAX, INT8),
+    field("permission_type", 1, MAX, INT8),
+];
+
 pub(crate) const SASL_HANDSHAKE: Message = Message {
     versions: (0, 1),
     flexible_from: NEVER,

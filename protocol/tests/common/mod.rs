@@ -719,6 +719,35 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                     .into(),
             }
         }
+        ApiKey::DescribeAcls => DescribeAclsRequest::default()
+            .with_resource_type_filter(2)
+            .with_resource_name_filter(Some(s("orders")))
+            .with_pattern_type_filter(3)
+            .with_principal_filter(Some(s("User:alice")))
+            .with_host_filter(None)
+            .with_operation(3)
+            .with_permission_type(3)
+            .into(),
+        ApiKey::CreateAcls => CreateAclsRequest::default()
+            .with_creations(vec![create_acls_request::AclCreation::default()
+                .with_resource_type(2)
+                .with_resource_name(s("orders"))
+                .with_resource_pattern_type(4)
+                .with_principal(s("User:alice"))
+                .with_host(s("*"))
+                .with_operation(3)
+                .with_permission_type(3)])
+            .into(),
+        ApiKey::DeleteAcls => DeleteAclsRequest::default()
+            .with_filters(vec![delete_acls_request::DeleteAclsFilter::default()
+                .with_resource_type_filter(1)
+                .with_resource_name_filter(None)
+                .with_pattern_type_filter(1)
+                .with_principal_filter(Some(s("User:bob")))
+                .with_host_filter(Some(s("10.0.0.1")))
+                .with_operation(2)
+                .with_permission_type(1)])
+            .into(),
         ApiKey::SaslHandshake => SaslHandshakeRequest::default()
             .with_mechanism(s("SCRAM-SHA-512"))
             .into(),
