@@ -144,7 +144,10 @@ pub async fn dispatch(
             alter_configs::handle_incremental(broker, version, r).await,
         )),
         R::DescribeClientQuotas(r) => {
-            Reply::Respond(S::DescribeClientQuotas(client_quotas::describe(r)))
+            Reply::Respond(S::DescribeClientQuotas(client_quotas::describe(broker, r)))
+        }
+        R::AlterClientQuotas(r) => {
+            Reply::Respond(S::AlterClientQuotas(client_quotas::alter(broker, r).await))
         }
         R::AlterUserScramCredentials(r) => {
             Reply::Respond(S::AlterUserScramCredentials(scram::alter(broker, r).await))
