@@ -43,6 +43,8 @@ pub struct Broker {
     producer_ids: Mutex<(i64, i64)>,
     /// SCRAM credentials from the metadata quorum, for the SASL listeners.
     credentials: Arc<dyn crate::security::sasl::CredentialSource>,
+    /// Client quotas: the rates clients are measured at.
+    pub quotas: Arc<crate::quota::QuotaManager>,
 }
 
 /// The most metadata records one CreateTopics or CreatePartitions request
@@ -274,6 +276,9 @@ impl Broker {
         let credentials = Arc::new(crate::security::credentials::MetadataCredentials::new(
             metadata.subscribe(),
         ));
+        let quotas = Arc::new(crate::quota::QuotaManager::new(
+            crate::quota::rate::RateConfig::from_config(&config),
+        ));
         Self {
             inter_broker_security,
             groups,
@@ -284,6 +289,7 @@ impl Broker {
             fetchers,
             producer_ids: Mutex::new((0, 0)),
             credentials,
+            quotas,
         }
     }
 

@@ -13,6 +13,7 @@ pub mod log;
 pub mod metadata;
 pub mod net;
 pub mod partition;
+pub mod quota;
 pub mod replica_manager;
 pub mod replication;
 pub mod security;

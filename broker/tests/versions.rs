@@ -436,6 +436,7 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             enc(DescribeUserScramCredentialsRequest::default(), version)
         }
         ApiKey::DescribeClientQuotas => enc(DescribeClientQuotasRequest::default(), version),
+        ApiKey::AlterClientQuotas => enc(AlterClientQuotasRequest::default(), version),
         ApiKey::AlterUserScramCredentials => {
             enc(AlterUserScramCredentialsRequest::default(), version)
         }

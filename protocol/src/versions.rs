@@ -107,9 +107,10 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::DescribeAcls, 1, 3),
     ApiRange::new(ApiKey::CreateAcls, 1, 3),
     ApiRange::new(ApiKey::DeleteAcls, 1, 3),
-    // Client quotas: described (none can be set yet; kafka-configs.sh
-    // --describe --entity-type users asks before SCRAM credentials).
+    // Client quotas in the metadata quorum (kafka-configs.sh --entity-type
+    // users/clients/ips).
     ApiRange::new(ApiKey::DescribeClientQuotas, 0, 1),
+    ApiRange::new(ApiKey::AlterClientQuotas, 0, 1),
     // SCRAM users in the metadata quorum (kafka-configs.sh --entity-type users).
     ApiRange::new(ApiKey::DescribeUserScramCredentials, 0, 0),
     ApiRange::new(ApiKey::AlterUserScramCredentials, 0, 0),

@@ -55,6 +55,7 @@ APIS = [
     ("DELETE_ACLS", "delete_acls_request", "DeleteAcls"),
     ("SASL_HANDSHAKE", "sasl_handshake_request", "SaslHandshake"),
     ("DESCRIBE_CLIENT_QUOTAS", "describe_client_quotas_request", "DescribeClientQuotas"),
+    ("ALTER_CLIENT_QUOTAS", "alter_client_quotas_request", "AlterClientQuotas"),
     ("SASL_AUTHENTICATE", "sasl_authenticate_request", "SaslAuthenticate"),
     ("DESCRIBE_USER_SCRAM_CREDENTIALS", "describe_user_scram_credentials_request", "DescribeUserScramCredentials"),
     ("ALTER_USER_SCRAM_CREDENTIALS", "alter_user_scram_credentials_request", "AlterUserScramCredentials"),

@@ -121,6 +121,17 @@ pub struct ServerConfig {
     /// controller listener serves at once from one voter's address.
     pub controller_max_connections_per_voter: usize,
     pub max_connections: usize,
+    /// `max.connections.per.ip`: connections at once from one address.
+    pub max_connections_per_ip: usize,
+    /// `max.connections.per.ip.overrides`: `host:count,...`.
+    pub max_connections_per_ip_overrides: String,
+    /// `max.connection.creation.rate`: new connections per second,
+    /// broker-wide (Kafka's default, Integer.MAX_VALUE, is unbounded).
+    pub max_connection_creation_rate: i64,
+    /// `quota.window.num` and `quota.window.size.seconds`: client quotas
+    /// are measured over this many samples of this many seconds.
+    pub quota_window_num: usize,
+    pub quota_window_size_seconds: u64,
     pub metrics_listen: Option<SocketAddr>,
     /// `group.*`: the classic group protocol's timing and size limits.
     pub group_initial_rebalance_delay_ms: i64,
@@ -266,6 +277,11 @@ impl Default for ServerConfig {
             socket_request_read_timeout_ms: 30_000,
             controller_max_connections_per_voter: 16,
             max_connections: 10_000,
+            max_connections_per_ip: i32::MAX as usize,
+            max_connections_per_ip_overrides: String::new(),
+            max_connection_creation_rate: i32::MAX as i64,
+            quota_window_num: 11,
+            quota_window_size_seconds: 1,
             metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9404))),
             group_initial_rebalance_delay_ms: 3_000,
             group_min_session_timeout_ms: 6_000,
@@ -411,6 +427,25 @@ fn parse_voters(key: &str, value: &str) -> Result<Vec<Voter>, ConfigError> {
 }
 
 impl ServerConfig {
+    /// `max.connections.per.ip.overrides` as (host, count) pairs.
+    pub fn per_ip_overrides(&self) -> Result<Vec<(String, usize)>, String> {
+        self.max_connections_per_ip_overrides
+            .split(',')
+            .map(str::trim)
+            .filter(|e| !e.is_empty())
+            .map(|entry| {
+                let (host, count) = entry
+                    .rsplit_once(':')
+                    .ok_or_else(|| format!("{entry} is not host:count"))?;
+                let count = count
+                    .trim()
+                    .parse::<usize>()
+                    .map_err(|_| format!("{entry}: count is not a number"))?;
+                Ok((host.trim().to_string(), count))
+            })
+            .collect()
+    }
+
     /// Builds the config from command-line arguments (without the program
     /// name): an optional properties file, then `--override key=value` pairs.
     pub fn from_args(args: &[String]) -> Result<Self, ConfigError> {
@@ -588,6 +623,15 @@ impl ServerConfig {
                 self.controller_max_connections_per_voter = parse_num(key, v)?
             }
             "max.connections" => self.max_connections = parse_num(key, v)?,
+            "max.connections.per.ip" => self.max_connections_per_ip = parse_num(key, v)?,
+            "max.connections.per.ip.overrides" => {
+                self.max_connections_per_ip_overrides = v.to_string()
+            }
+            "max.connection.creation.rate" => {
+                self.max_connection_creation_rate = parse_num(key, v)?
+            }
+            "quota.window.num" => self.quota_window_num = parse_num(key, v)?,
+            "quota.window.size.seconds" => self.quota_window_size_seconds = parse_num(key, v)?,
             "metrics.listen.address" => {
                 self.metrics_listen = if v.is_empty() || v == "none" {
                     None
@@ -838,7 +882,23 @@ impl ServerConfig {
                 "must be at least socket.request.max.bytes",
             );
         }
+        if self.max_connection_creation_rate < 0 {
+            return n(
+                "max.connection.creation.rate",
+                &self.max_connection_creation_rate,
+                "must be at least 0",
+            );
+        }
+        if let Err(e) = self.per_ip_overrides() {
+            return Err(invalid(
+                "max.connections.per.ip.overrides",
+                &self.max_connections_per_ip_overrides,
+                e,
+            ));
+        }
         for (key, value) in [
+            ("quota.window.num", self.quota_window_num as u64),
+            ("quota.window.size.seconds", self.quota_window_size_seconds),
             ("connections.max.idle.ms", self.connections_max_idle_ms),
             (
                 "socket.request.read.timeout.ms",

@@ -78,6 +78,13 @@ impl FetchedRecords {
     }
 }
 
+impl FetchedRecords {
+    /// The records' bytes, as sent.
+    pub fn len_bytes(&self) -> usize {
+        self.size_bytes
+    }
+}
+
 impl protocol::fetch_response::RecordData for FetchedRecords {
     fn size_bytes(&self) -> usize {
         self.size_bytes
@@ -194,7 +201,7 @@ fn aborted_transactions(
 }
 
 /// The fetching replica: the header field before v15, `replica_state` from v15.
-fn replica_id(version: i16, req: &FetchRequest) -> i32 {
+pub(crate) fn replica_id(version: i16, req: &FetchRequest) -> i32 {
     if version >= 15 {
         req.replica_state.replica_id.0
     } else {

@@ -356,7 +356,39 @@ pub async fn dispatch(
                         ))),
                 ));
             }
-            Reply::Respond(S::DescribeClientQuotas(client_quotas::describe(r)))
+            Reply::Respond(S::DescribeClientQuotas(client_quotas::describe(broker, r)))
+        }
+        R::AlterClientQuotas(r) => {
+            use kafka_protocol::messages::alter_client_quotas_response::{EntityData, EntryData};
+            // Kafka: AlterConfigs on the cluster, else every entry fails.
+            if !authz.allows_cluster(Operation::AlterConfigs) {
+                let message = ResponseError::ClusterAuthorizationFailed.to_string();
+                let entries = r
+                    .entries
+                    .iter()
+                    .map(|entry| {
+                        EntryData::default()
+                            .with_error_code(CLUSTER_DENIED)
+                            .with_error_message(Some(str_bytes(message.clone())))
+                            .with_entity(
+                                entry
+                                    .entity
+                                    .iter()
+                                    .map(|e| {
+                                        EntityData::default()
+                                            .with_entity_type(e.entity_type.clone())
+                                            .with_entity_name(e.entity_name.clone())
+                                    })
+                                    .collect(),
+                            )
+                    })
+                    .collect();
+                return Reply::Respond(S::AlterClientQuotas(
+                    kafka_protocol::messages::AlterClientQuotasResponse::default()
+                        .with_entries(entries),
+                ));
+            }
+            Reply::Respond(S::AlterClientQuotas(client_quotas::alter(broker, r).await))
         }
         R::AlterUserScramCredentials(r) => {
             use kafka_protocol::messages::alter_user_scram_credentials_response::AlterUserScramCredentialsResult;

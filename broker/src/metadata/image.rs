@@ -33,6 +33,86 @@ pub struct MetadataImage {
     /// authorizer.
     #[serde(default)]
     pub acls: crate::authz::AclSet,
+    /// Client quotas by entity (Kafka's `QuotaRecord`s): each entity's
+    /// quota keys and values. Stored as a list of pairs: JSON maps need
+    /// string keys.
+    #[serde(default, with = "pairs")]
+    pub client_quotas: BTreeMap<ClientQuotaEntity, BTreeMap<String, QuotaValue>>,
+}
+
+/// A client quota entity (Kafka's `ClientQuotaEntity`): a user, a client
+/// id, both, or an IP, each either named or the `<default>` entity.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub struct ClientQuotaEntity {
+    pub user: Option<QuotaEntityName>,
+    pub client_id: Option<QuotaEntityName>,
+    pub ip: Option<QuotaEntityName>,
+}
+
+/// One part of a quota entity: a name, or the `<default>` (null on the wire).
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+pub enum QuotaEntityName {
+    Default,
+    Named(String),
+}
+
+impl QuotaEntityName {
+    /// The wire form: `None` for the default entity.
+    pub fn as_wire(&self) -> Option<&str> {
+        match self {
+            QuotaEntityName::Default => None,
+            QuotaEntityName::Named(n) => Some(n),
+        }
+    }
+
+    pub fn from_wire(name: Option<&str>) -> Self {
+        match name {
+            None => QuotaEntityName::Default,
+            Some(n) => QuotaEntityName::Named(n.to_string()),
+        }
+    }
+}
+
+/// One entity's quota changes: keys set (`Some`) or removed (`None`).
+pub type ClientQuotaAlteration = (ClientQuotaEntity, Vec<(String, Option<QuotaValue>)>);
+
+/// A quota value (Kafka's are doubles). Compared bit for bit, so the image
+/// stays `Eq`; validation keeps NaN and infinities out.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct QuotaValue(pub f64);
+
+impl PartialEq for QuotaValue {
+    fn eq(&self, other: &Self) -> bool {
+        self.0.to_bits() == other.0.to_bits()
+    }
+}
+
+impl Eq for QuotaValue {}
+
+/// Serializes a map with structured keys as a list of pairs.
+mod pairs {
+    use std::collections::BTreeMap;
+
+    use serde::{Deserialize, Deserializer, Serialize, Serializer};
+
+    pub fn serialize<S, K, V>(map: &BTreeMap<K, V>, s: S) -> Result<S::Ok, S::Error>
+    where
+        S: Serializer,
+        K: Serialize,
+        V: Serialize,
+    {
+        s.collect_seq(map.iter())
+    }
+
+    pub fn deserialize<'de, D, K, V>(d: D) -> Result<BTreeMap<K, V>, D::Error>
+    where
+        D: Deserializer<'de>,
+        K: Deserialize<'de> + Ord,
+        V: Deserialize<'de>,
+    {
+        Ok(Vec::<(K, V)>::deserialize(d)?.into_iter().collect())
+    }
 }
 
 /// One user's SCRAM credential for one mechanism (RFC 5802's StoredKey and
@@ -196,6 +276,11 @@ pub enum MetadataCommand {
     AlterAcls {
         create: Vec<crate::authz::AclBinding>,
         delete: Vec<crate::authz::AclBinding>,
+    },
+    /// Sets (`Some`) or removes (`None`) client quota keys, entity by
+    /// entity (AlterClientQuotas, whose handler validated them).
+    AlterClientQuotas {
+        alterations: Vec<ClientQuotaAlteration>,
     },
 }
 
@@ -475,6 +560,24 @@ impl MetadataImage {
             }
             MetadataCommand::AlterAcls { create, delete } => {
                 self.acls = self.acls.changed(create, delete);
+            }
+            MetadataCommand::AlterClientQuotas { alterations } => {
+                for (entity, ops) in alterations {
+                    let values = self.client_quotas.entry(entity.clone()).or_default();
+                    for (key, value) in ops {
+                        match value {
+                            Some(v) => {
+                                values.insert(key.clone(), *v);
+                            }
+                            None => {
+                                values.remove(key);
+                            }
+                        }
+                    }
+                    if values.is_empty() {
+                        self.client_quotas.remove(entity);
+                    }
+                }
                 Ok(MetadataOutcome::Done)
             }
         }

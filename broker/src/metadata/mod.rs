@@ -36,8 +36,9 @@ use tokio::time::Instant;
 use crate::types::NodeId;
 
 pub use image::{
-    BrokerRegistration, Endpoint, MetadataCommand, MetadataError, MetadataImage, MetadataOutcome,
-    PartitionImage, StoredScramCredential, TopicImage, NO_LEADER,
+    BrokerRegistration, ClientQuotaAlteration, ClientQuotaEntity, Endpoint, MetadataCommand,
+    MetadataError, MetadataImage, MetadataOutcome, PartitionImage, QuotaEntityName, QuotaValue,
+    StoredScramCredential, TopicImage, NO_LEADER,
 };
 use liveness::LivenessTracker;
 use network::MetadataNetwork;

@@ -76,6 +76,8 @@ enum Inbound {
 struct Frame {
     inbound: Inbound,
     charge: Charge,
+    /// The request's size on the wire (a produce quota counts it).
+    frame_bytes: usize,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -166,6 +168,9 @@ struct Activity {
     outstanding: AtomicUsize,
     /// Milliseconds after `started` of the last answered request.
     last_answered_ms: AtomicU64,
+    /// Milliseconds after `started` until which the connection is muted for
+    /// a quota: nothing more is read from it until then.
+    muted_until_ms: AtomicU64,
 }
 
 impl Activity {
@@ -173,6 +178,22 @@ impl Activity {
         let ms = self.started.elapsed().as_millis() as u64;
         self.last_answered_ms.store(ms, Ordering::Relaxed);
         self.outstanding.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Mutes the connection for `throttle` from now (never shortening a
+    /// mute already set).
+    fn mute_for(&self, throttle: Duration) -> Instant {
+        let until = Instant::now() + throttle;
+        let ms = (until - self.started).as_millis() as u64;
+        self.muted_until_ms.fetch_max(ms, Ordering::SeqCst);
+        until
+    }
+
+    /// When the connection's mute ends, if it is muted.
+    fn muted_until(&self) -> Option<Instant> {
+        let until =
+            self.started + Duration::from_millis(self.muted_until_ms.load(Ordering::SeqCst));
+        (until > Instant::now()).then_some(until)
     }
 
     /// When the connection became idle, if it is.
@@ -283,6 +304,7 @@ async fn serve<R: ReadSource, W: ResponseSink>(
         started: Instant::now(),
         outstanding: AtomicUsize::new(0),
         last_answered_ms: AtomicU64::new(0),
+        muted_until_ms: AtomicU64::new(0),
     });
     let reader = tokio::spawn(
         Reader {
@@ -303,12 +325,17 @@ async fn serve<R: ReadSource, W: ResponseSink>(
             f = rx.recv() => f,
             _ = shutdown.changed() => break Ok(()),
         };
-        let Frame { inbound, charge } = match frame {
+        let Frame {
+            inbound,
+            charge,
+            frame_bytes,
+        } = match frame {
             None => break Ok(()),
             Some(Err(e)) => break Err(e),
             Some(Ok(f)) => f,
         };
         let mut close_after = None;
+        let mut throttle = Throttle::default();
         let reply = match inbound {
             Inbound::Answer(bytes) => Ok(Some(Outgoing::Frame(bytes))),
             Inbound::SaslToken(token) => {
@@ -332,19 +359,31 @@ async fn serve<R: ReadSource, W: ResponseSink>(
                     metrics::counter!("kafka_broker_unauthenticated_requests_total").increment(1);
                     Err(ConnectionError::Unauthenticated(reason))
                 }
-                Authenticated::Pass(request) => {
-                    handle_request(
-                        &broker,
-                        &listener,
-                        session.principal(),
-                        &client_host,
-                        client_ip,
-                        *request,
-                    )
-                    .await
-                }
+                Authenticated::Pass(request) => handle_request(
+                    &broker,
+                    &listener,
+                    session.principal(),
+                    &client_host,
+                    client_ip,
+                    *request,
+                    frame_bytes,
+                )
+                .await
+                .map(|handled| {
+                    throttle = handled.throttle;
+                    handled.response
+                }),
             },
         };
+        if throttle.before_response && !throttle.time.is_zero() {
+            // An older client does not back off by itself: its response is
+            // held back for the throttle time, the connection muted.
+            let until = activity.mute_for(throttle.time);
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = shutdown.changed() => break Ok(()),
+            }
+        }
         match reply {
             Ok(Some(response)) => {
                 write_response(&mut out, response).await?;
@@ -372,6 +411,17 @@ async fn serve<R: ReadSource, W: ResponseSink>(
         }
         drop(charge);
         activity.finished_one();
+        if !throttle.before_response && !throttle.time.is_zero() {
+            // KIP-219: the response went out at once carrying
+            // throttle_time_ms; the connection stays muted for that time
+            // (the next request is neither read nor executed).
+            out.flush().await?;
+            let until = activity.mute_for(throttle.time);
+            tokio::select! {
+                _ = tokio::time::sleep_until(until) => {}
+                _ = shutdown.changed() => break Ok(()),
+            }
+        }
     };
     reader.abort();
     result
@@ -441,6 +491,12 @@ impl<R: ReadSource> Reader<R> {
 
     /// The next request, or `None` at a clean end of stream between frames.
     async fn next_frame(&mut self) -> Result<Option<Frame>, ConnectionError> {
+        // A connection throttled for a quota is muted: its next request
+        // stays in the socket (and its sender's buffers) until the throttle
+        // ends, as Kafka mutes a throttled channel.
+        while let Some(until) = self.activity.muted_until() {
+            tokio::time::sleep_until(until).await;
+        }
         let mut prefix = [0u8; 4];
         let got = self.read_prefix_start(&mut prefix).await?;
         if got == 0 {
@@ -475,6 +531,7 @@ impl<R: ReadSource> Reader<R> {
                 return Ok(Some(Frame {
                     inbound: Inbound::SaslToken(body),
                     charge,
+                    frame_bytes: size,
                 }));
             }
             self.raw_tokens = false;
@@ -518,7 +575,11 @@ impl<R: ReadSource> Reader<R> {
             }) => Inbound::Answer(unsupported_api_versions_response(correlation_id)),
             Err(e) => return Err(e.into()),
         };
-        Ok(Some(Frame { inbound, charge }))
+        Ok(Some(Frame {
+            inbound,
+            charge,
+            frame_bytes: size,
+        }))
     }
 
     /// Waits for the first bytes of a frame's size prefix and returns how
@@ -598,8 +659,23 @@ enum Outgoing {
     Parts(Vec<Part<FetchedRecords>>),
 }
 
-/// Dispatches one decoded request and encodes its response. `Ok(None)`: no
-/// response is due (acks=0). `Err`: the connection must close.
+/// How long a client over a quota is held back.
+#[derive(Default)]
+struct Throttle {
+    time: Duration,
+    /// An older request version: the broker delays the response itself.
+    before_response: bool,
+}
+
+/// A handled request: its encoded response (`None`: none is due, acks=0)
+/// and the throttle its client earned.
+struct Handled {
+    response: Option<Outgoing>,
+    throttle: Throttle,
+}
+
+/// Dispatches one decoded request, applies the client's quotas and encodes
+/// its response. `Err`: the connection must close.
 async fn handle_request(
     broker: &Broker,
     listener: &ListenerContext,
@@ -607,7 +683,8 @@ async fn handle_request(
     client_host: &str,
     client_ip: Option<IpAddr>,
     request: Request,
-) -> Result<Option<Outgoing>, ConnectionError> {
+    frame_bytes: usize,
+) -> Result<Handled, ConnectionError> {
     let started = std::time::Instant::now();
     let api_key = ApiKey::try_from(request.api_key()).expect("decoded requests have known keys");
     let version = request.api_version();
@@ -625,7 +702,17 @@ async fn handle_request(
         listener: listener.name.clone(),
         principal: principal.clone(),
     };
-    let reply = dispatch(broker, &ctx, version, request.body).await;
+    let quota_usage = crate::quota::usage::before(broker, api_key, version, &request.body);
+    let mut reply = dispatch(broker, &ctx, version, request.body).await;
+    let throttle_ms = crate::quota::usage::after(
+        broker,
+        &ctx,
+        api_key,
+        quota_usage,
+        &mut reply,
+        frame_bytes,
+        started.elapsed(),
+    );
     let encoding_failed = |e: protocol::EncodeError| {
         tracing::error!(error = %e, "response encoding failed");
         metrics::counter!("kafka_broker_request_errors_total", "api" => key_label.clone())
@@ -650,7 +737,13 @@ async fn handle_request(
         .increment(1);
     metrics::histogram!("kafka_broker_request_latency_seconds", "api" => key_label)
         .record(started.elapsed().as_secs_f64());
-    result
+    result.map(|response| Handled {
+        response,
+        throttle: Throttle {
+            time: Duration::from_millis(throttle_ms),
+            before_response: !crate::quota::client_throttles(api_key, version),
+        },
+    })
 }
 
 /// Writes one response. Encoded bytes are buffered; record regions are sent

@@ -13,6 +13,8 @@ use tokio::sync::{watch, Semaphore};
 
 use crate::broker::Broker;
 use crate::config::{Listener, SecurityProtocol, ServerConfig};
+use crate::quota::connections::{Admission, ConnectionLimits, ConnectionQuotas};
+use crate::quota::rate::RateConfig;
 use crate::security::sasl::{Mechanism, MechanismConfig};
 use crate::security::tls::{PrincipalMapper, ReloadingAcceptor, TlsSettings};
 use crate::StartError;
@@ -103,17 +105,66 @@ impl ListenerContext {
     }
 }
 
-/// What all listeners share: `max.connections` and the request memory
-/// budget are broker-wide, as in Kafka.
+/// What all listeners share: `max.connections`, the per-IP and creation
+/// rate limits and the request memory budget are broker-wide, as in Kafka.
 pub struct Shared {
     connections: Arc<Semaphore>,
+    connection_quotas: Arc<ConnectionQuotas>,
     memory: Arc<MemoryBudget>,
+}
+
+/// The connection limits from the config: `max.connections.per.ip` and its
+/// overrides (host names resolved now, as Kafka resolves them when the
+/// config is read), `max.connection.creation.rate` and its per-listener
+/// form.
+fn connection_limits(config: &ServerConfig) -> ConnectionLimits {
+    use std::net::ToSocketAddrs;
+    let mut per_ip_overrides = std::collections::HashMap::new();
+    for (host, count) in config.per_ip_overrides().unwrap_or_default() {
+        match (host.as_str(), 0).to_socket_addrs() {
+            Ok(addrs) => {
+                for a in addrs {
+                    per_ip_overrides.insert(a.ip(), count);
+                }
+            }
+            Err(e) => {
+                tracing::warn!(%host, error = %e, "max.connections.per.ip.overrides: host does not resolve; ignored")
+            }
+        }
+    }
+    let unbounded = i32::MAX as i64;
+    let rate = |v: i64| (v < unbounded).then_some(v as f64);
+    let mut listener_rates = std::collections::HashMap::new();
+    for l in &config.listeners {
+        let key = format!(
+            "listener.name.{}.max.connection.creation.rate",
+            l.name.to_ascii_lowercase()
+        );
+        if let Some(v) = config
+            .explicit
+            .get(&key)
+            .and_then(|v| v.trim().parse::<i64>().ok())
+            .and_then(rate)
+        {
+            listener_rates.insert(l.name.clone(), v);
+        }
+    }
+    ConnectionLimits {
+        max_per_ip: config.max_connections_per_ip,
+        per_ip_overrides,
+        broker_rate: rate(config.max_connection_creation_rate),
+        listener_rates,
+    }
 }
 
 impl Shared {
     pub fn new(config: &ServerConfig) -> Arc<Self> {
         Arc::new(Self {
             connections: Arc::new(Semaphore::new(config.max_connections)),
+            connection_quotas: ConnectionQuotas::new(
+                connection_limits(config),
+                RateConfig::from_config(config),
+            ),
             // Request bytes held at once over all connections, decoded sizes
             // included (validate() keeps it at least socket.request.max.bytes,
             // so any frame the size check lets through can be granted).
@@ -142,6 +193,7 @@ pub async fn serve(
         }
     }
     let connections = shared.connections.clone();
+    let connection_quotas = shared.connection_quotas.clone();
     let memory = shared.memory.clone();
     let limits = connection::ReadLimits::from_config(&broker.config);
     loop {
@@ -160,7 +212,44 @@ pub async fn serve(
                 };
                 let Ok(permit) = connections.clone().try_acquire_owned() else {
                     tracing::warn!(%peer, "max.connections reached; closing new connection");
+                    metrics::counter!("kafka_broker_connections_refused_total", "limit" => "max.connections")
+                        .increment(1);
                     continue;
+                };
+                let now_ms = crate::broker::now_ms().max(0) as u64;
+                let image = broker.metadata.image();
+                let slot = match connection_quotas.admit(&context.name, peer.ip(), &image, now_ms) {
+                    (Admission::Accept { delay_ms }, slot) => {
+                        if delay_ms > 0 {
+                            // Over the creation rate: the acceptor waits
+                            // before serving this connection and accepting
+                            // the next, as Kafka's acceptor blocks.
+                            metrics::counter!("kafka_broker_connections_throttled_total", "limit" => "max.connection.creation.rate")
+                                .increment(1);
+                            tokio::select! {
+                                _ = tokio::time::sleep(std::time::Duration::from_millis(delay_ms)) => {}
+                                _ = shutdown.changed() => return Ok(()),
+                            }
+                        }
+                        slot
+                    }
+                    (Admission::TooManyForIp { limit }, _) => {
+                        tracing::info!(%peer, limit, "max.connections.per.ip reached; closing new connection");
+                        metrics::counter!("kafka_broker_connections_refused_total", "limit" => "max.connections.per.ip")
+                            .increment(1);
+                        continue;
+                    }
+                    (Admission::IpThrottled { delay_ms }, _) => {
+                        // Kafka holds a throttled IP's socket for the
+                        // throttle time, then closes it.
+                        metrics::counter!("kafka_broker_connections_refused_total", "limit" => "connection_creation_rate")
+                            .increment(1);
+                        tokio::spawn(async move {
+                            tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+                            drop(stream);
+                        });
+                        continue;
+                    }
                 };
                 let _ = stream.set_nodelay(true);
                 let broker = broker.clone();
@@ -173,6 +262,7 @@ pub async fn serve(
                         tracing::debug!(%peer, error = %e, "connection closed");
                     }
                     metrics::gauge!("kafka_broker_connections").decrement(1.0);
+                    drop(slot);
                     drop(permit);
                 });
             }

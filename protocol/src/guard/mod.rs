@@ -76,6 +76,7 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         ApiKey::DeleteAcls => &DELETE_ACLS,
         ApiKey::SaslHandshake => &SASL_HANDSHAKE,
         ApiKey::DescribeClientQuotas => &DESCRIBE_CLIENT_QUOTAS,
+        ApiKey::AlterClientQuotas => &ALTER_CLIENT_QUOTAS,
         ApiKey::SaslAuthenticate => &SASL_AUTHENTICATE,
         ApiKey::DescribeUserScramCredentials => &DESCRIBE_USER_SCRAM_CREDENTIALS,
         ApiKey::AlterUserScramCredentials => &ALTER_USER_SCRAM_CREDENTIALS,

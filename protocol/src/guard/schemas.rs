@@ -718,6 +718,29 @@ const DESCRIBE_CLIENT_QUOTAS_COMPONENT_DATA: &[Field] = &[
     field("_match", 0, MAX, STRING),
 ];
 
+pub(crate) const ALTER_CLIENT_QUOTAS: Message = Message {
+    versions: (0, 1),
+    flexible_from: 1,
+    body: ALTER_CLIENT_QUOTAS_BODY,
+};
+const ALTER_CLIENT_QUOTAS_BODY: &[Field] = &[
+    field("entries", 0, MAX, array_of(&Ty::Struct(ALTER_CLIENT_QUOTAS_ENTRY_DATA), size_of::<km::alter_client_quotas_request::EntryData>())),
+    field("validate_only", 0, MAX, BOOL),
+];
+const ALTER_CLIENT_QUOTAS_ENTRY_DATA: &[Field] = &[
+    field("entity", 0, MAX, array_of(&Ty::Struct(ALTER_CLIENT_QUOTAS_ENTITY_DATA), size_of::<km::alter_client_quotas_request::EntityData>())),
+    field("ops", 0, MAX, array_of(&Ty::Struct(ALTER_CLIENT_QUOTAS_OP_DATA), size_of::<km::alter_client_quotas_request::OpData>())),
+];
+const ALTER_CLIENT_QUOTAS_ENTITY_DATA: &[Field] = &[
+    field("entity_type", 0, MAX, STRING),
+    field("entity_name", 0, MAX, STRING),
+];
+const ALTER_CLIENT_QUOTAS_OP_DATA: &[Field] = &[
+    field("key", 0, MAX, STRING),
+    field("value", 0, MAX, FLOAT64),
+    field("remove", 0, MAX, BOOL),
+];
+
 pub(crate) const SASL_AUTHENTICATE: Message = Message {
     versions: (0, 2),
     flexible_from: 2,

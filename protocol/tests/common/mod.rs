@@ -763,6 +763,31 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
             ])
             .with_strict(true)
             .into(),
+        ApiKey::AlterClientQuotas => {
+            use kafka_protocol::messages::alter_client_quotas_request::{
+                EntityData, EntryData, OpData,
+            };
+            AlterClientQuotasRequest::default()
+                .with_entries(vec![EntryData::default()
+                    .with_entity(vec![
+                        EntityData::default()
+                            .with_entity_type(s("user"))
+                            .with_entity_name(Some(s("alice"))),
+                        EntityData::default()
+                            .with_entity_type(s("client-id"))
+                            .with_entity_name(None),
+                    ])
+                    .with_ops(vec![
+                        OpData::default()
+                            .with_key(s("producer_byte_rate"))
+                            .with_value(1024.0),
+                        OpData::default()
+                            .with_key(s("consumer_byte_rate"))
+                            .with_remove(true),
+                    ])])
+                .with_validate_only(true)
+                .into()
+        }
         ApiKey::DescribeUserScramCredentials => DescribeUserScramCredentialsRequest::default()
             .with_users(Some(vec![
                 kafka_protocol::messages::describe_user_scram_credentials_request::UserName::default()
