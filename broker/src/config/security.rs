@@ -208,14 +208,12 @@ impl ServerConfig {
         }
     }
 
-    /// `super.users` (`User:a;User:b`), when set.
-    pub fn super_users(&self) -> Option<Vec<String>> {
-        self.explicit.get("super.users").map(|v| {
-            v.split(';')
-                .map(|u| u.trim().to_string())
-                .filter(|u| !u.is_empty())
-                .collect()
-        })
+    /// `super.users` (`User:a;User:b`), when set: the voters the
+    /// controller listener admits.
+    pub fn voter_principals(&self) -> Option<Vec<String>> {
+        self.explicit
+            .contains_key("super.users")
+            .then(|| self.super_users.clone())
     }
 
     /// A SASL listener this broker dials (inter-broker or controller): its
@@ -543,7 +541,7 @@ mod tests {
             Ok(("broker".to_string(), "pw".to_string()))
         );
         assert_eq!(
-            ok.super_users(),
+            ok.voter_principals(),
             Some(vec!["User:broker".to_string(), "User:CN=b1".to_string()])
         );
 

@@ -788,8 +788,6 @@ impl ServerConfig {
             "connection.failed.authentication.delay.ms" => {
                 self.connection_failed_authentication_delay_ms = parse_num(key, v)?
             }
-            // Read through `explicit` (`ServerConfig::super_users`).
-            "super.users" => {}
             // Read per listener through `listener_value`, when the listener is built.
             k if k.starts_with("ssl.")
                 || k.starts_with("sasl.")

@@ -560,6 +560,7 @@ impl MetadataImage {
             }
             MetadataCommand::AlterAcls { create, delete } => {
                 self.acls = self.acls.changed(create, delete);
+                Ok(MetadataOutcome::Done)
             }
             MetadataCommand::AlterClientQuotas { alterations } => {
                 for (entity, ops) in alterations {

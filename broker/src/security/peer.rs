@@ -247,7 +247,7 @@ impl PeerServerAuth {
             protocol,
             tls,
             sasl,
-            super_users: config.super_users(),
+            super_users: config.voter_principals(),
         })
     }
 
