@@ -98,6 +98,13 @@ async fn connect_one(dest: SocketAddr, source: Option<IpAddr>) -> std::io::Resul
         TcpSocket::new_v6()?
     };
     if let Some(source) = source {
+        // An outgoing socket bound to this node's address holds its
+        // ephemeral port the way a listener holds its own. Without
+        // SO_REUSEADDR, a long-lived peer connection that drew port P would
+        // stop any listener (this process's after a restart, or another
+        // node's sharing the address) from binding P; with it, only a
+        // listener on P blocks, as for an unbound socket.
+        socket.set_reuseaddr(true)?;
         if let Err(e) = socket.bind(SocketAddr::new(source, 0)) {
             // Not an address of this host: peers will not recognise this
             // connection, but it is the best there is.
@@ -137,6 +144,21 @@ mod tests {
         let (_, peer) = listener.accept().await.unwrap();
         assert_eq!(peer.ip(), "127.0.0.1".parse::<IpAddr>().unwrap());
         connect.await.unwrap().unwrap();
+    }
+
+    #[tokio::test]
+    async fn an_outgoing_connections_port_stays_free_for_a_listener() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let dest = listener.local_addr().unwrap().to_string();
+        let connect = tokio::spawn(async move { connect_from(&dest, Some("127.0.0.4")).await });
+        let (_accepted, _) = listener.accept().await.unwrap();
+        let outgoing = connect.await.unwrap().unwrap();
+        let taken = outgoing.local_addr().unwrap();
+        assert_eq!(taken.ip(), "127.0.0.4".parse::<IpAddr>().unwrap());
+        // While that connection lives, a listener binds the same address and
+        // port (tokio's listeners set SO_REUSEADDR, as the broker's do).
+        let second = tokio::net::TcpListener::bind(taken).await;
+        assert!(second.is_ok(), "{taken}: {:?}", second.err());
     }
 }
 

@@ -5,8 +5,9 @@
 //! address.
 //!
 //! Addresses: node `i` (1-based id) listens on host `127.0.0.{i+1}` (never
-//! 127.0.0.1, the source address of every loopback connection, so no
-//! outgoing connection's ephemeral port can occupy a listener's port), port
+//! 127.0.0.1, the kernel's source address for loopback connections; nodes
+//! connect from their own address with SO_REUSEADDR, so their ephemeral
+//! ports never keep a listener from binding), port
 //! `base_port + 2*(i-1)` for clients and the next port for the controller.
 //! Give each test its own `base_port` inside your port range (tests in one
 //! binary run concurrently).
