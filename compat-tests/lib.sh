@@ -40,6 +40,10 @@ declare -A FAMILY_INSTALL=(
 )
 FAMILIES=(java cli python kcat kafkajs franz-go sarama)
 PEER_SUITES=(kgo librdkafka)
+# The security suites (compat-tests/security/): name -> script. Each starts its
+# own broker, ours or Apache Kafka, and prints PASS/FAIL lines per check.
+declare -A SECURITY_SCRIPT=([listeners]=run.sh [acls]=acls.sh [quotas]=quotas.sh)
+SECURITY_SUITES=(listeners acls quotas)
 
 # Every install part run-ci.sh needs, one per line.
 ci_parts() {

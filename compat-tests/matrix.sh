@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # The whole compatibility matrix:
-#   matrix.sh [--families "java cli ..."] [--peers "kgo librdkafka"] [--report-only]
+#   matrix.sh [--families "java cli ..."] [--peers "kgo librdkafka"]
+#             [--security "listeners acls quotas"] [--report-only]
 # Installs every client family and peer suite, starts our broker (release
 # build, or $BROKER_BIN) and Apache Kafka (the reference) side by side on
 # their own ports, runs every family's scenario list and both peer suites
-# against each broker, and writes compat-tests/REPORT.md (client x scenario,
-# ours vs Kafka). Raw results stay in $MATRIX_OUT (default a temp dir, printed);
+# against each broker, then the security suites (compat-tests/security/:
+# each starts its own broker of either kind with TLS and SASL listeners, an
+# authorizer or quotas), and writes compat-tests/REPORT.md (client x
+# scenario, and security check, ours vs Kafka). Raw results stay in $MATRIX_OUT (default a temp dir, printed);
 # a run with a subset of families or peers adds to an existing $MATRIX_OUT,
 # and --report-only rewrites REPORT.md from it without running anything.
 # Exits 0 when the report was written, whatever the results: the report is the
@@ -16,19 +19,24 @@ ROOT=$(cd "$COMPAT_DIR/.." && pwd)
 
 families=("${FAMILIES[@]}")
 peers=("${PEER_SUITES[@]}")
+# Security suites: name -> the script and, per broker, its arguments.
+security=("${SECURITY_SUITES[@]}")
 ours_port=${OURS_PORT:-29092}
 kafka_port=${KAFKA_PORT:-29192}
 # A bound on one family's whole scenario list and one peer suite's run.
 family_timeout_s=${FAMILY_TIMEOUT_S:-900}
 peer_timeout_s=${PEER_TIMEOUT_S:-3600}
+# The listeners suite with --hostile --peers budgets itself 1140 s.
+security_timeout_s=${SECURITY_TIMEOUT_S:-1500}
 
 report_only=0
 while (($#)); do
   case "$1" in
     --families) read -r -a families <<<"$2"; shift 2 ;;
     --peers) read -r -a peers <<<"$2"; shift 2 ;;
+    --security) read -r -a security <<<"$2"; shift 2 ;;
     --report-only) report_only=1; shift ;;
-    *) die "usage: matrix.sh [--families \"java cli ...\"] [--peers \"kgo librdkafka\"] [--report-only]" ;;
+    *) die "usage: matrix.sh [--families \"java cli ...\"] [--peers \"kgo librdkafka\"] [--security \"listeners acls quotas\"] [--report-only]" ;;
   esac
 done
 
@@ -38,10 +46,11 @@ log "raw results in $out"
 
 # The report covers every family and peer suite with results in $out.
 write_report() {
-  local fams=() ps=() f
+  local fams=() ps=() ss=() f
   for f in "${FAMILIES[@]}"; do [[ -f $out/ours/$f.results ]] && fams+=("$f"); done
   for f in "${PEER_SUITES[@]}"; do [[ -f $out/ours/$f.peer ]] && ps+=("$f"); done
-  python3 "$COMPAT_DIR/report.py" "$out" "${fams[*]}" "${ps[*]}" >"$COMPAT_DIR/REPORT.md" || die "report failed"
+  for f in "${SECURITY_SUITES[@]}"; do [[ -f $out/ours/security-$f.checks ]] && ss+=("$f"); done
+  python3 "$COMPAT_DIR/report.py" "$out" "${fams[*]}" "${ps[*]}" "${ss[*]}" >"$COMPAT_DIR/REPORT.md" || die "report failed"
   log "wrote $COMPAT_DIR/REPORT.md"
 }
 if ((report_only)); then
@@ -52,6 +61,9 @@ fi
 declare -A parts=([kafka]=1)
 for f in "${families[@]}"; do for p in ${FAMILY_INSTALL[$f]}; do parts[$p]=1; done; done
 for p in "${peers[@]}"; do parts[$p]=1; done
+# The security suites' clients (go and js for franz-go/sarama and kafkajs over TLS and
+# SASL), and for the listeners suite's --peers: kgo and librdkafka's OpenSSL build.
+((${#security[@]})) && for p in kcat python java go js kgo librdkafka-ssl; do parts[$p]=1; done
 "$COMPAT_DIR/install.sh" "${!parts[@]}" || die "install failed"
 
 if [[ -z ${BROKER_BIN:-} ]]; then
@@ -127,5 +139,22 @@ for broker in ours kafka; do
   done
 done
 kill -0 "$ours_pid" 2>/dev/null || log "WARNING: our broker exited during the run (see $out/ours/broker.log)"
+
+# The security suites start their own brokers on their own ports (26092-26296).
+for broker in ours kafka; do
+  args=(kafka)
+  [[ $broker == ours ]] && args=(ours --bin "$BROKER_BIN")
+  for s in "${security[@]}"; do
+    extra=()
+    [[ $s == listeners ]] && extra=(--hostile --peers)
+    log "security suite $s against $broker"
+    start=$SECONDS
+    step timeout --kill-after=10 "$security_timeout_s" bash "$COMPAT_DIR/security/${SECURITY_SCRIPT[$s]}" "${args[@]}" "${extra[@]}" \
+      >"$out/$broker/security-$s.checks" 2>"$out/$broker/security-$s.err"
+    echo "$?" >"$out/$broker/security-$s.rc"
+    echo $((SECONDS - start)) >"$out/$broker/security-$s.seconds"
+    log "security $s on $broker: $(tail -1 "$out/$broker/security-$s.checks")"
+  done
+done
 
 write_report

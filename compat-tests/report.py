@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """Writes REPORT.md (to stdout) from the raw results matrix.sh collected.
 
-usage: report.py <results-dir> "<family> ..." "<peer suite> ..."
+usage: report.py <results-dir> "<family> ..." "<peer suite> ..." ["<security suite> ..."]
 
 <results-dir>/{ours,kafka}/<family>.results hold the scenario programs'
 `RESULT <id> PASS|FAIL|NA <detail>` lines; <peer>.peer hold the peer suites'
-`PASS <test>` / `FAIL <test> <reason>` lines. A scenario a program never
+`PASS <test>` / `FAIL <test> <reason>` lines; security-<suite>.checks hold
+the security scripts' `PASS <check>` / `FAIL <check>: <why>` lines. A scenario a program never
 reported (it crashed or timed out) counts as failed, so a dead client cannot
 make the report look better.
 """
@@ -73,6 +74,26 @@ def peer_results(out, broker, peer):
     return results
 
 
+def security_results(out, broker, suite):
+    """Check name -> (PASS|FAIL, why), in the order the script ran them."""
+    results = {}
+    for line in read(os.path.join(out, broker, "security-" + suite + ".checks")).splitlines():
+        if line.startswith("PASS "):
+            results[line[5:].strip()] = ("PASS", "")
+        elif line.startswith("FAIL "):
+            name, _, why = line[5:].partition(": ")
+            results[name.strip()] = ("FAIL", why)
+    return results
+
+
+SECURITY_TITLES = {
+    "listeners": "TLS and SASL listeners through real clients, hostile input, peer suites over SASL_SSL "
+                 "(`security/run.sh --hostile --peers`)",
+    "acls": "ACLs through kafka-acls.sh and the console clients (`security/acls.sh`)",
+    "quotas": "client quotas through kafka-configs.sh and a throttled producer (`security/quotas.sh`)",
+}
+
+
 def expected_ids(family, reported):
     base = CLI_SCENARIOS if family == "cli" else SCENARIOS
     return base + sorted(set(reported) - set(base))
@@ -80,6 +101,8 @@ def expected_ids(family, reported):
 
 def main():
     out, families, peers = sys.argv[1], sys.argv[2].split(), sys.argv[3].split()
+    security = sys.argv[4].split() if len(sys.argv) > 4 else []
+    sec = {(b, s): security_results(out, b, s) for b in BROKERS for s in security}
     version = {b: read(os.path.join(out, b, "version")).strip() or "unknown" for b in BROKERS}
     res = {(b, f): scenario_results(out, b, f) for b in BROKERS for f in families}
     p = print
@@ -112,6 +135,10 @@ def main():
             r = peer_results(out, b, peer)
             c[b] = (sum(1 for s, _ in r.values() if s == "PASS"), sum(1 for s, _ in r.values() if s == "FAIL"))
         p(f"| {peer} peer suite | {c['ours'][0]} | {c['ours'][1]} | {c['kafka'][0]} | {c['kafka'][1]} | |")
+    for suite in security:
+        c = {b: (sum(1 for s, _ in sec[(b, suite)].values() if s == "PASS"),
+                 sum(1 for s, _ in sec[(b, suite)].values() if s == "FAIL")) for b in BROKERS}
+        p(f"| security: {suite} | {c['ours'][0]} | {c['ours'][1]} | {c['kafka'][0]} | {c['kafka'][1]} | |")
     p()
 
     lib_families = [f for f in families if f != "cli"]
@@ -183,6 +210,31 @@ def main():
         only_kafka_fails = sorted(t for t, (s, _) in kafka.items() if s == "FAIL" and ours.get(t, ("",))[0] == "PASS")
         if only_kafka_fails:
             p("Passing on ours, failing on Kafka: " + ", ".join(f"`{t}`" for t in only_kafka_fails))
+            p()
+
+    for suite in security:
+        ours, kafka = sec[("ours", suite)], sec[("kafka", suite)]
+        secs = {b: read(os.path.join(out, b, "security-" + suite + ".seconds")).strip() or "?" for b in BROKERS}
+        p(f"## Security: {SECURITY_TITLES.get(suite, suite)}")
+        p()
+        p(f"Ours {sum(1 for s, _ in ours.values() if s == 'PASS')} passed of {len(ours)} in {secs['ours']} s; "
+          f"Kafka {sum(1 for s, _ in kafka.values() if s == 'PASS')} passed of {len(kafka)} in {secs['kafka']} s. "
+          "A check only one broker ran shows `-` for the other.")
+        p()
+        p("| check | ours / Kafka |")
+        p("|---|---|")
+        names = list(ours) + [n for n in kafka if n not in ours]
+        for n in names:
+            o = MARK[ours[n][0]] if n in ours else "-"
+            k = MARK[kafka[n][0]] if n in kafka else "-"
+            p(f"| {n.replace('|', '/')} | {o} / {k} |")
+        p()
+        failing = [n for n in ours if ours[n][0] == "FAIL"]
+        if failing:
+            p("Failing on ours:")
+            p()
+            for n in failing:
+                p(f"- {n}: {ours[n][1].strip()[:200]}")
             p()
 
 
