@@ -423,3 +423,168 @@ async fn the_per_ip_limit_refuses_the_extra_connection() {
         .await;
     b.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn a_consumer_over_its_quota_gets_empty_throttled_fetches_and_loses_nothing() {
+    // Two one-second samples: at most one window's quota in one response.
+    let b = start(&[
+        ("quota.window.num", "2"),
+        ("quota.window.size.seconds", "1"),
+    ])
+    .await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("f", 1, &[]).await, 0);
+    const QUOTA: f64 = 50_000.0;
+    let value = "y".repeat(10_000);
+    let values: Vec<&str> = vec![value.as_str(); 2];
+    const BATCHES: i64 = 10;
+    for _ in 0..BATCHES {
+        let p = c
+            .produce("f", 0, 1, batch(&values, Compression::None, None))
+            .await;
+        assert_eq!(p.error_code, 0);
+    }
+    let r = alter(
+        &mut c,
+        vec![(
+            entity(&[("client-id", Some("test"))]),
+            vec![set("consumer_byte_rate", QUOTA)],
+        )],
+        false,
+    )
+    .await;
+    assert_eq!(r[0].0, 0);
+
+    let fetch = |offset: i64| {
+        let mut fp = fetch_request::FetchPartition::default();
+        fp.partition = 0;
+        fp.fetch_offset = offset;
+        fp.partition_max_bytes = 1 << 20;
+        fp.current_leader_epoch = -1;
+        let mut ft = fetch_request::FetchTopic::default();
+        ft.topic = TopicName(s("f"));
+        ft.partitions = vec![fp];
+        FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(0)
+            .with_min_bytes(1)
+            .with_max_bytes(50 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![ft])
+    };
+    let mut next = 0i64;
+    let mut throttled_empty = 0;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while next < 2 * BATCHES && Instant::now() < deadline {
+        // The client does not wait out throttles: the broker's mute must.
+        let resp: FetchResponse = c.call(ApiKey::Fetch, 12, &fetch(next)).await;
+        if resp.throttle_time_ms > 0 && resp.responses.is_empty() {
+            throttled_empty += 1;
+            continue;
+        }
+        let p = &resp.responses[0].partitions[0];
+        assert_eq!(p.error_code, 0);
+        let records = p.records.clone().unwrap_or_default();
+        // The quota caps the response at one window's worth (the first
+        // batch always goes, so a consumer is never stuck).
+        assert!(
+            records.len() <= QUOTA as usize,
+            "{} bytes in one response against a window of {QUOTA}",
+            records.len()
+        );
+        for (offset, _) in common::values(&p.records) {
+            assert_eq!(offset, next, "records arrive in order, none skipped");
+            next += 1;
+        }
+    }
+    assert_eq!(next, 2 * BATCHES, "every record was fetched");
+    assert!(throttled_empty >= 1, "no fetch was throttled");
+    b.running.shutdown().await;
+}
+
+#[tokio::test]
+async fn topic_mutations_over_the_controller_mutation_rate_are_refused_from_the_strict_versions() {
+    let b = start(&[
+        ("quota.window.num", "2"),
+        ("quota.window.size.seconds", "1"),
+    ])
+    .await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    let r = alter(
+        &mut c,
+        vec![(
+            entity(&[("client-id", Some("test"))]),
+            vec![set("controller_mutation_rate", 2.0)],
+        )],
+        false,
+    )
+    .await;
+    assert_eq!(r[0].0, 0);
+    let create = |names: &[&str], partitions: i32| {
+        let topics = names
+            .iter()
+            .map(|n| {
+                let mut t = create_topics_request::CreatableTopic::default();
+                t.name = TopicName(s(n));
+                t.num_partitions = partitions;
+                t.replication_factor = 1;
+                t
+            })
+            .collect();
+        CreateTopicsRequest::default()
+            .with_topics(topics)
+            .with_timeout_ms(10_000)
+    };
+    let throttling = ResponseError::ThrottlingQuotaExceeded.code();
+
+    // Within the quota, a topic goes ahead whatever its size (4 partitions
+    // against 2/s); the next one in the same request is refused.
+    let resp: CreateTopicsResponse = c
+        .call(ApiKey::CreateTopics, 7, &create(&["m1", "m2"], 4))
+        .await;
+    let codes: Vec<i16> = resp.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![0, throttling], "{:?}", resp.topics);
+    assert!(resp.topics[1].error_message.is_some());
+    assert!(resp.throttle_time_ms > 0);
+
+    // The broker muted the connection for that throttle, so by the next
+    // request the rate is back under the quota. CreateTopics v5 is
+    // permissive: both topics are created, and the client throttled after.
+    let resp: CreateTopicsResponse = c
+        .call(ApiKey::CreateTopics, 5, &create(&["m3", "m4"], 2))
+        .await;
+    let codes: Vec<i16> = resp.topics.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![0, 0], "{:?}", resp.topics);
+    assert!(resp.throttle_time_ms > 0);
+
+    // DeleteTopics v6 is strict: the first deletion goes, the second waits.
+    let del = DeleteTopicsRequest::default()
+        .with_topics(
+            ["m1", "m3"]
+                .iter()
+                .map(|n| {
+                    delete_topics_request::DeleteTopicState::default()
+                        .with_name(Some(TopicName(s(n))))
+                })
+                .collect(),
+        )
+        .with_timeout_ms(10_000);
+    let resp: DeleteTopicsResponse = c.call(ApiKey::DeleteTopics, 6, &del).await;
+    let codes: Vec<i16> = resp.responses.iter().map(|t| t.error_code).collect();
+    assert_eq!(codes, vec![0, throttling], "{:?}", resp.responses);
+    assert!(resp.throttle_time_ms > 0);
+
+    // Once the rate has come back under the quota, m2 is created: the
+    // throttle is a wait, not a refusal for good.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &create(&["m2"], 1)).await;
+        if resp.topics[0].error_code == 0 {
+            break;
+        }
+        assert_eq!(resp.topics[0].error_code, throttling);
+        assert!(Instant::now() < deadline, "m2 was never admitted");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    b.running.shutdown().await;
+}

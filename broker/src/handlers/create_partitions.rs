@@ -22,12 +22,14 @@ use crate::broker::{
     Broker, MAX_RECORDS_PER_USER_OP, TOO_MANY_RECORDS,
 };
 use crate::metadata::{MetadataCommand, MetadataImage, PartitionImage};
+use crate::quota::usage::MutationQuota;
 use crate::types::NodeId;
 
 pub async fn handle(
     broker: &Broker,
     _version: i16,
     req: CreatePartitionsRequest,
+    quota: &MutationQuota,
 ) -> CreatePartitionsResponse {
     let mut resp = CreatePartitionsResponse::default();
     let mut seen = HashSet::new();
@@ -66,6 +68,13 @@ pub async fn handle(
                 continue;
             }
         };
+        if quota.admit(broker, new.len()).is_err() {
+            let (code, message) = MutationQuota::refusal();
+            r.error_code = code;
+            r.error_message = Some(str_bytes(message.to_string()));
+            resp.results.push(r);
+            continue;
+        }
         records_left -= new.len();
         if !req.validate_only {
             match broker
@@ -89,6 +98,7 @@ pub async fn handle(
         }
         resp.results.push(r);
     }
+    resp.throttle_time_ms = quota.throttle_ms();
     resp
 }
 

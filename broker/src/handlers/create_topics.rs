@@ -25,6 +25,7 @@ use crate::broker::{
     MAX_PARTITIONS_PER_BATCH, MAX_RECORDS_PER_USER_OP, TOO_MANY_PARTITIONS, TOO_MANY_RECORDS,
 };
 use crate::config::TopicConfigs;
+use crate::quota::usage::MutationQuota;
 
 /// The metadata log's own topic, which no client may create.
 const CLUSTER_METADATA_TOPIC: &str = "__cluster_metadata";
@@ -33,6 +34,7 @@ pub async fn handle(
     broker: &Broker,
     version: i16,
     req: CreateTopicsRequest,
+    quota: &MutationQuota,
 ) -> CreateTopicsResponse {
     let mut resp = CreateTopicsResponse::default();
     let all_names: Vec<TopicName> = req.topics.iter().map(|t| t.name.clone()).collect();
@@ -79,7 +81,16 @@ pub async fn handle(
         r.name = topic.name.clone();
         r.num_partitions = -1;
         r.replication_factor = -1;
+        // Kafka applies the mutation quota to a valid topic, validate-only
+        // included, just before it would be created.
         let outcome = match outcome {
+            Ok(valid) if quota.admit(broker, valid.partitions.len()).is_err() => {
+                let (code, message) = MutationQuota::refusal();
+                r.error_code = code;
+                r.error_message = Some(str_bytes(message.to_string()));
+                resp.topics.push(r);
+                continue;
+            }
             Ok(valid) => {
                 r.topic_id = valid.topic_id;
                 r.num_partitions = valid.partitions.len() as i32;
@@ -131,6 +142,7 @@ pub async fn handle(
             message,
         ));
     }
+    resp.throttle_time_ms = quota.throttle_ms();
     resp
 }
 

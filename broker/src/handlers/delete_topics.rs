@@ -7,11 +7,13 @@ use kafka_protocol::ResponseError;
 use super::str_bytes;
 use crate::broker::{metadata_error, Broker};
 use crate::metadata::MetadataCommand;
+use crate::quota::usage::MutationQuota;
 
 pub async fn handle(
     broker: &Broker,
     version: i16,
     req: DeleteTopicsRequest,
+    quota: &MutationQuota,
 ) -> DeleteTopicsResponse {
     let mut resp = DeleteTopicsResponse::default();
     let targets: Vec<(Option<String>, uuid::Uuid)> = if version >= 6 {
@@ -46,6 +48,13 @@ pub async fn handle(
         };
         r.name = Some(TopicName(str_bytes(topic.name.clone())));
         r.topic_id = topic.topic_id;
+        if quota.admit(broker, topic.partitions.len()).is_err() {
+            let (code, message) = MutationQuota::refusal();
+            r.error_code = code;
+            r.error_message = Some(str_bytes(message.to_string()));
+            resp.responses.push(r);
+            continue;
+        }
         match broker
             .metadata
             .propose(MetadataCommand::DeleteTopic {
@@ -70,5 +79,6 @@ pub async fn handle(
         }
         resp.responses.push(r);
     }
+    resp.throttle_time_ms = quota.throttle_ms();
     resp
 }

@@ -132,7 +132,22 @@ pub async fn handle(
     if req.max_bytes > fetch_max_bytes {
         metrics::counter!("kafka_broker_fetch_max_bytes_capped_total").increment(1);
     }
-    let max_bytes = req.max_bytes.min(fetch_max_bytes).max(0) as usize;
+    let mut max_bytes = req.max_bytes.min(fetch_max_bytes).max(0) as usize;
+    // A consumer's fetch is answered by its consumer_byte_rate, if any.
+    let consumer = replica_id < 0;
+    if consumer {
+        if let Some(quota_bytes) = crate::quota::usage::fetch_max_bytes(broker, ctx) {
+            max_bytes = max_bytes.min(quota_bytes);
+        }
+    }
+    let done = |reply: FetchReply| {
+        let reply = if consumer {
+            crate::quota::usage::throttle_fetch(broker, ctx, reply)
+        } else {
+            reply
+        };
+        account(broker, reply)
+    };
     let min_bytes = req.min_bytes.clamp(0, max_bytes as i32) as usize;
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(req.max_wait_ms.clamp(0, MAX_WAIT_MS_CAP) as u64);
@@ -145,11 +160,11 @@ pub async fn handle(
         let (reply, bytes, had_error) =
             read_once(broker, &authz, &ctx.listener, version, &req, max_bytes);
         if bytes >= min_bytes || had_error || tokio::time::Instant::now() >= deadline {
-            return account(broker, reply);
+            return done(reply);
         }
         if tokio::time::timeout_at(deadline, notified).await.is_err() {
             let (reply, _, _) = read_once(broker, &authz, &ctx.listener, version, &req, max_bytes);
-            return account(broker, reply);
+            return done(reply);
         }
     }
 }

@@ -40,11 +40,12 @@ mod txn;
 mod txn_offset_commit;
 pub mod write_txn_markers;
 
-use kafka_protocol::messages::{RequestKind, ResponseKind};
+use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
 
 use crate::authz::{Authz, Operation, ResourceType, GROUP_OPERATIONS};
 use crate::broker::Broker;
+use crate::quota::usage::MutationQuota;
 use authorize::{group_ok, txn_ok, CLUSTER_DENIED, GROUP_DENIED, TXN_DENIED};
 use kafka_protocol::ResponseError;
 
@@ -128,19 +129,22 @@ pub async fn dispatch(
         }
         R::CreateTopics(mut r) => {
             let denied = authorize::create_topics(authz, &mut r);
-            let mut resp = create_topics::handle(broker, version, r).await;
+            let quota = MutationQuota::new(broker, ctx, ApiKey::CreateTopics, version);
+            let mut resp = create_topics::handle(broker, version, r, &quota).await;
             resp.topics.extend(denied);
             Reply::Respond(S::CreateTopics(resp))
         }
         R::DeleteTopics(mut r) => {
             let denied = authorize::delete_topics(authz, &broker.metadata.image(), &mut r);
-            let mut resp = delete_topics::handle(broker, version, r).await;
+            let quota = MutationQuota::new(broker, ctx, ApiKey::DeleteTopics, version);
+            let mut resp = delete_topics::handle(broker, version, r, &quota).await;
             resp.responses.extend(denied);
             Reply::Respond(S::DeleteTopics(resp))
         }
         R::CreatePartitions(mut r) => {
             let denied = authorize::create_partitions(authz, &mut r);
-            let mut resp = create_partitions::handle(broker, version, r).await;
+            let quota = MutationQuota::new(broker, ctx, ApiKey::CreatePartitions, version);
+            let mut resp = create_partitions::handle(broker, version, r, &quota).await;
             resp.results.extend(denied);
             Reply::Respond(S::CreatePartitions(resp))
         }

@@ -280,8 +280,64 @@ impl QuotaManager {
         throttle_ms
     }
 
+    /// Kafka's strict quota check: when the client's rate of `kind` is
+    /// already over its quota, returns the throttle time and records
+    /// nothing; otherwise records `value`, however far over it goes, and
+    /// returns 0 (`StrictControllerMutationQuota.record`).
+    pub fn check_then_record(
+        &self,
+        image: &Arc<MetadataImage>,
+        principal: &Arc<str>,
+        client_id: &Arc<str>,
+        kind: QuotaType,
+        value: f64,
+        now_ms: u64,
+    ) -> u64 {
+        if image.client_quotas.is_empty() {
+            return 0;
+        }
+        let mut state = self.state.lock().expect("quota state poisoned");
+        let Some(applied) =
+            Self::resolved(&mut state, image, principal, client_id)[kind.index()].clone()
+        else {
+            return 0;
+        };
+        let rate = self.rate;
+        let sensor = state
+            .sensors
+            .entry((kind, applied.sensor))
+            .or_insert_with(|| SampledRate::new(now_ms));
+        let throttle_ms = sensor.throttle_ms(rate, applied.limit, now_ms);
+        if throttle_ms == 0 {
+            sensor.record(rate, value, now_ms);
+            return 0;
+        }
+        drop(state);
+        metrics::counter!("kafka_broker_quota_throttled_requests_total", "quota" => kind.label())
+            .increment(1);
+        metrics::histogram!("kafka_broker_quota_throttle_time_seconds", "quota" => kind.label())
+            .record(throttle_ms as f64 / 1000.0);
+        throttle_ms
+    }
+
+    /// The most of `kind` the client could use at once without being
+    /// throttled, having used nothing in the window: its quota times
+    /// `samples - 1` windows (Kafka's `getMaxValueInQuotaWindow`). `None`
+    /// with no quota.
+    pub fn max_in_window(
+        &self,
+        image: &Arc<MetadataImage>,
+        principal: &Arc<str>,
+        client_id: &Arc<str>,
+        kind: QuotaType,
+    ) -> Option<f64> {
+        let applied = self.quota(image, principal, client_id, kind)?;
+        let windows = self.rate.samples.saturating_sub(1) as f64;
+        Some(applied.limit * windows * self.rate.window_ms as f64 / 1000.0)
+    }
+
     /// Takes back a value recorded for a response that was not sent (a
-    /// CreateTopics refused for its mutation quota), as Kafka's
+    /// throttled consumer's Fetch, whose records are left out), as Kafka's
     /// `unrecordQuotaSensor`.
     pub fn unrecord(
         &self,

@@ -130,6 +130,12 @@ impl SampledRate {
         now_ms: u64,
     ) -> u64 {
         self.record(config, value, now_ms);
+        self.throttle_ms(config, quota, now_ms)
+    }
+
+    /// How long the client must wait for its rate to come back to `quota`
+    /// (0 within it), recording nothing.
+    pub fn throttle_ms(&mut self, config: RateConfig, quota: f64, now_ms: u64) -> u64 {
         let observed = self.rate(config, now_ms);
         if observed <= quota {
             return 0;

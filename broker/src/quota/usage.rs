@@ -3,14 +3,22 @@
 //! dispatch; the connection mutes itself for the time returned.
 //!
 //! - Produce: the request's bytes (`producer_byte_rate`), acks=0 included.
-//! - Fetch from a consumer: the response's bytes (`consumer_byte_rate`);
-//!   a follower's fetch is replication and counts against nothing.
+//! - Fetch from a consumer: the response's bytes (`consumer_byte_rate`),
+//!   recorded by the fetch itself ([`throttle_fetch`]): a fetch over the
+//!   quota is answered without its records, and a fetch never asks for more
+//!   than the quota allows in one window. A follower's fetch is replication
+//!   and counts against nothing.
 //! - Every request but a follower's fetch, a consumer's Fetch (whose time
 //!   is mostly its long poll) and the inter-broker WriteTxnMarkers: the
 //!   time spent handling it (`request_percentage`: 100 is one request
 //!   thread's whole time).
 //! - CreateTopics, CreatePartitions, DeleteTopics: the partitions created
-//!   or deleted (`controller_mutation_rate`).
+//!   or deleted (`controller_mutation_rate`). From CreateTopics v6,
+//!   CreatePartitions v3 and DeleteTopics v5 the quota is strict: the
+//!   handler asks [`MutationQuota::admit`] before each topic, and a topic
+//!   asked for while the client is over its quota fails with
+//!   THROTTLING_QUOTA_EXCEEDED. Older versions are permissive: everything is
+//!   done and the client throttled afterwards, as in Kafka.
 //!
 //! The throttle is the largest of the quotas' throttles, as Kafka sends
 //! the larger of the bandwidth and request throttles.
@@ -36,6 +44,85 @@ pub struct Usage {
     /// Partitions a DeleteTopics would delete or a CreatePartitions add,
     /// counted from the image before the request changes it.
     partitions_changed: usize,
+    /// The handler enforced `controller_mutation_rate` itself.
+    strict_mutations: bool,
+}
+
+/// Whether this version of a topic mutation gets Kafka's strict
+/// `controller_mutation_rate` (`strictSinceVersion` in `ControllerApis`).
+pub fn strict_mutations(api_key: ApiKey, version: i16) -> bool {
+    match api_key {
+        ApiKey::CreateTopics => version >= 6,
+        ApiKey::CreatePartitions => version >= 3,
+        ApiKey::DeleteTopics => version >= 5,
+        _ => false,
+    }
+}
+
+/// One request's strict `controller_mutation_rate`: a topic mutation goes
+/// ahead while the client is within its quota (then counted, however many
+/// partitions it has) and is refused while it is over, as Kafka's
+/// `StrictControllerMutationQuota`. Without a quota, or for a permissive
+/// version, everything is admitted here.
+pub struct MutationQuota {
+    client: Option<(Arc<crate::metadata::MetadataImage>, Arc<str>, Arc<str>)>,
+    throttle_ms: std::sync::atomic::AtomicU64,
+}
+
+impl MutationQuota {
+    pub fn new(broker: &Broker, ctx: &RequestContext, api_key: ApiKey, version: i16) -> Self {
+        let image = broker.metadata.image();
+        let client =
+            (strict_mutations(api_key, version) && !image.client_quotas.is_empty()).then(|| {
+                (
+                    image,
+                    ctx.principal.clone(),
+                    Arc::from(ctx.client_id.as_str()),
+                )
+            });
+        MutationQuota {
+            client,
+            throttle_ms: Default::default(),
+        }
+    }
+
+    /// Whether a mutation of `partitions` partitions may go ahead; `Err`
+    /// with the throttle time when the client is over its quota.
+    pub fn admit(&self, broker: &Broker, partitions: usize) -> Result<(), i32> {
+        let Some((image, principal, client_id)) = &self.client else {
+            return Ok(());
+        };
+        let now_ms = crate::broker::now_ms().max(0) as u64;
+        let ms = broker.quotas.check_then_record(
+            image,
+            principal,
+            client_id,
+            QuotaType::ControllerMutation,
+            partitions as f64,
+            now_ms,
+        );
+        if ms == 0 {
+            return Ok(());
+        }
+        self.throttle_ms
+            .fetch_max(ms, std::sync::atomic::Ordering::Relaxed);
+        Err(ms.min(i32::MAX as u64) as i32)
+    }
+
+    /// The throttle the response carries: the longest a refusal asked for.
+    pub fn throttle_ms(&self) -> i32 {
+        self.throttle_ms
+            .load(std::sync::atomic::Ordering::Relaxed)
+            .min(i32::MAX as u64) as i32
+    }
+
+    /// The error a refused topic carries.
+    pub fn refusal() -> (i16, &'static str) {
+        (
+            kafka_protocol::ResponseError::ThrottlingQuotaExceeded.code(),
+            "The throttling quota has been exceeded.",
+        )
+    }
 }
 
 pub fn before(broker: &Broker, api_key: ApiKey, version: i16, request: &RequestKind) -> Usage {
@@ -47,6 +134,7 @@ pub fn before(broker: &Broker, api_key: ApiKey, version: i16, request: &RequestK
     if !usage.quotas_on {
         return usage;
     }
+    usage.strict_mutations = strict_mutations(api_key, version);
     match (api_key, request) {
         (ApiKey::Fetch, RequestKind::Fetch(r)) => {
             usage.follower_fetch = crate::handlers::fetch::replica_id(version, r) >= 0;
@@ -103,16 +191,23 @@ pub fn after(
             throttle_ms = throttle_ms.max(record(QuotaType::Produce, request_bytes as f64));
         }
         ApiKey::Fetch => {
+            // Recorded, and the records dropped when over, by throttle_fetch.
             if let Reply::Fetch(f) = reply {
-                let bytes: usize = f
-                    .records
-                    .iter()
-                    .map(|r| {
-                        r.as_ref().map_or(0, |r| r.len_bytes()) + FETCH_PARTITION_OVERHEAD_BYTES
-                    })
-                    .sum();
-                throttle_ms = throttle_ms.max(record(QuotaType::Fetch, bytes as f64));
+                throttle_ms = throttle_ms.max(f.response.throttle_time_ms.max(0) as u64);
             }
+        }
+        ApiKey::CreateTopics | ApiKey::CreatePartitions | ApiKey::DeleteTopics
+            if usage.strict_mutations =>
+        {
+            // Recorded topic by topic by MutationQuota, which set the
+            // response's throttle when it refused one.
+            let set = match reply {
+                Reply::Respond(ResponseKind::CreateTopics(r)) => r.throttle_time_ms,
+                Reply::Respond(ResponseKind::CreatePartitions(r)) => r.throttle_time_ms,
+                Reply::Respond(ResponseKind::DeleteTopics(r)) => r.throttle_time_ms,
+                _ => 0,
+            };
+            throttle_ms = throttle_ms.max(set.max(0) as u64);
         }
         ApiKey::CreateTopics | ApiKey::CreatePartitions | ApiKey::DeleteTopics => {
             let partitions = mutations(reply, usage);
@@ -140,6 +235,68 @@ pub fn after(
         }
     }
     throttle_ms
+}
+
+/// The most bytes a consumer's fetch may return: its `consumer_byte_rate`
+/// over `quota.window.num - 1` windows, so that one response alone can never
+/// earn a throttle longer than the window (Kafka caps `fetch.max.bytes` the
+/// same way). `None` without a quota.
+pub fn fetch_max_bytes(broker: &Broker, ctx: &RequestContext) -> Option<usize> {
+    let image = broker.metadata.image();
+    if image.client_quotas.is_empty() {
+        return None;
+    }
+    let client_id: Arc<str> = Arc::from(ctx.client_id.as_str());
+    broker
+        .quotas
+        .max_in_window(&image, &ctx.principal, &client_id, QuotaType::Fetch)
+        .map(|b| b.clamp(0.0, i32::MAX as f64) as usize)
+}
+
+/// Records a consumer's fetch response against its `consumer_byte_rate`.
+/// Over the quota, the bytes are taken back and the response goes out with
+/// no partitions and `throttle_time_ms` set: Kafka's throttled fetch
+/// response, which the client answers by waiting and fetching the same
+/// offsets again.
+pub fn throttle_fetch(
+    broker: &Broker,
+    ctx: &RequestContext,
+    mut reply: crate::handlers::fetch::FetchReply,
+) -> crate::handlers::fetch::FetchReply {
+    let image = broker.metadata.image();
+    if image.client_quotas.is_empty() {
+        return reply;
+    }
+    let bytes: usize = reply
+        .records
+        .iter()
+        .map(|r| r.as_ref().map_or(0, |r| r.len_bytes()) + FETCH_PARTITION_OVERHEAD_BYTES)
+        .sum();
+    let client_id: Arc<str> = Arc::from(ctx.client_id.as_str());
+    let now_ms = crate::broker::now_ms().max(0) as u64;
+    let quotas = &broker.quotas;
+    let throttle_ms = quotas.record(
+        &image,
+        &ctx.principal,
+        &client_id,
+        QuotaType::Fetch,
+        bytes as f64,
+        now_ms,
+    );
+    if throttle_ms > 0 {
+        quotas.unrecord(
+            &image,
+            &ctx.principal,
+            &client_id,
+            QuotaType::Fetch,
+            bytes as f64,
+            now_ms,
+        );
+        reply.response.responses.clear();
+        reply.records.clear();
+        reply.response.throttle_time_ms = throttle_ms.min(i32::MAX as u64) as i32;
+    }
+    reply
 }
 
 /// Partitions a successful CreateTopics, CreatePartitions or DeleteTopics
