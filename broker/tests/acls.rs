@@ -446,6 +446,22 @@ async fn matrix_denied_with_kafkas_code_then_allowed() {
     )
     .await;
     assert_eq!(bob.create_topic("bobs-1", 1, &[]).await, 0);
+    // Created, but its configs are not bob's to see without DescribeConfigs.
+    let create = |name: &str| {
+        CreateTopicsRequest::default()
+            .with_topics(vec![create_topics_request::CreatableTopic::default()
+                .with_name(TopicName(s(name)))
+                .with_num_partitions(1)
+                .with_replication_factor(1)])
+            .with_timeout_ms(10_000)
+    };
+    let r: CreateTopicsResponse = bob.call(ApiKey::CreateTopics, 7, &create("bobs-2")).await;
+    assert_eq!(r.topics[0].error_code, 0);
+    assert_eq!(r.topics[0].topic_config_error_code, DENIED_TOPIC);
+    assert!(r.topics[0].configs.is_none());
+    let r: CreateTopicsResponse = admin.call(ApiKey::CreateTopics, 7, &create("admins")).await;
+    assert_eq!(r.topics[0].topic_config_error_code, 0);
+    assert!(!r.topics[0].configs.as_ref().unwrap().is_empty());
 
     // DescribeConfigs / IncrementalAlterConfigs on the topic and on a broker.
     let describe = |rt: i8, name: &str| {

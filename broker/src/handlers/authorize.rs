@@ -132,6 +132,21 @@ pub fn create_topics(
     .collect()
 }
 
+/// CreateTopics: a created topic's configs go back only to a principal who
+/// may DescribeConfigs it; otherwise `topic_config_error_code` says why
+/// (Kafka's `describableTopics` in `ReplicationControlManager.createTopics`).
+pub fn hide_created_configs(authz: &Authz<'_>, resp: &mut CreateTopicsResponse) {
+    if !authz.enabled() {
+        return;
+    }
+    for t in resp.topics.iter_mut().filter(|t| t.error_code == 0) {
+        if !topic_ok(authz, Operation::DescribeConfigs, &t.name) {
+            t.configs = None;
+            t.topic_config_error_code = TOPIC_DENIED;
+        }
+    }
+}
+
 /// DeleteTopics: Delete per topic (named, or by id once the id is known).
 pub fn delete_topics(
     authz: &Authz<'_>,

@@ -131,6 +131,7 @@ pub async fn dispatch(
             let denied = authorize::create_topics(authz, &mut r);
             let quota = MutationQuota::new(broker, ctx, ApiKey::CreateTopics, version);
             let mut resp = create_topics::handle(broker, version, r, &quota).await;
+            authorize::hide_created_configs(authz, &mut resp);
             resp.topics.extend(denied);
             Reply::Respond(S::CreateTopics(resp))
         }
