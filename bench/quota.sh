@@ -1,16 +1,21 @@
 #!/usr/bin/env bash
 # Client quota isolation, ours against Apache Kafka 4.4 in the same run (issue 31):
-#   bench/quota.sh [--quota-bytes 512000] [--seconds 40]
+#   bench/quota.sh [--quota-bytes 512000] [--seconds 40] [--rounds 3]
 #
-# For each broker in turn (single node on loopback, Kafka's tools from compat-tests/kafka-cli.sh):
+# For each broker in turn (single node on loopback, Kafka's tools from compat-tests/kafka-cli.sh),
+# --rounds times:
 #   1. the neighbour alone: kafka-producer-perf-test, client.id calm, 100 records/s of 1 KiB,
 #      acks=all, for --seconds: its p99 latency;
-#   2. producer_byte_rate=<quota> on client.id noisy (kafka-configs.sh), then the noisy
-#      producer offering 10x the quota (records/s = 10 x quota / 1 KiB) for --seconds, and the
-#      same neighbour run beside it: the neighbour's p99, and the noisy producer's achieved
-#      rate over its last 20 s (its 5 s interval lines; the first seconds of a Kafka quota
-#      window let a burst through) over the quota.
-# Prints a table; raw tool outputs go to ${BENCH_OUT:-bench/out}/quota-<UTC time>/.
+#   2. the control: a producer (client.id loud, no quota) offering exactly the quota's bytes/s,
+#      and the neighbour beside it once it has run 10 s: what that load alone does to the
+#      neighbour's p99;
+#   3. with producer_byte_rate=<quota> on client.id noisy (kafka-configs.sh, set once): the
+#      noisy producer offering 10x the quota (records/s = 10 x quota / 1 KiB), and the
+#      neighbour beside it once it has run 10 s (held to its quota by then on both brokers;
+#      a quota window lets the first seconds through): the neighbour's p99, and the noisy
+#      producer's achieved rate over its 5 s interval lines from 20 s on, over the quota.
+# The loud and noisy producers stop when the neighbour's run ends. The table has each
+# figure's median over the rounds. Raw tool outputs go to ${BENCH_OUT:-bench/out}/quota-<UTC time>/.
 # Needs java, the Kafka jars (compat-tests/install.sh kafka), python3 and, unless BROKER_BIN
 # names a broker binary, a release build in $CARGO_TARGET_DIR (cargo build --release -p broker).
 # Ports: BENCH_OURS_PORT (28092), BENCH_KAFKA_PORT (28192, controller +1).
@@ -21,13 +26,17 @@ source "$ROOT/compat-tests/lib.sh"
 
 quota=512000
 seconds=40
+rounds=3
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --quota-bytes) quota=$2; shift 2 ;;
     --seconds) seconds=$2; shift 2 ;;
-    *) die "usage: bench/quota.sh [--quota-bytes N] [--seconds S]" ;;
+    --rounds) rounds=$2; shift 2 ;;
+    *) die "usage: bench/quota.sh [--quota-bytes N] [--seconds S] [--rounds R]" ;;
   esac
 done
+# How long the loud and noisy producers run before the neighbour starts.
+WARM_S=10
 OURS_PORT=${BENCH_OURS_PORT:-28092}
 KAFKA_PORT=${BENCH_KAFKA_PORT:-28192}
 RECORD_BYTES=1024
@@ -50,38 +59,60 @@ cleanup() {
 trap cleanup EXIT
 blog() { printf '[quota-bench %s] %s\n' "$(date -u +%H:%M:%S)" "$*" >&2; }
 
-perf() { # perf <bs> <client id> <topic> <records/s> <out>
-  local n=$(($4 * seconds))
-  timeout -k 5 $((seconds * 4 + 60)) "$CLI" kafka-producer-perf-test --topic "$3" --num-records "$n" \
+perf() { # perf <bs> <client id> <topic> <records/s> <out> [<stop after s>]
+  local n=$(($4 * seconds)) limit=$((seconds * 4 + 60))
+  # A background load: more records than it can send, stopped by the timeout.
+  [[ -n ${6:-} ]] && { n=$(($4 * $6 * 2)); limit=$6; }
+  timeout -k 5 "$limit" "$CLI" kafka-producer-perf-test --topic "$3" --num-records "$n" \
     --record-size "$RECORD_BYTES" --throughput "$4" \
     --command-property bootstrap.servers="$1" client.id="$2" acks=all linger.ms=5 batch.size=65536 \
     >"$5" 2>&1 </dev/null
 }
 p99() { awk '/records sent,.*99th/ {for (i=1;i<=NF;i++) if ($i ~ /^99th/) {v=$(i-2)}} END {print v}' "$1" | tr -d ','; }
-# The noisy producer's records/s over its interval lines after the first 20 s.
+# The noisy producer's bytes/s over its interval lines from 20 s on.
 noisy_rate_of() {
-  awk -v skip=$(((seconds - 20) / 5)) '/records sent,.*records\/sec/ && !/99th/ {
+  awk -v skip=4 '/records sent,.*records\/sec/ && !/99th/ {
       n++; if (n > skip) {gsub(/[(,]/, "", $4); s += $4; c++} }
     END { if (c) printf "%.0f", s / c * 1024; else print "" }' "$1"
 }
 
+# The median of its arguments (empty ones left out).
+median() { printf '%s\n' "$@" | awk 'NF' | sort -n | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]}'; }
+
 declare -A result
 run_broker() { # run_broker <name> <bootstrap>
-  local b=$1 bs=$2
-  timeout 90 "$CLI" kafka-topics --bootstrap-server "$bs" --create --topic calm --partitions 1 --replication-factor 1 >/dev/null 2>&1
-  timeout 90 "$CLI" kafka-topics --bootstrap-server "$bs" --create --topic noisy --partitions 1 --replication-factor 1 >/dev/null 2>&1
-  blog "$b: neighbour alone"
-  perf "$bs" calm calm "$CALM_RATE" "$out/$b.calm-alone.out"
+  local b=$1 bs=$2 r alone=() loud=() beside=() noisy=() bg
+  for t in calm loud noisy; do
+    timeout 90 "$CLI" kafka-topics --bootstrap-server "$bs" --create --topic $t --partitions 1 --replication-factor 1 >/dev/null 2>&1
+  done
   timeout 90 "$CLI" kafka-configs --bootstrap-server "$bs" --alter --entity-type clients --entity-name noisy \
     --add-config "producer_byte_rate=$quota" >"$out/$b.configs.out" 2>&1
-  blog "$b: noisy producer at 10x its quota, neighbour beside it"
-  perf "$bs" noisy noisy "$noisy_rate" "$out/$b.noisy.out" &
-  local noisy_pid=$!
-  perf "$bs" calm calm "$CALM_RATE" "$out/$b.calm-noisy.out"
-  wait "$noisy_pid"
-  result[$b.alone]=$(p99 "$out/$b.calm-alone.out")
-  result[$b.beside]=$(p99 "$out/$b.calm-noisy.out")
-  result[$b.noisy]=$(noisy_rate_of "$out/$b.noisy.out")
+  local load_s=$((WARM_S + seconds + 15))
+  for r in $(seq 1 "$rounds"); do
+    blog "$b round $r: neighbour alone"
+    perf "$bs" calm calm "$CALM_RATE" "$out/$b.$r.calm-alone.out"
+    alone+=("$(p99 "$out/$b.$r.calm-alone.out")")
+    blog "$b round $r: neighbour beside an unthrottled producer at the quota's rate"
+    perf "$bs" loud loud $((quota / RECORD_BYTES)) "$out/$b.$r.loud.out" "$load_s" &
+    bg=$!
+    sleep "$WARM_S"
+    perf "$bs" calm calm "$CALM_RATE" "$out/$b.$r.calm-loud.out"
+    wait "$bg"
+    loud+=("$(p99 "$out/$b.$r.calm-loud.out")")
+    blog "$b round $r: neighbour beside the noisy producer at 10x its quota"
+    perf "$bs" noisy noisy "$noisy_rate" "$out/$b.$r.noisy.out" "$load_s" &
+    bg=$!
+    sleep "$WARM_S"
+    perf "$bs" calm calm "$CALM_RATE" "$out/$b.$r.calm-noisy.out"
+    wait "$bg"
+    beside+=("$(p99 "$out/$b.$r.calm-noisy.out")")
+    noisy+=("$(noisy_rate_of "$out/$b.$r.noisy.out")")
+  done
+  result[$b.alone]=$(median "${alone[@]}")
+  result[$b.loud]=$(median "${loud[@]}")
+  result[$b.beside]=$(median "${beside[@]}")
+  result[$b.noisy]=$(median "${noisy[@]}")
+  result[$b.rounds]="alone ${alone[*]}; beside loud ${loud[*]}; beside noisy ${beside[*]}"
 }
 
 blog "starting our broker ($BROKER_BIN) on 127.0.0.1:$OURS_PORT"
@@ -100,11 +131,13 @@ run_broker kafka "127.0.0.1:$KAFKA_PORT"
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 {
-  echo "quota: producer_byte_rate=$quota on client.id noisy, offered $((noisy_rate * RECORD_BYTES)) B/s; neighbour $CALM_RATE records/s; ${seconds} s runs; $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg)"
+  echo "quota: producer_byte_rate=$quota on client.id noisy, offered $((noisy_rate * RECORD_BYTES)) B/s; neighbour $CALM_RATE records/s; ${seconds} s runs, median of $rounds rounds; $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg)"
   echo
-  echo "| broker | noisy achieved / quota | neighbour p99 alone (ms) | neighbour p99 beside noisy (ms) | p99 beside / alone |"
-  echo "|---|---|---|---|---|"
+  echo "| broker | noisy achieved / quota | neighbour p99 alone (ms) | beside the same load unthrottled (ms) | beside noisy (ms) | p99 beside noisy / alone |"
+  echo "|---|---|---|---|---|---|"
   for b in ours kafka; do
-    echo "| $b | $(ratio "${result[$b.noisy]}" "$quota") | ${result[$b.alone]:--} | ${result[$b.beside]:--} | $(ratio "${result[$b.beside]}" "${result[$b.alone]}") |"
+    echo "| $b | $(ratio "${result[$b.noisy]}" "$quota") | ${result[$b.alone]:--} | ${result[$b.loud]:--} | ${result[$b.beside]:--} | $(ratio "${result[$b.beside]}" "${result[$b.alone]}") |"
   done
+  echo
+  for b in ours kafka; do echo "$b p99 per round (ms): ${result[$b.rounds]}"; done
 } | tee "$out/table.md"
