@@ -91,6 +91,7 @@ SECURITY_TITLES = {
                  "(`security/run.sh --hostile --peers`)",
     "acls": "ACLs through kafka-acls.sh and the console clients (`security/acls.sh`)",
     "quotas": "client quotas through kafka-configs.sh and a throttled producer (`security/quotas.sh`)",
+    "librdkafka-auth": "librdkafka's authorization tests on a broker with an authorizer (`security/librdkafka-auth.sh`)",
 }
 
 

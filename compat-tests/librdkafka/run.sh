@@ -84,15 +84,18 @@ if [[ -n ${RDKAFKA_TEST_CONF_EXTRA:-} ]]; then
   log "test.conf adds $(grep -v '^#' "$RDKAFKA_TEST_CONF_EXTRA" | sed -E 's/(password)=.*/\1=***/' | paste -sd' ')"
 fi
 
-# Some tests create topics with Kafka's kafka-topics.sh ($KAFKA_PATH/bin, broker
-# list in $BROKERS). When `install.sh kafka` has resolved Kafka's jars, a bin/
-# with a kafka-topics.sh that runs kafka-cli.sh stands in for a Kafka distribution.
+# Some tests create topics with Kafka's kafka-topics.sh or ACLs with kafka-acls.sh
+# ($KAFKA_PATH/bin, broker list in $BROKERS). When `install.sh kafka` has resolved
+# Kafka's jars, a bin/ of scripts that run kafka-cli.sh stands in for a Kafka distribution.
 runner_env=()
 if compgen -G "$KAFKA_LIBS/kafka_2.13-*.jar" >/dev/null; then
   mkdir -p "$run_dir/kafka-path/bin"
-  printf '#!/usr/bin/env bash\nexec "%s/kafka-cli.sh" kafka-topics "$@"\n' "$COMPAT_DIR" \
-    >"$run_dir/kafka-path/bin/kafka-topics.sh"
-  chmod +x "$run_dir/kafka-path/bin/kafka-topics.sh"
+  # kafka-acls.sh: the auth tests (0115, 0119) add DENY ACLs with it.
+  for tool in kafka-topics kafka-acls; do
+    printf '#!/usr/bin/env bash\nexec "%s/kafka-cli.sh" %s "$@"\n' "$COMPAT_DIR" "$tool" \
+      >"$run_dir/kafka-path/bin/$tool.sh"
+    chmod +x "$run_dir/kafka-path/bin/$tool.sh"
+  done
   # Tests with a Java peer (0098_consumer_txn's TransactionProducerCli) compile it against
   # $KAFKA_PATH/libs/kafka-clients-*.jar and run it with bin/kafka-run-class.sh, which
   # gets the class's folder in CLASSPATH.
