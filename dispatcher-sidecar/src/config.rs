@@ -1086,8 +1086,11 @@ fn parse_push(
     let auth = match keys.table("auth")? {
         None => PushAuth::default(),
         Some(table) => {
-            let PushEndpoint::Http(url) = &endpoint else {
-                return Err(keys.invalid("auth", "signing is for url endpoints, not grpc"));
+            // The JWT's default audience: the url, or the grpc address as
+            // written.
+            let url = match &endpoint {
+                PushEndpoint::Http(url) => url,
+                PushEndpoint::Grpc(address) => address,
             };
             let mut ak = Keys {
                 file: keys.file,
@@ -2158,10 +2161,6 @@ ordered = false
         assert!(push("url = \"http://h:1/\"\ngrpc = \"h:2\"").contains("not both"));
         assert!(push("url = \"http://h/\"\nca_file = \"ca.pem\"")
             .contains("key \"push.ca_file\": only an https:// url takes a ca_file"));
-        assert!(
-            push("grpc = \"h:1\"\n[queue.push.auth.hmac]\nsecret = \"0123456789abcdef\"")
-                .contains("key \"push.auth\": signing is for url endpoints")
-        );
         assert!(
             push("url = \"https://h/\"\n[queue.push.auth.hmac]\nsecret = \"short\"")
                 .contains("key \"push.auth.hmac.secret\": the secret has 5 bytes")

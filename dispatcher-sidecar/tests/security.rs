@@ -764,3 +764,117 @@ async fn a_push_to_an_https_endpoint_carries_a_jwt_and_an_hmac_that_verify() {
         .collect();
     assert_eq!(v1, want);
 }
+
+/// Each gRPC push call's metadata and payload.
+type SeenCalls = Arc<Mutex<Vec<(tonic::metadata::MetadataMap, Vec<u8>)>>>;
+
+/// A gRPC push endpoint that records each call.
+struct SignedGrpcEndpoint {
+    seen: SeenCalls,
+}
+
+#[tonic::async_trait]
+impl dispatcher_sidecar::push::proto::push_endpoint_server::PushEndpoint for SignedGrpcEndpoint {
+    async fn deliver(
+        &self,
+        request: tonic::Request<dispatcher_sidecar::push::proto::PushRequest>,
+    ) -> Result<tonic::Response<dispatcher_sidecar::push::proto::PushResponse>, tonic::Status> {
+        let metadata = request.metadata().clone();
+        let r = request.into_inner();
+        self.seen
+            .lock()
+            .unwrap()
+            .push((metadata, r.payload.to_vec()));
+        Ok(tonic::Response::new(
+            dispatcher_sidecar::push::proto::PushResponse {},
+        ))
+    }
+}
+
+#[tokio::test]
+async fn a_grpc_push_carries_the_same_jwt_and_hmac_as_call_metadata() {
+    let pki = Pki::new();
+    let signing = rcgen::KeyPair::generate().unwrap();
+    std::fs::write(pki.path("signer.key"), signing.serialize_pem()).unwrap();
+    let public_pem = signing.public_key_pem();
+
+    let seen: SeenCalls = Arc::default();
+    let listener = tokio::net::TcpListener::bind("127.0.0.3:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let service = dispatcher_sidecar::push::proto::push_endpoint_server::PushEndpointServer::new(
+        SignedGrpcEndpoint { seen: seen.clone() },
+    );
+    let endpoint = tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+    });
+
+    let grpc = format!("127.0.0.3:{}", addr.port());
+    let text = format!(
+        "[[queue]]\nname = \"pushed\"\ntopic = \"pushed\"\n\
+         [queue.push]\ngrpc = \"{grpc}\"\ntimeout = \"5s\"\n\
+         [queue.push.auth.jwt]\nkey_file = \"signer.key\"\nalgorithm = \"ES256\"\n\
+         [queue.push.auth.hmac]\nsecret = \"hmac-secret-0123456789\"\nheader = \"X-Signature\"\n"
+    );
+    let config = Config::parse(&text, "push.toml", pki.dir.path()).unwrap();
+    let payload = br#"{"order":43}"#;
+    let fake = Arc::new(Fake {
+        queues: config.queues.clone(),
+        deliveries: Mutex::new(vec![Delivery {
+            message_id: "m-2".into(),
+            receipt: "receipt-2".into(),
+            key: None,
+            payload: bytes::Bytes::from_static(payload),
+            headers: vec![],
+            attempt: 1,
+            enqueued_at_ms: 1_700_000_000_000,
+            partition: 0,
+            offset: 8,
+            lease_expires_at_ms: i64::MAX / 2,
+        }]),
+        ..Fake::default()
+    });
+    let pusher = dispatcher_sidecar::push::Pusher::start(fake.clone(), &config.queues).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while fake.acked.lock().unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the push was not acked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pusher.stop().await;
+    endpoint.abort();
+    let (metadata, body) = seen.lock().unwrap()[0].clone();
+    assert_eq!(&body[..], payload);
+
+    // The JWT's audience defaults to the grpc address as configured.
+    let bearer = metadata.get("authorization").unwrap().to_str().unwrap();
+    let jwt = bearer.strip_prefix("Bearer ").expect("a bearer JWT");
+    let key = jsonwebtoken::DecodingKey::from_ec_pem(public_pem.as_bytes()).unwrap();
+    let mut validation = jsonwebtoken::Validation::new(jsonwebtoken::Algorithm::ES256);
+    validation.set_audience(&[&grpc]);
+    validation.set_issuer(&["dispatcher"]);
+    let data = jsonwebtoken::decode::<Value>(jwt, &key, &validation).expect("the JWT verifies");
+    assert_eq!(data.claims["sub"], "pushed");
+
+    // The HMAC, under the configured (lower-cased) name, over the payload.
+    let sig = metadata.get("x-signature").unwrap().to_str().unwrap();
+    let (t, v1) = sig
+        .strip_prefix("t=")
+        .and_then(|rest| rest.split_once(",v1="))
+        .expect("t=<unix>,v1=<hex>");
+    use hmac::Mac as _;
+    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"hmac-secret-0123456789").unwrap();
+    mac.update(format!("{t}.").as_bytes());
+    mac.update(&body);
+    let want: String = mac
+        .finalize()
+        .into_bytes()
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    assert_eq!(v1, want);
+}

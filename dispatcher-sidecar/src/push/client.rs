@@ -25,7 +25,11 @@ pub(super) enum Client {
         /// `[queue.push.auth]`: the headers that sign each request.
         signer: Option<Box<super::sign::Signer>>,
     },
-    Grpc(proto::push_endpoint_client::PushEndpointClient<tonic::transport::Channel>),
+    Grpc {
+        client: proto::push_endpoint_client::PushEndpointClient<tonic::transport::Channel>,
+        /// `[queue.push.auth]`: the metadata that signs each call.
+        signer: Option<Box<super::sign::Signer>>,
+    },
 }
 
 impl Client {
@@ -39,7 +43,8 @@ impl Client {
     }
 
     /// An `https://` endpoint is verified against `ca_file`'s CAs when
-    /// given, else the system's; `signer` signs each HTTP request.
+    /// given, else the system's; `signer` signs each HTTP request or gRPC
+    /// call.
     pub(super) fn with_security(
         endpoint: &PushEndpoint,
         concurrency: u32,
@@ -73,9 +78,10 @@ impl Client {
                     .connect_timeout(timeout)
                     .tcp_nodelay(true)
                     .connect_lazy();
-                Client::Grpc(proto::push_endpoint_client::PushEndpointClient::new(
-                    channel,
-                ))
+                Client::Grpc {
+                    client: proto::push_endpoint_client::PushEndpointClient::new(channel),
+                    signer: signer.map(Box::new),
+                }
             }
         })
     }
@@ -90,13 +96,21 @@ impl Client {
                     url,
                     signer,
                 } => deliver_http(client, url, signer.as_deref(), queue, d, timeout).await,
-                Client::Grpc(client) => deliver_grpc(client.clone(), queue, d, timeout).await,
+                Client::Grpc { client, signer } => {
+                    deliver_grpc(client.clone(), signer.as_deref(), queue, d, timeout).await
+                }
             }
         };
         tokio::time::timeout(timeout, call)
             .await
             .unwrap_or_else(|_| Outcome::timeout(timeout))
     }
+}
+
+fn now_s() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 async fn deliver_http(
@@ -109,10 +123,7 @@ async fn deliver_http(
 ) -> Outcome {
     let mut headers = http_headers(queue, d);
     if let Some(signer) = signer {
-        let now_s = SystemTime::now()
-            .duration_since(SystemTime::UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
-        for (name, value) in signer.headers(&d.payload, now_s) {
+        for (name, value) in signer.headers(&d.payload, now_s()) {
             headers.insert(name, value);
         }
     }
@@ -243,6 +254,7 @@ fn pct_name(bytes: &[u8]) -> String {
 
 async fn deliver_grpc(
     mut client: proto::push_endpoint_client::PushEndpointClient<tonic::transport::Channel>,
+    signer: Option<&super::sign::Signer>,
     queue: &str,
     d: &Delivery,
     timeout: Duration,
@@ -266,6 +278,20 @@ async fn deliver_grpc(
         offset: d.offset,
     });
     request.set_timeout(timeout);
+    if let Some(signer) = signer {
+        // The same values as an HTTP push's headers, as call metadata; the
+        // HMAC covers the payload bytes.
+        for (name, value) in signer.headers(&d.payload, now_s()) {
+            let key = tonic::metadata::MetadataKey::from_bytes(name.as_str().as_bytes());
+            let value = value
+                .to_str()
+                .ok()
+                .and_then(|v| tonic::metadata::MetadataValue::try_from(v).ok());
+            if let (Ok(key), Some(value)) = (key, value) {
+                request.metadata_mut().insert(key, value);
+            }
+        }
+    }
     match client.deliver(request).await {
         Ok(_) => Outcome::Ack,
         Err(status) => {
