@@ -160,6 +160,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
         max_connections_per_voter: config.controller_max_connections_per_voter,
         peer_security,
         peer_auth,
+        bootstrap_scram: config
+            .bootstrap_scram
+            .iter()
+            .map(|b| (b.user.clone(), b.mechanism, b.credential.clone()))
+            .collect(),
     };
     let metadata = MetadataController::open(&data_dir.join("__cluster_metadata"), quorum).await?;
     let mut config = config;

@@ -1,4 +1,4 @@
-//! `broker [server.properties] [--override key=value]...`
+//! `broker [server.properties] [--override key=value]... [--add-scram <spec>]...`
 //!
 //! With no arguments: a single node on 127.0.0.1:9092 with its data under
 //! `./data`. An invalid config prints one line naming the key and exits 2.
@@ -14,7 +14,8 @@ fn main() {
         .init();
     let args: Vec<String> = std::env::args().skip(1).collect();
     if args.iter().any(|a| a == "--help" || a == "-h") {
-        println!("usage: broker [server.properties] [--override key=value]...");
+        println!("usage: broker [server.properties] [--override key=value]... [--add-scram <mechanism>=[name=<user>,password=<password>]]...");
+        println!("  --add-scram: a SCRAM user the cluster is formed with (first start only), as kafka-storage format --add-scram");
         return;
     }
     let config = match ServerConfig::from_args(&args) {

@@ -634,3 +634,73 @@ async fn a_sasl_session_expires_after_connections_max_reauth_ms_unless_renewed()
         .await;
     assert!(c.closed_within(Duration::from_secs(10)).await);
 }
+
+/// `--add-scram`: users a cluster is formed with, as `kafka-storage format
+/// --add-scram`; a later start's `--add-scram` changes nothing.
+#[tokio::test]
+async fn add_scram_forms_the_cluster_with_its_users_and_only_then() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = |spec: &str| {
+        let mut c = common::config(
+            dir.path(),
+            &[
+                (
+                    "listeners",
+                    "PLAINTEXT://127.0.0.1:0,SASL_PLAINTEXT://127.0.0.1:0",
+                ),
+                ("sasl.enabled.mechanisms", "SCRAM-SHA-512"),
+            ],
+        );
+        c.bootstrap_scram = vec![broker::config::BootstrapScram::parse(spec).unwrap()];
+        c
+    };
+    let login = |running: &broker::RunningBroker, password: &'static str| {
+        let a = running
+            .listener_addrs
+            .iter()
+            .find(|(n, _)| n == "SASL_PLAINTEXT")
+            .unwrap()
+            .1;
+        async move {
+            let mut c = Client::connect(a).await;
+            scram_login(&mut c, "dora", password).await.error_code
+        }
+    };
+    // A quoted password may hold commas.
+    let running = broker::start(config(
+        r#"SCRAM-SHA-512=[name=dora,password="dora,secret",iterations=8192]"#,
+    ))
+    .await
+    .unwrap();
+    assert_eq!(login(&running, "dora,secret").await, 0);
+    let mut admin = Client::connect(running.local_addr).await;
+    let d: DescribeUserScramCredentialsResponse = admin
+        .call(
+            ApiKey::DescribeUserScramCredentials,
+            0,
+            &DescribeUserScramCredentialsRequest::default().with_users(None),
+        )
+        .await;
+    let infos: Vec<(String, i8, i32)> = d
+        .results
+        .iter()
+        .flat_map(|r| {
+            r.credential_infos
+                .iter()
+                .map(|i| (r.user.to_string(), i.mechanism, i.iterations))
+        })
+        .collect();
+    assert_eq!(infos, vec![("dora".to_string(), 2, 8192)]);
+    running.shutdown().await;
+
+    // The cluster exists: a new --add-scram is ignored.
+    let running = broker::start(config("SCRAM-SHA-512=[name=dora,password=other]"))
+        .await
+        .unwrap();
+    assert_eq!(login(&running, "dora,secret").await, 0);
+    assert_eq!(
+        login(&running, "other").await,
+        ResponseError::SaslAuthenticationFailed.code()
+    );
+    running.shutdown().await;
+}

@@ -13,5 +13,5 @@ pub use security::{
     SASL_MECHANISM_CONTROLLER_PROTOCOL, SASL_MECHANISM_INTER_BROKER_PROTOCOL,
     SUPPORTED_SASL_MECHANISMS,
 };
-pub use server::{ConfigError, Listener, ServerConfig};
+pub use server::{BootstrapScram, ConfigError, Listener, ServerConfig};
 pub use topic::{TopicConfigEntry, TopicConfigError, TopicConfigs, TOPIC_CONFIGS};

@@ -21,7 +21,7 @@ pub enum ConfigError {
     File { path: String, reason: String },
     #[error("malformed config line {line}: {text:?} (expected key=value)")]
     MalformedLine { line: usize, text: String },
-    #[error("invalid argument {0:?}: usage: broker [server.properties] [--override key=value]...")]
+    #[error("invalid argument {0:?}: usage: broker [server.properties] [--override key=value]... [--add-scram <mechanism>=[name=<user>,password=<password>]]...")]
     Usage(String),
 }
 
@@ -233,6 +233,114 @@ pub struct ServerConfig {
     /// Every key that was set, as given, for DescribeConfigs (and for the
     /// per-listener `ssl.*`/`sasl.*` lookups).
     pub explicit: BTreeMap<String, String>,
+    /// `--add-scram` on the command line: SCRAM users a new cluster is
+    /// formed with (Kafka's `kafka-storage format --add-scram`).
+    pub bootstrap_scram: Vec<BootstrapScram>,
+}
+
+/// One `--add-scram 'SCRAM-SHA-512=[name=alice,password=alice-secret]'`:
+/// the stored credential, never the password.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BootstrapScram {
+    pub user: String,
+    /// The mechanism's type id (1: SCRAM-SHA-256, 2: SCRAM-SHA-512).
+    pub mechanism: i8,
+    pub credential: crate::metadata::StoredScramCredential,
+}
+
+impl BootstrapScram {
+    /// Parses Kafka's `--add-scram` value: `<mechanism>=[name=<user>,
+    /// password=<password>[,iterations=<n>]]`, a value optionally in double
+    /// quotes (then it may hold commas). The salt is random, as Kafka's.
+    pub fn parse(spec: &str) -> Result<Self, String> {
+        use crate::security::sasl::{ScramCredential, ScramMechanism};
+        let (mechanism, rest) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("{spec:?}: expected <mechanism>=[name=...,password=...]"))?;
+        let mech = match mechanism.trim() {
+            "SCRAM-SHA-256" => ScramMechanism::Sha256,
+            "SCRAM-SHA-512" => ScramMechanism::Sha512,
+            other => return Err(format!("{other:?} is not SCRAM-SHA-256 or SCRAM-SHA-512")),
+        };
+        let body = rest
+            .trim()
+            .strip_prefix('[')
+            .and_then(|r| r.strip_suffix(']'))
+            .ok_or_else(|| format!("{spec:?}: the credential goes in [...]"))?;
+        let (mut name, mut password, mut iterations) = (None, None, 4096);
+        for (key, value) in scram_pairs(body)? {
+            match key.as_str() {
+                "name" => name = Some(value),
+                "password" => password = Some(value),
+                "iterations" => {
+                    iterations = value
+                        .parse::<i32>()
+                        .ok()
+                        .filter(|n| {
+                            (ScramMechanism::MIN_ITERATIONS..=ScramMechanism::MAX_ITERATIONS)
+                                .contains(n)
+                        })
+                        .ok_or_else(|| {
+                            format!(
+                                "iterations {value:?} is not between {} and {}",
+                                ScramMechanism::MIN_ITERATIONS,
+                                ScramMechanism::MAX_ITERATIONS
+                            )
+                        })?
+                }
+                other => {
+                    return Err(format!(
+                        "unknown key {other:?} (name, password, iterations)"
+                    ))
+                }
+            }
+        }
+        let user = name.filter(|n| !n.is_empty()).ok_or("name is missing")?;
+        let password = password.ok_or("password is missing")?;
+        let mut salt = [0u8; 32];
+        getrandom::fill(&mut salt).map_err(|e| format!("no random salt: {e}"))?;
+        let c = ScramCredential::from_password(mech, &password, &salt, iterations);
+        Ok(BootstrapScram {
+            user,
+            mechanism: mech.type_id(),
+            credential: crate::metadata::StoredScramCredential {
+                salt: c.salt,
+                stored_key: c.stored_key,
+                server_key: c.server_key,
+                iterations: c.iterations,
+            },
+        })
+    }
+}
+
+/// `k=v,k="v, with commas",...` into pairs.
+fn scram_pairs(body: &str) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    let mut rest = body.trim();
+    while !rest.is_empty() {
+        let (key, after) = rest
+            .split_once('=')
+            .ok_or_else(|| format!("{rest:?}: expected key=value"))?;
+        let (value, after) = if let Some(quoted) = after.strip_prefix('"') {
+            let end = quoted
+                .find('"')
+                .ok_or_else(|| format!("{after:?}: unterminated quote"))?;
+            (&quoted[..end], &quoted[end + 1..])
+        } else {
+            match after.find(',') {
+                Some(i) => (&after[..i], &after[i..]),
+                None => (after, ""),
+            }
+        };
+        out.push((key.trim().to_string(), value.to_string()));
+        rest = after.trim_start();
+        if let Some(r) = rest.strip_prefix(',') {
+            rest = r.trim_start();
+        } else if !rest.is_empty() {
+            return Err(format!("{rest:?}: expected a comma"));
+        }
+    }
+    Ok(out)
 }
 
 impl Default for ServerConfig {
@@ -331,6 +439,7 @@ impl Default for ServerConfig {
             sasl_server_max_receive_size: 524_288,
             connection_failed_authentication_delay_ms: 100,
             explicit: BTreeMap::new(),
+            bootstrap_scram: Vec::new(),
         }
     }
 }
@@ -450,10 +559,30 @@ impl ServerConfig {
     /// name): an optional properties file, then `--override key=value` pairs.
     pub fn from_args(args: &[String]) -> Result<Self, ConfigError> {
         let mut pairs: Vec<(String, String)> = Vec::new();
+        let mut scram = Vec::new();
         let mut iter = args.iter();
         let mut file_seen = false;
+        let add_scram = |spec: &str| {
+            BootstrapScram::parse(spec).map_err(|reason| ConfigError::InvalidValue {
+                key: "--add-scram".into(),
+                value: spec
+                    .split_once("password")
+                    .map_or(spec, |(head, _)| head)
+                    .into(),
+                reason,
+            })
+        };
         while let Some(arg) = iter.next() {
-            if arg == "--override" {
+            if arg == "--add-scram" {
+                let spec = iter.next().ok_or_else(|| {
+                    ConfigError::Usage(
+                        "--add-scram needs SCRAM-SHA-512=[name=..,password=..]".into(),
+                    )
+                })?;
+                scram.push(add_scram(spec)?);
+            } else if let Some(spec) = arg.strip_prefix("--add-scram=") {
+                scram.push(add_scram(spec)?);
+            } else if arg == "--override" {
                 let kv = iter
                     .next()
                     .ok_or_else(|| ConfigError::Usage("--override needs key=value".into()))?;
@@ -473,7 +602,9 @@ impl ServerConfig {
                 return Err(ConfigError::Usage(arg.clone()));
             }
         }
-        Self::from_pairs(pairs)
+        let mut config = Self::from_pairs(pairs)?;
+        config.bootstrap_scram = scram;
+        Ok(config)
     }
 
     /// Applies `key=value` pairs in order over the defaults, then validates.
@@ -1207,6 +1338,51 @@ pub fn parse_properties(text: &str) -> Result<Vec<(String, String)>, ConfigError
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn add_scram_parses_kafkas_format() {
+        let b =
+            BootstrapScram::parse(r#"SCRAM-SHA-256=[name=alice,password="a,b=c",iterations=8192]"#)
+                .unwrap();
+        assert_eq!((b.user.as_str(), b.mechanism), ("alice", 1));
+        assert_eq!(b.credential.iterations, 8192);
+        let c = crate::security::sasl::ScramCredential::from_password(
+            crate::security::sasl::ScramMechanism::Sha256,
+            "a,b=c",
+            &b.credential.salt,
+            8192,
+        );
+        assert_eq!(c.stored_key, b.credential.stored_key);
+        let b = BootstrapScram::parse("SCRAM-SHA-512=[name=bob,password=x]").unwrap();
+        assert_eq!((b.mechanism, b.credential.iterations), (2, 4096));
+        for bad in [
+            "SCRAM-SHA-1=[name=a,password=b]",
+            "SCRAM-SHA-512=name=a,password=b",
+            "SCRAM-SHA-512=[password=b]",
+            "SCRAM-SHA-512=[name=a]",
+            "SCRAM-SHA-512=[name=a,password=b,iterations=10]",
+            "SCRAM-SHA-512=[name=a,password=b,salt=c]",
+            r#"SCRAM-SHA-512=[name=a,password="b]"#,
+        ] {
+            assert!(BootstrapScram::parse(bad).is_err(), "{bad}");
+        }
+        // From the command line, and the password is kept out of errors.
+        let args = |a: &[&str]| a.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let c = ServerConfig::from_args(&args(&[
+            "--add-scram",
+            "SCRAM-SHA-512=[name=a,password=p]",
+            "--add-scram=SCRAM-SHA-256=[name=b,password=q]",
+        ]))
+        .unwrap();
+        assert_eq!(c.bootstrap_scram.len(), 2);
+        let e = ServerConfig::from_args(&args(&[
+            "--add-scram",
+            "SCRAM-SHA-512=[name=a,password=secret,iterations=1]",
+        ]))
+        .unwrap_err()
+        .to_string();
+        assert!(!e.contains("secret"), "{e}");
+    }
 
     fn args(a: &[&str]) -> Vec<String> {
         a.iter().map(|s| s.to_string()).collect()

@@ -206,6 +206,11 @@ pub enum MetadataCommand {
     /// without changing the id.
     InitCluster {
         cluster_id: String,
+        /// SCRAM credentials the cluster is formed with (the broker's
+        /// `--add-scram`, Kafka's `kafka-storage format --add-scram`):
+        /// applied with the id, so only the first InitCluster's count.
+        #[serde(default)]
+        scram_credentials: Vec<(String, i8, StoredScramCredential)>,
     },
     /// Adds a broker or replaces its earlier registration, unfenced (whatever
     /// `fenced` says), and gives it the leadership of every leaderless
@@ -341,9 +346,18 @@ impl MetadataImage {
     /// why every check runs before the first mutation.
     pub fn apply(&mut self, cmd: &MetadataCommand) -> Result<MetadataOutcome, MetadataError> {
         match cmd {
-            MetadataCommand::InitCluster { cluster_id } => {
+            MetadataCommand::InitCluster {
+                cluster_id,
+                scram_credentials,
+            } => {
                 if self.cluster_id.is_empty() {
                     self.cluster_id = cluster_id.clone();
+                    for (user, mechanism, credential) in scram_credentials {
+                        self.scram_credentials
+                            .entry(user.clone())
+                            .or_default()
+                            .insert(*mechanism, credential.clone());
+                    }
                 }
                 Ok(MetadataOutcome::Done)
             }
@@ -911,10 +925,25 @@ mod tests {
         for id in ["first", "second"] {
             let cmd = MetadataCommand::InitCluster {
                 cluster_id: id.into(),
+                scram_credentials: vec![(
+                    format!("user-of-{id}"),
+                    1,
+                    StoredScramCredential {
+                        salt: vec![1],
+                        stored_key: vec![2],
+                        server_key: vec![3],
+                        iterations: 4096,
+                    },
+                )],
             };
             assert_eq!(image.apply(&cmd), Ok(MetadataOutcome::Done));
         }
         assert_eq!(image.cluster_id, "first");
+        // The credentials formed with the cluster are the first InitCluster's.
+        assert_eq!(
+            image.scram_credentials.keys().collect::<Vec<_>>(),
+            vec!["user-of-first"]
+        );
 
         for port in [9092, 9093] {
             let cmd = MetadataCommand::RegisterBroker(BrokerRegistration {

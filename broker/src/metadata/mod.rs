@@ -103,6 +103,9 @@ pub struct QuorumConfig {
     pub peer_security: Arc<crate::security::peer::PeerSecurity>,
     /// How the controller listener authenticates the voters that dial it.
     pub peer_auth: Arc<crate::security::peer::PeerServerAuth>,
+    /// SCRAM credentials to form a new cluster with (`--add-scram`);
+    /// ignored, with a warning, once the cluster exists.
+    pub bootstrap_scram: Vec<(String, i8, StoredScramCredential)>,
 }
 
 impl QuorumConfig {
@@ -121,6 +124,7 @@ impl QuorumConfig {
             max_connections_per_voter: 16,
             peer_security: Arc::new(crate::security::peer::PeerSecurity::plaintext()),
             peer_auth: Arc::new(crate::security::peer::PeerServerAuth::plaintext()),
+            bootstrap_scram: Vec::new(),
         }
     }
 }
@@ -272,7 +276,10 @@ impl MetadataController {
             db_closed,
         };
         let startup = Duration::from_millis(quorum.startup_timeout_ms.max(1));
-        match controller.start(members, startup).await {
+        match controller
+            .start(members, startup, quorum.bootstrap_scram)
+            .await
+        {
             Ok(()) => Ok(controller),
             Err(e) => {
                 // Release the store so a retry in this process can open it again.
@@ -286,6 +293,7 @@ impl MetadataController {
         &self,
         members: BTreeMap<RaftNodeId, BasicNode>,
         timeout: Duration,
+        bootstrap_scram: Vec<(String, i8, StoredScramCredential)>,
     ) -> Result<(), MetadataError> {
         let deadline = Instant::now() + timeout;
         let initialized = self
@@ -343,8 +351,14 @@ impl MetadataController {
         if self.image().cluster_id.is_empty() {
             self.propose(MetadataCommand::InitCluster {
                 cluster_id: new_cluster_id(),
+                scram_credentials: bootstrap_scram,
             })
             .await?;
+        } else if !bootstrap_scram.is_empty() {
+            tracing::warn!(
+                "--add-scram applies only when a cluster is first formed; this one exists, so \
+                 its credentials are left as they are (change them with kafka-configs.sh)"
+            );
         }
         Ok(())
     }
