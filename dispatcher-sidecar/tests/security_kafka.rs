@@ -1,11 +1,10 @@
 //! The dispatcher's Kafka connection over SASL_SSL (issue 31): our broker
-//! with a SASL_SSL listener (PLAIN, a PEM keystore from a throwaway rcgen
-//! PKI), and the `dispatcher` binary whose only bootstrap address is that
-//! listener, its `[librdkafka]` table carrying the SASL and TLS keys. A
-//! message produced through the dispatcher is received and acked; a
-//! dispatcher with a wrong password never serves and stops with an error. (SCRAM goes through the same librdkafka code path
-//! with OpenSSL; the broker's SCRAM itself is checked by
-//! compat-tests/security/run.sh.)
+//! with a SASL_SSL listener (PLAIN and SCRAM-SHA-512, a PEM keystore from a
+//! throwaway rcgen PKI; the SCRAM user from `--add-scram`), and the
+//! `dispatcher` binary whose only bootstrap address is that listener, its
+//! `[librdkafka]` table carrying the SASL and TLS keys. With each mechanism,
+//! a message produced through the dispatcher is received and acked; a
+//! dispatcher with a wrong password never serves and stops with an error.
 
 mod common;
 
@@ -48,12 +47,13 @@ fn pki(dir: &std::path::Path) {
     .unwrap();
 }
 
-/// Runs the dispatcher against the SASL_SSL listener with `password`.
+/// Runs the dispatcher against the SASL_SSL listener as `user` with
+/// `password` over `mechanism`.
 fn dispatcher(
     dir: &std::path::Path,
     name: &str,
     port: u16,
-    password: &str,
+    (mechanism, user, password): (&str, &str, &str),
 ) -> (std::process::Child, String) {
     let path = dir.join(format!("{name}.toml"));
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
@@ -69,8 +69,8 @@ fn dispatcher(
              \"heartbeat.interval.ms\" = 300\n\
              \"session.timeout.ms\" = 6000\n\
              \"security.protocol\" = \"SASL_SSL\"\n\
-             \"sasl.mechanisms\" = \"PLAIN\"\n\
-             \"sasl.username\" = \"alice\"\n\
+             \"sasl.mechanisms\" = \"{mechanism}\"\n\
+             \"sasl.username\" = \"{user}\"\n\
              \"sasl.password\" = \"{password}\"\n\
              \"ssl.ca.location\" = \"{}\"\n\
              [[queue]]\nname = \"{QUEUE}\"\ntopic = \"{QUEUE}\"\n",
@@ -111,7 +111,7 @@ async fn the_dispatcher_works_through_a_sasl_ssl_listener() {
     let sasl_ssl = format!("127.0.0.2:{}", PORT + 1);
     let listeners = format!("PLAINTEXT://127.0.0.2:{PORT},SASL_SSL://{sasl_ssl}");
     let keystore = dir.path().join("broker.pem").display().to_string();
-    let broker = common::Broker::start_with(
+    let broker = common::Broker::start_with_args(
         PORT,
         &[
             ("listeners", &listeners),
@@ -121,7 +121,7 @@ async fn the_dispatcher_works_through_a_sasl_ssl_listener() {
                 "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
             ),
             ("inter.broker.listener.name", "PLAINTEXT"),
-            ("sasl.enabled.mechanisms", "PLAIN"),
+            ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-512"),
             (
                 "listener.name.sasl_ssl.plain.sasl.jaas.config",
                 "org.apache.kafka.common.security.plain.PlainLoginModule required \
@@ -129,6 +129,10 @@ async fn the_dispatcher_works_through_a_sasl_ssl_listener() {
             ),
             ("listener.name.sasl_ssl.ssl.keystore.type", "PEM"),
             ("listener.name.sasl_ssl.ssl.keystore.location", &keystore),
+        ],
+        &[
+            "--add-scram",
+            "SCRAM-SHA-512=[name=bob,password=bob-secret]",
         ],
     );
     // The topic, through the PLAINTEXT listener.
@@ -145,8 +149,57 @@ async fn the_dispatcher_works_through_a_sasl_ssl_listener() {
         .unwrap();
     assert!(created[0].is_ok(), "{created:?}");
 
-    let (child, url) = dispatcher(dir.path(), "good", 45612, "alice-secret");
-    let _good = Killed(child);
+    // Each mechanism in turn; the first dispatcher leaves the group before
+    // the next joins.
+    for (name, port, login) in [
+        ("plain", 45612, ("PLAIN", "alice", "alice-secret")),
+        ("scram", 45616, ("SCRAM-SHA-512", "bob", "bob-secret")),
+    ] {
+        let (child, url) = dispatcher(dir.path(), name, port, login);
+        let mut good = Killed(child);
+        round_trip(dir.path(), name, &url).await;
+        // SIGTERM: a clean stop leaves the consumer group at once.
+        let _ = Command::new("kill")
+            .args(["-TERM", &good.0.id().to_string()])
+            .status();
+        let _ = good.0.wait();
+    }
+
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    // A wrong password: the broker refuses the login, the dispatcher never
+    // serves and stops with an error (librdkafka reports the refused
+    // connection as a transport failure of the metadata fetch).
+    let (child, url) = dispatcher(
+        dir.path(),
+        "bad",
+        45614,
+        ("PLAIN", "alice", "wrong-password"),
+    );
+    let mut bad = Killed(child);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    let status = loop {
+        if let Some(status) = bad.0.try_wait().unwrap() {
+            break status;
+        }
+        let served = http.get(format!("{url}/queues/{QUEUE}")).send().await;
+        assert!(
+            !served.is_ok_and(|r| r.status().is_success()),
+            "a dispatcher that cannot log in serves the queue"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "the dispatcher with a wrong password still runs after 60 s"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    let log = std::fs::read_to_string(dir.path().join("bad.log")).unwrap();
+    assert!(!status.success(), "{status}; its log:\n{log}");
+    assert!(log.contains("dispatcher stopped"), "its log:\n{log}");
+}
+
+/// Waits until the dispatcher at `url` owns the queue's partition, then
+/// produces, receives and acks one message through it.
+async fn round_trip(dir: &std::path::Path, name: &str, url: &str) {
     let http = reqwest::Client::builder().no_proxy().build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {
@@ -159,10 +212,10 @@ async fn the_dispatcher_works_through_a_sasl_ssl_listener() {
                 }
             }
         }
-        let log = std::fs::read_to_string(dir.path().join("good.log")).unwrap_or_default();
+        let log = std::fs::read_to_string(dir.join(format!("{name}.log"))).unwrap_or_default();
         assert!(
             Instant::now() < deadline,
-            "the dispatcher did not own the partition over SASL_SSL; its log:\n{log}"
+            "the {name} dispatcher did not own the partition over SASL_SSL; its log:\n{log}"
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -197,29 +250,4 @@ async fn the_dispatcher_works_through_a_sasl_ssl_listener() {
         .await
         .unwrap();
     assert_eq!(acked["results"][0]["status"], "ok", "{acked}");
-
-    // A wrong password: the broker refuses the login, the dispatcher never
-    // serves and stops with an error (librdkafka reports the refused
-    // connection as a transport failure of the metadata fetch).
-    let (child, url) = dispatcher(dir.path(), "bad", 45614, "wrong-password");
-    let mut bad = Killed(child);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    let status = loop {
-        if let Some(status) = bad.0.try_wait().unwrap() {
-            break status;
-        }
-        let served = http.get(format!("{url}/queues/{QUEUE}")).send().await;
-        assert!(
-            !served.is_ok_and(|r| r.status().is_success()),
-            "a dispatcher that cannot log in serves the queue"
-        );
-        assert!(
-            Instant::now() < deadline,
-            "the dispatcher with a wrong password still runs after 60 s"
-        );
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    };
-    let log = std::fs::read_to_string(dir.path().join("bad.log")).unwrap();
-    assert!(!status.success(), "{status}; its log:\n{log}");
-    assert!(log.contains("dispatcher stopped"), "its log:\n{log}");
 }

@@ -88,6 +88,11 @@ impl Broker {
     /// [`Broker::start`] with more `--override key=value`s (ignored for a
     /// broker named by `DISPATCHER_TEST_BOOTSTRAP`).
     pub fn start_with(port: u16, overrides: &[(&str, &str)]) -> Broker {
+        Self::start_with_args(port, overrides, &[])
+    }
+
+    /// As `start_with`, with more command-line arguments (`--add-scram`).
+    pub fn start_with_args(port: u16, overrides: &[(&str, &str)], args: &[&str]) -> Broker {
         // The tests' own reqwest clients need a rustls provider: the
         // dispatcher's reqwest is built without one (ring is installed).
         dispatcher_sidecar::security::tls::install_ring_provider();
@@ -118,6 +123,7 @@ impl Broker {
                     .iter()
                     .flat_map(|(k, v)| ["--override".to_string(), format!("{k}={v}")]),
             )
+            .args(args)
             .env("RUST_LOG", "warn")
             .stdout(Stdio::null())
             .stderr(Stdio::inherit())
