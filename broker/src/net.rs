@@ -181,6 +181,11 @@ pub struct PeerConn {
     pub client_id: kafka_protocol::protocol::StrBytes,
     pub max_response: usize,
     pub timeout: Duration,
+    security: std::sync::Arc<crate::security::peer::PeerSecurity>,
+    /// When the SASL session the peer granted (KIP-368's
+    /// `session_lifetime_ms`) must be renewed: at 90% of its lifetime, as
+    /// Java's client re-authenticates between 85% and 95%.
+    reauthenticate_at: Option<std::time::Instant>,
 }
 
 impl PeerConn {
@@ -190,7 +195,7 @@ impl PeerConn {
     pub async fn open(
         addr: &str,
         own_host: Option<&str>,
-        security: &crate::security::peer::PeerSecurity,
+        security: &std::sync::Arc<crate::security::peer::PeerSecurity>,
         client_id: kafka_protocol::protocol::StrBytes,
         max_response: usize,
         timeout: Duration,
@@ -207,6 +212,8 @@ impl PeerConn {
                 client_id,
                 max_response,
                 timeout,
+                security: security.clone(),
+                reauthenticate_at: None,
             };
             if let Some((mechanism, client)) = security.sasl_client() {
                 conn.authenticate(mechanism, client).await?;
@@ -230,7 +237,7 @@ impl PeerConn {
         };
         let refused = |what: String| CallError::Protocol(format!("SASL {mechanism}: {what}"));
         let handshake: SaslHandshakeResponse = self
-            .call(
+            .exchange(
                 ApiKey::SaslHandshake,
                 1,
                 &SaslHandshakeRequest::default().with_mechanism(
@@ -254,7 +261,7 @@ impl PeerConn {
         // one of ours.
         for _ in 0..4 {
             let resp: SaslAuthenticateResponse = self
-                .call(
+                .exchange(
                     ApiKey::SaslAuthenticate,
                     2,
                     &SaslAuthenticateRequest::default().with_auth_bytes(token.into()),
@@ -268,13 +275,43 @@ impl PeerConn {
             }
             match client.step(&resp.auth_bytes).map_err(refused)? {
                 ClientStep::Send(next) => token = next,
-                ClientStep::Done => return Ok(()),
+                ClientStep::Done => {
+                    self.reauthenticate_at = (resp.session_lifetime_ms > 0).then(|| {
+                        std::time::Instant::now()
+                            + Duration::from_millis(resp.session_lifetime_ms as u64 * 9 / 10)
+                    });
+                    return Ok(());
+                }
             }
         }
         Err(refused("the exchange does not end".into()))
     }
 
+    /// One request and its response; first a new SASL login on this
+    /// connection when the session the peer granted is near its end
+    /// (KIP-368), so the peer never closes the connection for it.
     pub async fn call<Req, Resp>(
+        &mut self,
+        key: kafka_protocol::messages::ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<Resp, CallError>
+    where
+        Req: kafka_protocol::protocol::Encodable,
+        Resp: kafka_protocol::protocol::Decodable,
+    {
+        if self
+            .reauthenticate_at
+            .is_some_and(|at| std::time::Instant::now() >= at)
+        {
+            if let Some((mechanism, client)) = self.security.sasl_client() {
+                self.authenticate(mechanism, client).await?;
+            }
+        }
+        self.exchange(key, version, req).await
+    }
+
+    async fn exchange<Req, Resp>(
         &mut self,
         key: kafka_protocol::messages::ApiKey,
         version: i16,

@@ -187,12 +187,12 @@ async fn read_index(cluster: &TestCluster, security: PeerSecurity) -> Result<(),
 }
 
 /// An ApiVersions call on node 1's inter-broker listener, from node 2's address.
-async fn inter_broker_call(base_port: u16, security: &PeerSecurity) -> Result<(), String> {
+async fn inter_broker_call(base_port: u16, security: PeerSecurity) -> Result<(), String> {
     let addr = format!("{}:{}", host(1), internal_port(base_port, 1));
     let mut conn = broker::net::PeerConn::open(
         &addr,
         Some(&host(2)),
-        security,
+        &std::sync::Arc::new(security),
         StrBytes::from_static_str("outsider"),
         1 << 20,
         CALL,
@@ -255,7 +255,7 @@ async fn replication_and_the_quorum_run_over_mutual_tls_and_refuse_other_certifi
     read_index(&cluster, PeerSecurity::controller(&as_broker2).unwrap())
         .await
         .unwrap();
-    inter_broker_call(base, &PeerSecurity::inter_broker(&as_broker2).unwrap())
+    inter_broker_call(base, PeerSecurity::inter_broker(&as_broker2).unwrap())
         .await
         .unwrap();
 
@@ -272,7 +272,7 @@ async fn replication_and_the_quorum_run_over_mutual_tls_and_refuse_other_certifi
         .await
         .unwrap_err();
     assert!(e.contains("127.0.0.2"), "{e}");
-    inter_broker_call(base, &PeerSecurity::inter_broker(&no_cert).unwrap())
+    inter_broker_call(base, PeerSecurity::inter_broker(&no_cert).unwrap())
         .await
         .unwrap_err();
     // Plain TCP to the controller listener: refused.
@@ -411,7 +411,7 @@ async fn replication_over_sasl_ssl_with_scram_and_the_quorum_over_sasl_plaintext
     // The brokers' SCRAM user does not exist yet: nobody completes the
     // handshake on the inter-broker listener.
     let broker_login = peer("broker", "broker-secret");
-    let e = inter_broker_call(base, &PeerSecurity::inter_broker(&broker_login).unwrap())
+    let e = inter_broker_call(base, PeerSecurity::inter_broker(&broker_login).unwrap())
         .await
         .unwrap_err();
     assert!(e.contains("authentication failed"), "{e}");
@@ -422,14 +422,14 @@ async fn replication_over_sasl_ssl_with_scram_and_the_quorum_over_sasl_plaintext
             (1..=3).all(|id| !c.image(id).scram_credentials.is_empty())
         })
         .await;
-    inter_broker_call(base, &PeerSecurity::inter_broker(&broker_login).unwrap())
+    inter_broker_call(base, PeerSecurity::inter_broker(&broker_login).unwrap())
         .await
         .unwrap();
     replicates(&cluster, "over-sasl").await;
 
     // A wrong password fails the SCRAM handshake on the inter-broker listener.
     let wrong = peer("broker", "guess");
-    let e = inter_broker_call(base, &PeerSecurity::inter_broker(&wrong).unwrap())
+    let e = inter_broker_call(base, PeerSecurity::inter_broker(&wrong).unwrap())
         .await
         .unwrap_err();
     assert!(e.contains("authentication failed"), "{e}");
@@ -452,4 +452,71 @@ async fn replication_over_sasl_ssl_with_scram_and_the_quorum_over_sasl_plaintext
         .await
         .unwrap_err();
     cluster.shutdown().await;
+}
+
+/// KIP-368 on the broker's own client: a peer connection logs in again on
+/// the same connection before the session its peer granted ends, so the
+/// peer (which closes a connection whose session expired) keeps serving it.
+#[tokio::test]
+async fn a_peer_connection_reauthenticates_before_its_session_ends() {
+    let jaas = "org.apache.kafka.common.security.plain.PlainLoginModule required \
+                username=\"broker\" password=\"broker-secret\" user_broker=\"broker-secret\";";
+    let map = "PLAINTEXT:PLAINTEXT,INTERNAL:SASL_PLAINTEXT,CONTROLLER:PLAINTEXT";
+    let b = common::start(&[
+        (
+            "listeners",
+            "PLAINTEXT://127.0.0.1:0,INTERNAL://127.0.0.1:0",
+        ),
+        ("listener.security.protocol.map", map),
+        ("inter.broker.listener.name", "INTERNAL"),
+        ("sasl.enabled.mechanisms", "PLAIN"),
+        ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+        ("listener.name.internal.plain.sasl.jaas.config", jaas),
+        ("connections.max.reauth.ms", "700"),
+    ])
+    .await;
+    let internal = b
+        .running
+        .listener_addrs
+        .iter()
+        .find(|(n, _)| n == "INTERNAL")
+        .unwrap()
+        .1;
+    let login = outsider(
+        map,
+        &[
+            ("sasl.enabled.mechanisms", "PLAIN"),
+            ("sasl.mechanism.inter.broker.protocol", "PLAIN"),
+            ("listener.name.internal.plain.sasl.jaas.config", jaas),
+        ],
+    );
+    let security = std::sync::Arc::new(PeerSecurity::inter_broker(&login).unwrap());
+    let mut conn = broker::net::PeerConn::open(
+        &internal.to_string(),
+        None,
+        &security,
+        StrBytes::from_static_str("reauth"),
+        1 << 20,
+        CALL,
+        CALL,
+    )
+    .await
+    .unwrap();
+    // Four session lifetimes, a call every 200 ms: each call after the
+    // first 630 ms of a session logs in again first. (Metadata: the broker
+    // answers ApiVersions even after a session ends.)
+    let started = std::time::Instant::now();
+    while started.elapsed() < Duration::from_millis(2_800) {
+        let resp: MetadataResponse = conn
+            .call(
+                ApiKey::Metadata,
+                12,
+                &MetadataRequest::default().with_topics(Some(vec![])),
+            )
+            .await
+            .unwrap_or_else(|e| panic!("after {:?}: {e}", started.elapsed()));
+        assert_eq!(resp.brokers.len(), 1);
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    b.running.shutdown().await;
 }
