@@ -1,7 +1,9 @@
 //! Forwarding between two `dispatcher` binaries with `[internal] secret`
 //! and `[auth]`: a worker's ack sent to the instance that does not own the
 //! receipt is forwarded with the internal secret and lands; the owner's
-//! internal listener refuses a caller without the secret.
+//! internal listener refuses a caller without the secret. Once over
+//! plaintext, once with `[tls]` on every listener and `[internal] tls`
+//! (forwarding over https, the peer verified against `ca_file`).
 
 mod common;
 
@@ -19,9 +21,15 @@ const QUEUE: &str = "sec-fwd";
 const TOKEN: &str = "worker-token-0123456789";
 const SECRET: &str = "internal-secret-0123456789";
 
-fn queues() -> String {
+fn queues(tls: bool) -> String {
+    // The certificate is the test PKI's (see `pki`), for both addresses.
+    let tls = if tls {
+        "tls = true\nca_file = \"ca.pem\"\n[tls]\ncert_file = \"server.pem\"\nkey_file = \"server.key\"\n"
+    } else {
+        ""
+    };
     format!(
-        "[internal]\nsecret = \"{SECRET}\"\n\
+        "[internal]\nsecret = \"{SECRET}\"\n{tls}\
          [auth]\ntokens = [{{ principal = \"worker\", sha256 = \"{}\" }}]\n\
          [[auth.queue]]\nname = \"{QUEUE}\"\nproduce = [\"worker\"]\nreceive = [\"worker\"]\n\
          [[queue]]\nname = \"{QUEUE}\"\ntopic = \"{QUEUE}\"\nlease = \"30s\"\n",
@@ -55,9 +63,41 @@ async fn owned(http: &reqwest::Client, i: &Instance) -> usize {
     }
 }
 
+/// A CA (`<dir>/ca.pem`) and a server certificate for 127.0.0.2 and
+/// 127.0.0.3 (`server.pem`, `server.key`).
+fn pki(dir: &std::path::Path) {
+    let ca_key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = rcgen::IsCa::Ca(rcgen::BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, "forwarding test CA");
+    let ca = params.self_signed(&ca_key).unwrap();
+    let key = rcgen::KeyPair::generate().unwrap();
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).unwrap();
+    for ip in ["127.0.0.2", "127.0.0.3"] {
+        params
+            .subject_alt_names
+            .push(rcgen::SanType::IpAddress(ip.parse().unwrap()));
+    }
+    let cert = params.signed_by(&key, &ca, &ca_key).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("server.pem"), cert.pem()).unwrap();
+    std::fs::write(dir.join("server.key"), key.serialize_pem()).unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn forwarded_requests_carry_the_internal_secret() {
-    let broker = common::Broker::start(45600);
+    forwarding((45600, 45602, 45604), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn forwarding_runs_over_tls_to_the_internal_listener() {
+    forwarding((45620, 45622, 45624), true).await;
+}
+
+async fn forwarding((broker_port, a_port, b_port): (u16, u16, u16), tls: bool) {
+    let broker = common::Broker::start(broker_port);
     let config = broker.config(&format!(
         "[[queue]]\nname = \"{QUEUE}\"\ntopic = \"{QUEUE}\"\n"
     ));
@@ -71,9 +111,26 @@ async fn forwarded_requests_carry_the_internal_secret() {
         .unwrap();
     assert!(created[0].is_ok(), "{created:?}");
     let dir = tempfile::tempdir().unwrap();
-    let a = broker.dispatcher(dir.path(), "a", 45602, &queues());
-    let b = broker.dispatcher(dir.path(), "b", 45604, &queues());
-    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    pki(dir.path());
+    let https = |mut i: common::Instance| {
+        if tls {
+            for url in [&mut i.http, &mut i.grpc, &mut i.internal] {
+                *url = url.replacen("http://", "https://", 1);
+            }
+        }
+        i
+    };
+    let a = https(broker.dispatcher(dir.path(), "a", a_port, &queues(tls)));
+    let b = https(broker.dispatcher(dir.path(), "b", b_port, &queues(tls)));
+    let mut http = reqwest::Client::builder().no_proxy();
+    if tls {
+        dispatcher_sidecar::security::tls::install_ring_provider();
+        http = http.tls_backend_preconfigured(
+            dispatcher_sidecar::security::tls::client_config(&dir.path().join("ca.pem"), None)
+                .unwrap(),
+        );
+    }
+    let http = http.build().unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     while (owned(&http, &a).await, owned(&http, &b).await) != (1, 1) {
         assert!(
