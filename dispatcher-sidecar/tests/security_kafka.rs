@@ -1,5 +1,6 @@
 //! The dispatcher's Kafka connection over SASL_SSL (issue 31): our broker
-//! with a SASL_SSL listener (PLAIN and SCRAM-SHA-512, a PEM keystore from a
+//! with a SASL_SSL listener (PLAIN, SCRAM-SHA-512 and OAUTHBEARER with
+//! Kafka's default unsecured-JWT validator, a PEM keystore from a
 //! throwaway rcgen PKI; the SCRAM user from `--add-scram`), and the
 //! `dispatcher` binary whose only bootstrap address is that listener, its
 //! `[librdkafka]` table carrying the SASL and TLS keys. With each mechanism,
@@ -48,13 +49,22 @@ fn pki(dir: &std::path::Path) {
 }
 
 /// Runs the dispatcher against the SASL_SSL listener as `user` with
-/// `password` over `mechanism`.
+/// `password` over `mechanism` (OAUTHBEARER: librdkafka's unsecured JWT
+/// for principal `user`, which Kafka's default validator accepts).
 fn dispatcher(
     dir: &std::path::Path,
     name: &str,
     port: u16,
     (mechanism, user, password): (&str, &str, &str),
 ) -> (std::process::Child, String) {
+    let credentials = if mechanism == "OAUTHBEARER" {
+        format!(
+            "\"enable.sasl.oauthbearer.unsecure.jwt\" = true\n\
+             \"sasl.oauthbearer.config\" = \"principal={user}\"\n"
+        )
+    } else {
+        format!("\"sasl.username\" = \"{user}\"\n\"sasl.password\" = \"{password}\"\n")
+    };
     let path = dir.join(format!("{name}.toml"));
     let log = std::fs::File::create(dir.join(format!("{name}.log"))).unwrap();
     std::fs::write(
@@ -70,8 +80,7 @@ fn dispatcher(
              \"session.timeout.ms\" = 6000\n\
              \"security.protocol\" = \"SASL_SSL\"\n\
              \"sasl.mechanisms\" = \"{mechanism}\"\n\
-             \"sasl.username\" = \"{user}\"\n\
-             \"sasl.password\" = \"{password}\"\n\
+             {credentials}\
              \"ssl.ca.location\" = \"{}\"\n\
              [[queue]]\nname = \"{QUEUE}\"\ntopic = \"{QUEUE}\"\n",
             PORT + 1,
@@ -121,7 +130,7 @@ async fn the_dispatcher_works_through_a_sasl_ssl_listener() {
                 "PLAINTEXT:PLAINTEXT,SASL_SSL:SASL_SSL,CONTROLLER:PLAINTEXT",
             ),
             ("inter.broker.listener.name", "PLAINTEXT"),
-            ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-512"),
+            ("sasl.enabled.mechanisms", "PLAIN,SCRAM-SHA-512,OAUTHBEARER"),
             (
                 "listener.name.sasl_ssl.plain.sasl.jaas.config",
                 "org.apache.kafka.common.security.plain.PlainLoginModule required \
@@ -154,6 +163,7 @@ async fn the_dispatcher_works_through_a_sasl_ssl_listener() {
     for (name, port, login) in [
         ("plain", 45612, ("PLAIN", "alice", "alice-secret")),
         ("scram", 45616, ("SCRAM-SHA-512", "bob", "bob-secret")),
+        ("oauthbearer", 45618, ("OAUTHBEARER", "carol", "")),
     ] {
         let (child, url) = dispatcher(dir.path(), name, port, login);
         let mut good = Killed(child);
