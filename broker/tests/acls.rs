@@ -608,7 +608,33 @@ async fn matrix_denied_with_kafkas_code_then_allowed() {
         .await;
     assert!(r.groups.is_empty(), "alice sees no group");
 
-    // Transactions: TransactionalId Write.
+    // Transactions: TransactionalId Write, which Produce checks only for
+    // transactional records (Kafka's hasTransactionalRecords).
+    let produce_with_txn_id = |records: bytes::Bytes| {
+        let mut pd = produce_request::PartitionProduceData::default();
+        pd.index = 0;
+        pd.records = Some(records);
+        let mut td = produce_request::TopicProduceData::default();
+        td.name = TopicName(s("m"));
+        td.partition_data = vec![pd];
+        ProduceRequest::default()
+            .with_transactional_id(Some(TransactionalId(s("tx"))))
+            .with_acks(-1)
+            .with_timeout_ms(10_000)
+            .with_topic_data(vec![td])
+    };
+    let r: ProduceResponse = bob
+        .call(ApiKey::Produce, 9, &produce_with_txn_id(one("plain")))
+        .await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, 0);
+    let r: ProduceResponse = bob
+        .call(
+            ApiKey::Produce,
+            9,
+            &produce_with_txn_id(common::txn_batch(&["t"], 4242, 0, 0)),
+        )
+        .await;
+    assert_eq!(r.responses[0].partition_responses[0].error_code, DENIED_TXN);
     let init = InitProducerIdRequest::default()
         .with_transactional_id(Some(TransactionalId(s("tx"))))
         .with_transaction_timeout_ms(60_000)

@@ -43,10 +43,14 @@ pub fn produce(
     authz: &Authz<'_>,
     req: &mut ProduceRequest,
 ) -> Vec<produce_response::TopicProduceResponse> {
-    let all_denied = req
-        .transactional_id
-        .as_ref()
-        .is_some_and(|id| !txn_ok(authz, Operation::Write, id.0.as_str()));
+    // Kafka checks the transactional id only when a partition's first batch
+    // is transactional, and refuses such a request without one
+    // (`RequestUtils.hasTransactionalRecords`).
+    let all_denied = has_transactional_records(req)
+        && req
+            .transactional_id
+            .as_ref()
+            .is_none_or(|id| !txn_ok(authz, Operation::Write, id.0.as_str()));
     let denied = take_denied(&mut req.topic_data, |t| {
         !all_denied && topic_ok(authz, Operation::Write, &t.name)
     });
@@ -100,6 +104,23 @@ pub fn list_offsets(
             )
     })
     .collect()
+}
+
+/// Whether any partition's first record batch is transactional (magic 2,
+/// attributes bit 4), as Kafka's `RequestUtils.hasTransactionalRecords`.
+fn has_transactional_records(req: &ProduceRequest) -> bool {
+    const MAGIC_OFFSET: usize = 16;
+    const ATTRIBUTES_OFFSET: usize = 21;
+    const TRANSACTIONAL: u8 = 0x10;
+    req.topic_data
+        .iter()
+        .flat_map(|t| &t.partition_data)
+        .filter_map(|p| p.records.as_ref())
+        .any(|r| {
+            r.len() > ATTRIBUTES_OFFSET + 1
+                && r[MAGIC_OFFSET] == 2
+                && r[ATTRIBUTES_OFFSET + 1] & TRANSACTIONAL != 0
+        })
 }
 
 /// CreateTopics: Create on the cluster, or else on each topic.
