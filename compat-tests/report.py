@@ -13,6 +13,7 @@ make the report look better.
 
 import datetime
 import os
+import re
 import sys
 
 # The scenario list every family runs, in the order the report shows it
@@ -72,6 +73,21 @@ def peer_results(out, broker, peer):
         if len(parts) >= 2 and parts[0] in ("PASS", "FAIL"):
             results[parts[1]] = (parts[0], parts[2] if len(parts) > 2 else "")
     return results
+
+
+CASE_FIELD = re.compile(r'(\w+)=(?:"([^"]*)"|(\S+))')
+
+
+def hostile_cases(out, broker, suite):
+    """Hostile-input case name -> its fields (answer, expected, verdict, ...):
+    the `case <name> key="value" ...` lines of security/hostile.py."""
+    cases = {}
+    for line in read(os.path.join(out, broker, "security-" + suite + ".checks")).splitlines():
+        if line.startswith("case "):
+            name, _, rest = line[5:].partition(" ")
+            cases[name] = {m.group(1): m.group(2) if m.group(2) is not None else m.group(3)
+                           for m in CASE_FIELD.finditer(rest)}
+    return cases
 
 
 def security_results(out, broker, suite):
@@ -230,6 +246,19 @@ def main():
             k = MARK[kafka[n][0]] if n in kafka else "-"
             p(f"| {n.replace('|', '/')} | {o} / {k} |")
         p()
+        cases = {b: hostile_cases(out, b, suite) for b in BROKERS}
+        if cases["ours"] or cases["kafka"]:
+            p("Hostile input on the secure listeners (`security/hostile.py`): each case's answer; "
+              "the verdict is checked on ours only.")
+            p()
+            p("| case | expected | ours | Kafka |")
+            p("|---|---|---|---|")
+            for n in list(cases["ours"]) + [n for n in cases["kafka"] if n not in cases["ours"]]:
+                o, k = cases["ours"].get(n, {}), cases["kafka"].get(n, {})
+                exp = (o or k).get("expected", "")
+                ours_cell = f"{o.get('answer', '-')} (**{o.get('verdict', '-')}**)" if o else "-"
+                p(f"| `{n}` | {exp} | {ours_cell} | {k.get('answer', '-') if k else '-'} |".replace("\n", " "))
+            p()
         failing = [n for n in ours if ours[n][0] == "FAIL"]
         if failing:
             p("Failing on ours:")
