@@ -69,19 +69,25 @@ perf() { # perf <bs> <client id> <topic> <records/s> <out> [<stop after s>]
     >"$5" 2>&1 </dev/null
 }
 p99() { awk '/records sent,.*99th/ {for (i=1;i<=NF;i++) if ($i ~ /^99th/) {v=$(i-2)}} END {print v}' "$1" | tr -d ','; }
-# The noisy producer's bytes/s over its interval lines from 20 s on.
+# The noisy producer's bytes/s over its 5 s interval lines from 20 s on, an even number of
+# them: held to its quota, it alternates a burst and a wait of about one 10 s quota window
+# (two lines), so an odd count would weigh bursts or waits twice.
 noisy_rate_of() {
   awk -v skip=4 '/records sent,.*records\/sec/ && !/99th/ {
-      n++; if (n > skip) {gsub(/[(,]/, "", $4); s += $4; c++} }
-    END { if (c) printf "%.0f", s / c * 1024; else print "" }' "$1"
+      n++; if (n > skip) {gsub(/[(,]/, "", $4); v[++c] = $4} }
+    END { c -= c % 2; for (i = 1; i <= c; i++) s += v[i]; if (c) printf "%.0f", s / c * 1024; else print "" }' "$1"
 }
+
+# A process's CPU time so far, in clock ticks.
+cpu_ticks() { awk '{print $14 + $15}' "/proc/$1/stat" 2>/dev/null || echo 0; }
+TICKS=$(getconf CLK_TCK)
 
 # The median of its arguments (empty ones left out).
 median() { printf '%s\n' "$@" | awk 'NF' | sort -n | awk '{v[NR]=$1} END {if (NR) print v[int((NR+1)/2)]}'; }
 
 declare -A result
-run_broker() { # run_broker <name> <bootstrap>
-  local b=$1 bs=$2 r alone=() loud=() beside=() noisy=() bg
+run_broker() { # run_broker <name> <bootstrap> <broker pid>
+  local b=$1 bs=$2 bpid=$3 r alone=() loud=() beside=() noisy=() cpu=() bg t0 s0
   for t in calm loud noisy; do
     timeout 90 "$CLI" kafka-topics --bootstrap-server "$bs" --create --topic $t --partitions 1 --replication-factor 1 >/dev/null 2>&1
   done
@@ -103,7 +109,10 @@ run_broker() { # run_broker <name> <bootstrap>
     perf "$bs" noisy noisy "$noisy_rate" "$out/$b.$r.noisy.out" "$load_s" &
     bg=$!
     sleep "$WARM_S"
+    t0=$(cpu_ticks "$bpid") s0=$SECONDS
     perf "$bs" calm calm "$CALM_RATE" "$out/$b.$r.calm-noisy.out"
+    # The broker's CPU while it serves both: % of one core.
+    cpu+=("$(awk -v t=$(($(cpu_ticks "$bpid") - t0)) -v hz="$TICKS" -v s=$((SECONDS - s0)) 'BEGIN { if (s > 0) printf "%.1f", t / hz / s * 100 }')")
     wait "$bg"
     beside+=("$(p99 "$out/$b.$r.calm-noisy.out")")
     noisy+=("$(noisy_rate_of "$out/$b.$r.noisy.out")")
@@ -112,6 +121,7 @@ run_broker() { # run_broker <name> <bootstrap>
   result[$b.loud]=$(median "${loud[@]}")
   result[$b.beside]=$(median "${beside[@]}")
   result[$b.noisy]=$(median "${noisy[@]}")
+  result[$b.cpu]=$(median "${cpu[@]}")
   result[$b.rounds]="alone ${alone[*]}; beside loud ${loud[*]}; beside noisy ${beside[*]}"
 }
 
@@ -120,23 +130,23 @@ blog "starting our broker ($BROKER_BIN) on 127.0.0.1:$OURS_PORT"
   --override "metrics.listen.address=none" >"$out/ours.broker.log" 2>&1 </dev/null &
 pid=$!
 python3 "$BENCH_DIR/ready.py" 127.0.0.1 "$OURS_PORT" 90 >/dev/null || die "our broker did not start"
-run_broker ours "127.0.0.1:$OURS_PORT"
+run_broker ours "127.0.0.1:$OURS_PORT" "$pid"
 kill -TERM "$pid"; wait "$pid" 2>/dev/null; pid=
 
 blog "starting Apache Kafka on 127.0.0.1:$KAFKA_PORT"
 KAFKA_EXTRA_JAVA_OPTS="-Xms512m -Xmx1g" CONTROLLER_PORT=$((KAFKA_PORT + 1)) \
-  "$COMPAT_DIR/kafka-reference/start.sh" "$KAFKA_PORT" "$tmp/kafka" >/dev/null 2>"$out/kafka.start.err" \
+  "$COMPAT_DIR/kafka-reference/start.sh" "$KAFKA_PORT" "$tmp/kafka" >"$tmp/kafka.pid" 2>"$out/kafka.start.err" \
   || die "Apache Kafka did not start"
-run_broker kafka "127.0.0.1:$KAFKA_PORT"
+run_broker kafka "127.0.0.1:$KAFKA_PORT" "$(tail -1 "$tmp/kafka.pid")"
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "" || b == "" || b == 0) print "-"; else printf "%.2f", a / b }'; }
 {
   echo "quota: producer_byte_rate=$quota on client.id noisy, offered $((noisy_rate * RECORD_BYTES)) B/s; neighbour $CALM_RATE records/s; ${seconds} s runs, median of $rounds rounds; $(nproc) CPUs, load $(cut -d' ' -f1 /proc/loadavg)"
   echo
-  echo "| broker | noisy achieved / quota | neighbour p99 alone (ms) | beside the same load unthrottled (ms) | beside noisy (ms) | p99 beside noisy / alone |"
-  echo "|---|---|---|---|---|---|"
+  echo "| broker | noisy achieved / quota | neighbour p99 alone (ms) | beside the same load unthrottled (ms) | beside noisy (ms) | p99 beside noisy / alone | broker CPU beside noisy (% of a core) |"
+  echo "|---|---|---|---|---|---|---|"
   for b in ours kafka; do
-    echo "| $b | $(ratio "${result[$b.noisy]}" "$quota") | ${result[$b.alone]:--} | ${result[$b.loud]:--} | ${result[$b.beside]:--} | $(ratio "${result[$b.beside]}" "${result[$b.alone]}") |"
+    echo "| $b | $(ratio "${result[$b.noisy]}" "$quota") | ${result[$b.alone]:--} | ${result[$b.loud]:--} | ${result[$b.beside]:--} | $(ratio "${result[$b.beside]}" "${result[$b.alone]}") | ${result[$b.cpu]:--} |"
   done
   echo
   for b in ours kafka; do echo "$b p99 per round (ms): ${result[$b.rounds]}"; done
