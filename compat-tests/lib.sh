@@ -42,8 +42,8 @@ FAMILIES=(java cli python kcat kafkajs franz-go sarama)
 PEER_SUITES=(kgo librdkafka)
 # The security suites (compat-tests/security/): name -> script. Each starts its
 # own broker, ours or Apache Kafka, and prints PASS/FAIL lines per check.
-declare -A SECURITY_SCRIPT=([listeners]=run.sh [acls]=acls.sh [quotas]=quotas.sh [librdkafka-auth]=librdkafka-auth.sh)
-SECURITY_SUITES=(listeners acls quotas librdkafka-auth)
+declare -A SECURITY_SCRIPT=([listeners]=run.sh [acls]=acls.sh [acl-matrix]=acls.sh [quotas]=quotas.sh [librdkafka-auth]=librdkafka-auth.sh)
+SECURITY_SUITES=(listeners acls acl-matrix quotas librdkafka-auth)
 
 # Every install part run-ci.sh needs, one per line.
 ci_parts() {

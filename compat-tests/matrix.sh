@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole compatibility matrix:
 #   matrix.sh [--families "java cli ..."] [--peers "kgo librdkafka"]
-#             [--security "listeners acls quotas"] [--report-only]
+#             [--security "listeners acls acl-matrix quotas librdkafka-auth"] [--report-only]
 # Installs every client family and peer suite, starts our broker (release
 # build, or $BROKER_BIN) and Apache Kafka (the reference) side by side on
 # their own ports, runs every family's scenario list and both peer suites
@@ -36,7 +36,7 @@ while (($#)); do
     --peers) read -r -a peers <<<"$2"; shift 2 ;;
     --security) read -r -a security <<<"$2"; shift 2 ;;
     --report-only) report_only=1; shift ;;
-    *) die "usage: matrix.sh [--families \"java cli ...\"] [--peers \"kgo librdkafka\"] [--security \"listeners acls quotas\"] [--report-only]" ;;
+    *) die "usage: matrix.sh [--families \"java cli ...\"] [--peers \"kgo librdkafka\"] [--security \"listeners acls acl-matrix quotas librdkafka-auth\"] [--report-only]" ;;
   esac
 done
 
@@ -147,6 +147,7 @@ for broker in ours kafka; do
   for s in "${security[@]}"; do
     extra=()
     [[ $s == listeners ]] && extra=(--hostile --peers)
+    [[ $s == acl-matrix ]] && extra=(--matrix)
     log "security suite $s against $broker"
     start=$SECONDS
     step timeout --kill-after=10 "$security_timeout_s" bash "$COMPAT_DIR/security/${SECURITY_SCRIPT[$s]}" "${args[@]}" "${extra[@]}" \

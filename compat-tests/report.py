@@ -106,6 +106,7 @@ SECURITY_TITLES = {
     "listeners": "TLS and SASL listeners through real clients, hostile input, peer suites over SASL_SSL "
                  "(`security/run.sh --hostile --peers`)",
     "acls": "ACLs through kafka-acls.sh and the console clients (`security/acls.sh`)",
+    "acl-matrix": "the ACL matrix per API: refused with Kafka's error before an ACL, served after (`security/acls.sh --matrix`)",
     "quotas": "client quotas through kafka-configs.sh and a throttled producer (`security/quotas.sh`)",
     "librdkafka-auth": "librdkafka's authorization tests on a broker with an authorizer (`security/librdkafka-auth.sh`)",
 }

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # ACL authorization through Kafka's own tools (issue 31):
-#   acls.sh ours --bin <broker binary>
-#   acls.sh kafka                          (Apache Kafka 4.4, as kafka-reference/start.sh starts it)
+#   acls.sh ours --bin <broker binary> [--matrix]
+#   acls.sh kafka [--matrix]               (Apache Kafka 4.4, as kafka-reference/start.sh starts it)
 #
 # One broker with authorizer.class.name=org.apache.kafka.metadata.authorizer.StandardAuthorizer,
 # super.users=User:admin;User:ANONYMOUS (ANONYMOUS: the broker's own PLAINTEXT inter-broker and
@@ -16,6 +16,10 @@
 # (N records each way), a DENY beating the ALLOW, topics hidden from an unauthorized
 # kafka-topics --list, kafka-acls --list and --remove.
 #
+# --matrix instead runs acl_matrix.py on the same broker: per API, the resource operation
+# Kafka checks, bob refused with Kafka's error before an ACL and served after (confluent-kafka's
+# AdminClient, Producer and Consumer).
+#
 # Prints "PASS <check>" / "FAIL <check>: <why>" per check, ends with "<passed> passed,
 # <failed> failed" and exits non-zero on any failure. ACL_KEEP=1 keeps the work directory.
 set -uo pipefail
@@ -23,7 +27,7 @@ set -uo pipefail
 here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 source "$here/../lib.sh"
 
-usage() { echo "usage: acls.sh ours --bin <broker binary> | acls.sh kafka" >&2; exit 2; }
+usage() { echo "usage: acls.sh ours --bin <broker binary> [--matrix] | acls.sh kafka [--matrix]" >&2; exit 2; }
 broker=${1:-}
 shift || true
 bin=
@@ -31,9 +35,16 @@ case "$broker" in
   ours)
     [[ ${1:-} == --bin && -n ${2:-} ]] || usage
     bin=$2
+    shift 2
     [[ -x $bin ]] || die "broker binary $bin is not executable"
     ;;
-  kafka) [[ $# -eq 0 ]] || usage ;;
+  kafka) ;;
+  *) usage ;;
+esac
+matrix=0
+case "${1:-}" in
+  --matrix) matrix=1 ;;
+  "") ;;
   *) usage ;;
 esac
 
@@ -225,6 +236,12 @@ expect_records() {
 
 log "starting $broker with StandardAuthorizer on SASL_PLAINTEXT $BS"
 if [[ $broker == kafka ]]; then start_kafka; else start_ours; fi
+
+if ((matrix)); then
+  [[ -x $PY ]] || die "python venv missing; run compat-tests/install.sh python"
+  timeout -k 5 600 "$PY" "$here/acl_matrix.py" "$BS"
+  exit $?
+fi
 
 o=$work/out
 RUN_ID=$RANDOM
