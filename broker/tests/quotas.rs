@@ -588,3 +588,72 @@ async fn topic_mutations_over_the_controller_mutation_rate_are_refused_from_the_
     }
     b.running.shutdown().await;
 }
+
+#[tokio::test]
+async fn request_percentage_charges_a_handlers_work_not_its_waits() {
+    let b = start(&[
+        ("quota.window.num", "2"),
+        ("quota.window.size.seconds", "1"),
+    ])
+    .await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("r", 1, &[]).await, 0);
+    assert_eq!(c.create_topic("idle", 1, &[]).await, 0);
+    let p = c
+        .produce("r", 0, 1, batch(&["a", "b"], Compression::None, None))
+        .await;
+    assert_eq!(p.error_code, 0);
+    let set_quota = |percent: f64| {
+        AlterClientQuotasRequest::default().with_entries(vec![EntryData::default()
+            .with_entity(entity(&[("client-id", Some("test"))]))
+            .with_ops(vec![set("request_percentage", percent)])])
+    };
+    let fetch = |topic: &str, max_wait_ms: i32| {
+        let mut fp = fetch_request::FetchPartition::default();
+        fp.partition = 0;
+        fp.fetch_offset = 0;
+        fp.partition_max_bytes = 1 << 20;
+        fp.current_leader_epoch = -1;
+        let mut ft = fetch_request::FetchTopic::default();
+        ft.topic = TopicName(s(topic));
+        ft.partitions = vec![fp];
+        FetchRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_max_wait_ms(max_wait_ms)
+            .with_min_bytes(1)
+            .with_max_bytes(1 << 20)
+            .with_session_epoch(-1)
+            .with_topics(vec![ft])
+    };
+
+    // 1% of a thread: 10 ms a second. Four 300 ms long polls would be 120%
+    // if their waits counted; their handlers' work is far below 1%.
+    let r: AlterClientQuotasResponse = c.call(ApiKey::AlterClientQuotas, 1, &set_quota(1.0)).await;
+    assert_eq!(r.entries[0].error_code, 0);
+    for _ in 0..4 {
+        let resp: FetchResponse = c.call(ApiKey::Fetch, 12, &fetch("idle", 300)).await;
+        assert_eq!(resp.throttle_time_ms, 0, "a long poll's wait was charged");
+    }
+
+    // A quota far below any request's work: Fetch counts too, and a Fetch
+    // over it goes out empty with its throttle. (The AlterClientQuotas is
+    // itself charged against the new quota and its connection muted, so the
+    // fetches go on another.)
+    let r: AlterClientQuotasResponse = c.call(ApiKey::AlterClientQuotas, 1, &set_quota(0.01)).await;
+    assert_eq!(r.entries[0].error_code, 0);
+    let mut c = Client::connect(b.running.local_addr).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let resp: FetchResponse = c.call(ApiKey::Fetch, 12, &fetch("r", 0)).await;
+        if resp.throttle_time_ms > 0 {
+            assert!(
+                resp.responses.is_empty(),
+                "a throttled fetch carried records"
+            );
+            break;
+        }
+        assert_eq!(resp.responses[0].partitions[0].error_code, 0);
+        assert!(Instant::now() < deadline, "fetches were never throttled");
+    }
+    b.running.shutdown().await;
+}

@@ -8,10 +8,12 @@
 //!   quota is answered without its records, and a fetch never asks for more
 //!   than the quota allows in one window. A follower's fetch is replication
 //!   and counts against nothing.
-//! - Every request but a follower's fetch, a consumer's Fetch (whose time
-//!   is mostly its long poll) and the inter-broker WriteTxnMarkers: the
-//!   time spent handling it (`request_percentage`: 100 is one request
-//!   thread's whole time).
+//! - Every request but a follower's fetch and the inter-broker
+//!   WriteTxnMarkers: the time its handler spent working (`request_percentage`:
+//!   100 is one request thread's whole time). That is the time the handler's
+//!   future was being polled ([`Busy`]), not its waits (a fetch's long poll,
+//!   acks=all replication), as Kafka counts a request thread's time and not
+//!   purgatory's. A Fetch over it is answered empty, as for its byte rate.
 //! - CreateTopics, CreatePartitions, DeleteTopics: the partitions created
 //!   or deleted (`controller_mutation_rate`). From CreateTopics v6,
 //!   CreatePartitions v3 and DeleteTopics v5 the quota is strict: the
@@ -23,8 +25,11 @@
 //! The throttle is the largest of the quotas' throttles, as Kafka sends
 //! the larger of the bandwidth and request throttles.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
-use std::time::Duration;
+use std::task::{Context, Poll};
+use std::time::{Duration, Instant};
 
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 
@@ -125,6 +130,41 @@ impl MutationQuota {
     }
 }
 
+impl Usage {
+    /// Whether any client quota is configured (else nothing is measured).
+    pub fn quotas_on(&self) -> bool {
+        self.quotas_on
+    }
+}
+
+/// A future and the time spent polling it: the work its handler did on a
+/// runtime thread, without the time it waited.
+pub struct Busy<F> {
+    inner: Pin<Box<F>>,
+    busy: Duration,
+}
+
+impl<F: Future> Busy<F> {
+    pub fn new(inner: F) -> Self {
+        Busy {
+            inner: Box::pin(inner),
+            busy: Duration::ZERO,
+        }
+    }
+}
+
+impl<F: Future> Future for Busy<F> {
+    type Output = (F::Output, Duration);
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Self::Output> {
+        let this = self.get_mut();
+        let started = Instant::now();
+        let polled = this.inner.as_mut().poll(cx);
+        this.busy += started.elapsed();
+        polled.map(|out| (out, this.busy))
+    }
+}
+
 pub fn before(broker: &Broker, api_key: ApiKey, version: i16, request: &RequestKind) -> Usage {
     let image = broker.metadata.image();
     let mut usage = Usage {
@@ -174,7 +214,7 @@ pub fn after(
     usage: Usage,
     reply: &mut Reply,
     request_bytes: usize,
-    elapsed: Duration,
+    busy: Duration,
 ) -> u64 {
     if !usage.quotas_on || usage.follower_fetch {
         return 0;
@@ -218,11 +258,30 @@ pub fn after(
         }
         _ => {}
     }
-    let request_quota_applies = !matches!(api_key, ApiKey::Fetch | ApiKey::WriteTxnMarkers);
-    if request_quota_applies {
+    if api_key != ApiKey::WriteTxnMarkers {
         // Kafka records request thread time as a percentage of a second.
-        let percent_seconds = elapsed.as_secs_f64() * 100.0;
-        throttle_ms = throttle_ms.max(record(QuotaType::Request, percent_seconds));
+        let percent_seconds = busy.as_secs_f64() * 100.0;
+        let request_throttle_ms = record(QuotaType::Request, percent_seconds);
+        if request_throttle_ms > 0 {
+            // A Fetch throttled for its request time goes out empty too,
+            // its bytes taken back from the byte rate (Kafka's handleFetchRequest).
+            if let Reply::Fetch(f) = reply {
+                if !f.response.responses.is_empty() {
+                    let bytes = fetch_bytes(&f.records);
+                    quotas.unrecord(
+                        &image,
+                        &ctx.principal,
+                        &client_id,
+                        QuotaType::Fetch,
+                        bytes as f64,
+                        now_ms,
+                    );
+                    f.response.responses.clear();
+                    f.records.clear();
+                }
+            }
+        }
+        throttle_ms = throttle_ms.max(request_throttle_ms);
     }
     if throttle_ms > 0 {
         let ms = throttle_ms.min(i32::MAX as u64) as i32;
@@ -267,11 +326,7 @@ pub fn throttle_fetch(
     if image.client_quotas.is_empty() {
         return reply;
     }
-    let bytes: usize = reply
-        .records
-        .iter()
-        .map(|r| r.as_ref().map_or(0, |r| r.len_bytes()) + FETCH_PARTITION_OVERHEAD_BYTES)
-        .sum();
+    let bytes = fetch_bytes(&reply.records);
     let client_id: Arc<str> = Arc::from(ctx.client_id.as_str());
     let now_ms = crate::broker::now_ms().max(0) as u64;
     let quotas = &broker.quotas;
@@ -297,6 +352,14 @@ pub fn throttle_fetch(
         reply.response.throttle_time_ms = throttle_ms.min(i32::MAX as u64) as i32;
     }
     reply
+}
+
+/// What a fetch response counts against `consumer_byte_rate`.
+fn fetch_bytes(records: &[Option<crate::handlers::fetch::FetchedRecords>]) -> usize {
+    records
+        .iter()
+        .map(|r| r.as_ref().map_or(0, |r| r.len_bytes()) + FETCH_PARTITION_OVERHEAD_BYTES)
+        .sum()
 }
 
 /// Partitions a successful CreateTopics, CreatePartitions or DeleteTopics

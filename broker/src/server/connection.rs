@@ -703,7 +703,15 @@ async fn handle_request(
         principal: principal.clone(),
     };
     let quota_usage = crate::quota::usage::before(broker, api_key, version, &request.body);
-    let mut reply = dispatch(broker, &ctx, version, request.body).await;
+    // With quotas on, the handler's busy time is measured for request_percentage.
+    let (mut reply, busy) = if quota_usage.quotas_on() {
+        crate::quota::usage::Busy::new(dispatch(broker, &ctx, version, request.body)).await
+    } else {
+        (
+            dispatch(broker, &ctx, version, request.body).await,
+            Duration::ZERO,
+        )
+    };
     let throttle_ms = crate::quota::usage::after(
         broker,
         &ctx,
@@ -711,7 +719,7 @@ async fn handle_request(
         quota_usage,
         &mut reply,
         frame_bytes,
-        started.elapsed(),
+        busy,
     );
     let encoding_failed = |e: protocol::EncodeError| {
         tracing::error!(error = %e, "response encoding failed");
