@@ -249,7 +249,60 @@ impl QuotaManager {
         value: f64,
         now_ms: u64,
     ) -> u64 {
-        // Kafka's "no quotas" fast path: nothing measured at all.
+        let rate = self.rate;
+        self.with_sensor(
+            image,
+            principal,
+            client_id,
+            kind,
+            now_ms,
+            |sensor, limit| sensor.record_and_throttle_ms(rate, value, limit, now_ms),
+        )
+    }
+
+    /// Kafka's strict quota check: when the client's rate of `kind` is
+    /// already over its quota, returns the throttle time and records
+    /// nothing; otherwise records `value`, however far over it goes, and
+    /// returns 0 (`StrictControllerMutationQuota.record`).
+    pub fn check_then_record(
+        &self,
+        image: &Arc<MetadataImage>,
+        principal: &Arc<str>,
+        client_id: &Arc<str>,
+        kind: QuotaType,
+        value: f64,
+        now_ms: u64,
+    ) -> u64 {
+        let rate = self.rate;
+        self.with_sensor(
+            image,
+            principal,
+            client_id,
+            kind,
+            now_ms,
+            |sensor, limit| {
+                let throttle_ms = sensor.throttle_ms(rate, limit, now_ms);
+                if throttle_ms == 0 {
+                    sensor.record(rate, value, now_ms);
+                }
+                throttle_ms
+            },
+        )
+    }
+
+    /// Runs `measure` on the client's sensor for `kind` (made on first use)
+    /// with its quota's limit, and counts a throttle it returns. 0 without
+    /// quotas (Kafka's "no quotas" fast path: nothing measured at all) or
+    /// without a quota of `kind` for this client.
+    fn with_sensor(
+        &self,
+        image: &Arc<MetadataImage>,
+        principal: &Arc<str>,
+        client_id: &Arc<str>,
+        kind: QuotaType,
+        now_ms: u64,
+        measure: impl FnOnce(&mut SampledRate, f64) -> u64,
+    ) -> u64 {
         if image.client_quotas.is_empty() {
             return 0;
         }
@@ -269,7 +322,7 @@ impl QuotaManager {
             .sensors
             .entry((kind, applied.sensor))
             .or_insert_with(|| SampledRate::new(now_ms));
-        let throttle_ms = sensor.record_and_throttle_ms(self.rate, value, applied.limit, now_ms);
+        let throttle_ms = measure(sensor, applied.limit);
         drop(state);
         if throttle_ms > 0 {
             metrics::counter!("kafka_broker_quota_throttled_requests_total", "quota" => kind.label())
@@ -277,46 +330,6 @@ impl QuotaManager {
             metrics::histogram!("kafka_broker_quota_throttle_time_seconds", "quota" => kind.label())
                 .record(throttle_ms as f64 / 1000.0);
         }
-        throttle_ms
-    }
-
-    /// Kafka's strict quota check: when the client's rate of `kind` is
-    /// already over its quota, returns the throttle time and records
-    /// nothing; otherwise records `value`, however far over it goes, and
-    /// returns 0 (`StrictControllerMutationQuota.record`).
-    pub fn check_then_record(
-        &self,
-        image: &Arc<MetadataImage>,
-        principal: &Arc<str>,
-        client_id: &Arc<str>,
-        kind: QuotaType,
-        value: f64,
-        now_ms: u64,
-    ) -> u64 {
-        if image.client_quotas.is_empty() {
-            return 0;
-        }
-        let mut state = self.state.lock().expect("quota state poisoned");
-        let Some(applied) =
-            Self::resolved(&mut state, image, principal, client_id)[kind.index()].clone()
-        else {
-            return 0;
-        };
-        let rate = self.rate;
-        let sensor = state
-            .sensors
-            .entry((kind, applied.sensor))
-            .or_insert_with(|| SampledRate::new(now_ms));
-        let throttle_ms = sensor.throttle_ms(rate, applied.limit, now_ms);
-        if throttle_ms == 0 {
-            sensor.record(rate, value, now_ms);
-            return 0;
-        }
-        drop(state);
-        metrics::counter!("kafka_broker_quota_throttled_requests_total", "quota" => kind.label())
-            .increment(1);
-        metrics::histogram!("kafka_broker_quota_throttle_time_seconds", "quota" => kind.label())
-            .record(throttle_ms as f64 / 1000.0);
         throttle_ms
     }
 
