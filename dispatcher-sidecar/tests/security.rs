@@ -690,33 +690,9 @@ async fn a_push_to_an_https_endpoint_carries_a_jwt_and_an_hmac_that_verify() {
     );
     let config = Config::parse(&text, "push.toml", pki.dir.path()).unwrap();
     let payload = br#"{"order":42}"#;
-    let fake = Arc::new(Fake {
-        queues: config.queues.clone(),
-        deliveries: Mutex::new(vec![Delivery {
-            message_id: "m-1".into(),
-            receipt: "receipt-1".into(),
-            key: None,
-            payload: bytes::Bytes::from_static(payload),
-            headers: vec![],
-            attempt: 1,
-            enqueued_at_ms: 1_700_000_000_000,
-            partition: 0,
-            offset: 7,
-            lease_expires_at_ms: i64::MAX / 2,
-        }]),
-        ..Fake::default()
-    });
+    let fake = one_delivery(&config, "1", 7, payload);
     let before_s = jsonwebtoken::get_current_timestamp();
-    let pusher = dispatcher_sidecar::push::Pusher::start(fake.clone(), &config.queues).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while fake.acked.lock().unwrap().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the push was not acked"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    pusher.stop().await;
+    push_until_acked(&fake, &config).await;
     endpoint.abort();
     assert_eq!(*fake.acked.lock().unwrap(), vec!["receipt-1".to_string()]);
     let (headers, body) = seen.lock().unwrap()[0].clone();
@@ -752,17 +728,7 @@ async fn a_push_to_an_https_endpoint_carries_a_jwt_and_an_hmac_that_verify() {
         .expect("t=<unix>,v1=<hex>");
     let t: u64 = t.parse().unwrap();
     assert!(t >= before_s && t <= before_s + 20);
-    use hmac::Mac as _;
-    let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"hmac-secret-0123456789").unwrap();
-    mac.update(format!("{t}.").as_bytes());
-    mac.update(&body);
-    let want: String = mac
-        .finalize()
-        .into_bytes()
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    assert_eq!(v1, want);
+    assert_eq!(v1, hmac_hex(t, &body));
 }
 
 /// Each gRPC push call's metadata and payload.
@@ -820,32 +786,8 @@ async fn a_grpc_push_carries_the_same_jwt_and_hmac_as_call_metadata() {
     );
     let config = Config::parse(&text, "push.toml", pki.dir.path()).unwrap();
     let payload = br#"{"order":43}"#;
-    let fake = Arc::new(Fake {
-        queues: config.queues.clone(),
-        deliveries: Mutex::new(vec![Delivery {
-            message_id: "m-2".into(),
-            receipt: "receipt-2".into(),
-            key: None,
-            payload: bytes::Bytes::from_static(payload),
-            headers: vec![],
-            attempt: 1,
-            enqueued_at_ms: 1_700_000_000_000,
-            partition: 0,
-            offset: 8,
-            lease_expires_at_ms: i64::MAX / 2,
-        }]),
-        ..Fake::default()
-    });
-    let pusher = dispatcher_sidecar::push::Pusher::start(fake.clone(), &config.queues).unwrap();
-    let deadline = std::time::Instant::now() + Duration::from_secs(20);
-    while fake.acked.lock().unwrap().is_empty() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the push was not acked"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    pusher.stop().await;
+    let fake = one_delivery(&config, "2", 8, payload);
+    push_until_acked(&fake, &config).await;
     endpoint.abort();
     let (metadata, body) = seen.lock().unwrap()[0].clone();
     assert_eq!(&body[..], payload);
@@ -866,15 +808,55 @@ async fn a_grpc_push_carries_the_same_jwt_and_hmac_as_call_metadata() {
         .strip_prefix("t=")
         .and_then(|rest| rest.split_once(",v1="))
         .expect("t=<unix>,v1=<hex>");
+    assert_eq!(v1, hmac_hex(t, &body));
+}
+
+/// A queue service double holding one delivery of `payload` for the first
+/// queue of `config` (message `m-<n>`, receipt `receipt-<n>`).
+fn one_delivery(config: &Config, n: &str, offset: i64, payload: &'static [u8]) -> Arc<Fake> {
+    Arc::new(Fake {
+        queues: config.queues.clone(),
+        deliveries: Mutex::new(vec![Delivery {
+            message_id: format!("m-{n}"),
+            receipt: format!("receipt-{n}"),
+            key: None,
+            payload: bytes::Bytes::from_static(payload),
+            headers: vec![],
+            attempt: 1,
+            enqueued_at_ms: 1_700_000_000_000,
+            partition: 0,
+            offset,
+            lease_expires_at_ms: i64::MAX / 2,
+        }]),
+        ..Fake::default()
+    })
+}
+
+/// Runs the pusher for `config`'s queues until `fake` saw an ack (20 s at most).
+async fn push_until_acked(fake: &Arc<Fake>, config: &Config) {
+    let pusher = dispatcher_sidecar::push::Pusher::start(fake.clone(), &config.queues).unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while fake.acked.lock().unwrap().is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the push was not acked"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    pusher.stop().await;
+}
+
+/// The `v1` a receiver computes for the tests' HMAC secret: lowercase hex of
+/// HMAC-SHA256(secret, "<t>." + body), recomputed here independently of
+/// the dispatcher's code.
+fn hmac_hex(t: impl std::fmt::Display, body: &[u8]) -> String {
     use hmac::Mac as _;
     let mut mac = hmac::Hmac::<sha2::Sha256>::new_from_slice(b"hmac-secret-0123456789").unwrap();
     mac.update(format!("{t}.").as_bytes());
-    mac.update(&body);
-    let want: String = mac
-        .finalize()
+    mac.update(body);
+    mac.finalize()
         .into_bytes()
         .iter()
         .map(|b| format!("{b:02x}"))
-        .collect();
-    assert_eq!(v1, want);
+        .collect()
 }
