@@ -574,6 +574,35 @@ async fn topic_mutations_over_the_controller_mutation_rate_are_refused_from_the_
     assert_eq!(codes, vec![0, throttling], "{:?}", resp.responses);
     assert!(resp.throttle_time_ms > 0);
 
+    // CreatePartitions v3 is strict as well: m3 grows by 3 and takes the
+    // client over, so m4 waits.
+    let grow = CreatePartitionsRequest::default()
+        .with_topics(
+            ["m3", "m4"]
+                .iter()
+                .map(|n| {
+                    create_partitions_request::CreatePartitionsTopic::default()
+                        .with_name(TopicName(s(n)))
+                        .with_count(5)
+                        .with_assignments(None)
+                })
+                .collect(),
+        )
+        .with_timeout_ms(10_000);
+    // (Until the deletion's partitions leave the window, both are refused.)
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let resp: CreatePartitionsResponse = c.call(ApiKey::CreatePartitions, 3, &grow).await;
+        let codes: Vec<i16> = resp.results.iter().map(|t| t.error_code).collect();
+        assert!(resp.throttle_time_ms > 0);
+        if codes[0] == 0 {
+            assert_eq!(codes, vec![0, throttling], "{:?}", resp.results);
+            break;
+        }
+        assert_eq!(codes, vec![throttling, throttling], "{:?}", resp.results);
+        assert!(Instant::now() < deadline, "m3 never grew");
+    }
+
     // Once the rate has come back under the quota, m2 is created: the
     // throttle is a wait, not a refusal for good.
     let deadline = Instant::now() + Duration::from_secs(30);
