@@ -125,20 +125,21 @@ async fn offset_for_leader_epoch_is_answered_by_the_leader_only() {
         .propose(MetadataCommand::FenceBroker { node_id: NodeId(2) })
         .await
         .unwrap();
-    // The committed command reaches the image a moment later (under load,
-    // after this task reads it).
-    let mut led = None;
-    for _ in 0..100 {
-        let image = b.running.broker.metadata.image();
-        let p = &image.topic_by_id(topic_id).unwrap().partitions[0];
-        led = Some((p.leader, p.leader_epoch));
-        if led == Some((NodeId(1), LeaderEpoch(1))) {
+    // The committed command reaches the image, and then the replica
+    // manager, a moment later (under load, after this task asks): until this
+    // node has become the leader it answers NOT_LEADER_OR_FOLLOWER, and a
+    // client retries, as this loop does.
+    let mut r = offset_for_leader_epoch(&b, "led-by-2", 0, 0, 0).await;
+    for _ in 0..250 {
+        if r.error_code != ResponseError::NotLeaderOrFollower.code() {
             break;
         }
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        r = offset_for_leader_epoch(&b, "led-by-2", 0, 0, 0).await;
     }
-    assert_eq!(led, Some((NodeId(1), LeaderEpoch(1))));
-    let r = offset_for_leader_epoch(&b, "led-by-2", 0, 0, 0).await;
+    let image = b.running.broker.metadata.image();
+    let p = &image.topic_by_id(topic_id).unwrap().partitions[0];
+    assert_eq!((p.leader, p.leader_epoch), (NodeId(1), LeaderEpoch(1)));
     assert_eq!(r.error_code, ResponseError::FencedLeaderEpoch.code());
     b.running.shutdown().await;
 }
