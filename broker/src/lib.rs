@@ -18,6 +18,7 @@ pub mod replica_manager;
 pub mod replication;
 pub mod security;
 pub mod server;
+pub mod share;
 pub mod slow_io;
 #[cfg(test)]
 mod test_alloc;
