@@ -5,6 +5,7 @@
 
 mod common;
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use bytes::{BufMut, Bytes, BytesMut};
@@ -890,4 +891,132 @@ async fn kip848_membership_survives_a_restart() {
     );
     let _ = b_parts;
     running.shutdown().await;
+}
+
+/// IncrementalAlterConfigs on a GROUP resource (32); returns the error code.
+async fn alter_group_configs(
+    c: &mut Client,
+    group: &str,
+    edits: &[(&str, i8, Option<&str>)],
+) -> i16 {
+    let mut res = incremental_alter_configs_request::AlterConfigsResource::default();
+    res.resource_type = 32;
+    res.resource_name = s(group);
+    res.configs = edits
+        .iter()
+        .map(|(k, op, v)| {
+            let mut e = incremental_alter_configs_request::AlterableConfig::default();
+            e.name = s(k);
+            e.config_operation = *op;
+            e.value = v.map(s);
+            e
+        })
+        .collect();
+    let resp: IncrementalAlterConfigsResponse = c
+        .call(
+            ApiKey::IncrementalAlterConfigs,
+            1,
+            &IncrementalAlterConfigsRequest::default().with_resources(vec![res]),
+        )
+        .await;
+    resp.responses[0].error_code
+}
+
+/// DescribeConfigs of a GROUP resource: key to (value, source).
+async fn group_configs(c: &mut Client, group: &str) -> BTreeMap<String, (String, i8)> {
+    let mut res = describe_configs_request::DescribeConfigsResource::default();
+    res.resource_type = 32;
+    res.resource_name = s(group);
+    let resp: DescribeConfigsResponse = c
+        .call(
+            ApiKey::DescribeConfigs,
+            4,
+            &DescribeConfigsRequest::default().with_resources(vec![res]),
+        )
+        .await;
+    assert_eq!(resp.results[0].error_code, NONE);
+    resp.results[0]
+        .configs
+        .iter()
+        .map(|e| {
+            (
+                e.name.to_string(),
+                (
+                    e.value.as_deref().unwrap_or_default().to_string(),
+                    e.config_source,
+                ),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn group_configs_are_stored_checked_and_a_consumer_group_uses_its_own() {
+    let b = start(FAST).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("orders", 1, &[]).await, NONE);
+    find_coordinator(&mut c, "gcfg").await;
+
+    // Defaults for a group that does not exist yet (source 5: DEFAULT_CONFIG).
+    let before = group_configs(&mut c, "gcfg").await;
+    assert_eq!(before["consumer.heartbeat.interval.ms"], ("5000".into(), 5));
+    assert_eq!(before["share.auto.offset.reset"], ("latest".into(), 5));
+    assert_eq!(before["share.record.lock.duration.ms"], ("30000".into(), 5));
+
+    // Set before the group exists; shown with source 8 (GROUP_CONFIG).
+    let set = [
+        ("consumer.heartbeat.interval.ms", 0, Some("7000")),
+        ("share.auto.offset.reset", 0, Some("by_duration:PT1H")),
+    ];
+    assert_eq!(alter_group_configs(&mut c, "gcfg", &set).await, NONE);
+    let after = group_configs(&mut c, "gcfg").await;
+    assert_eq!(after["consumer.heartbeat.interval.ms"], ("7000".into(), 8));
+    assert_eq!(
+        after["share.auto.offset.reset"],
+        ("by_duration:PT1H".into(), 8)
+    );
+    assert_eq!(
+        group_configs(&mut c, "other").await["share.auto.offset.reset"].1,
+        5
+    );
+
+    // Kafka's checks: unknown keys, values outside the broker's range, a
+    // heartbeat not below the session timeout, APPEND on a scalar.
+    let invalid = ResponseError::InvalidConfig.code();
+    for edit in [
+        ("consumer.assignment.interval.ms", 0, Some("1000")),
+        ("consumer.session.timeout.ms", 0, Some("1000")),
+        ("consumer.heartbeat.interval.ms", 0, Some("60000")),
+        ("share.delivery.count.limit", 0, Some("11")),
+        ("share.auto.offset.reset", 0, Some("soonest")),
+        ("share.auto.offset.reset", 2, Some("x")),
+    ] {
+        assert_eq!(
+            alter_group_configs(&mut c, "gcfg", &[edit]).await,
+            invalid,
+            "{edit:?}"
+        );
+    }
+    assert_eq!(
+        group_configs(&mut c, "gcfg").await["consumer.heartbeat.interval.ms"].0,
+        "7000",
+        "a refused change changes nothing"
+    );
+
+    // The KIP-848 group is told its own heartbeat interval.
+    let id = uuid::Uuid::new_v4().to_string();
+    let r = consumer_heartbeat(&mut c, "gcfg", &id, 0, Some(vec![])).await;
+    assert_eq!(r.error_code, NONE);
+    assert_eq!(r.heartbeat_interval_ms, 7_000);
+
+    // Deleting a key returns the group to the broker's value.
+    let delete = [("consumer.heartbeat.interval.ms", 1, None)];
+    assert_eq!(alter_group_configs(&mut c, "gcfg", &delete).await, NONE);
+    let r = consumer_heartbeat(&mut c, "gcfg", &id, r.member_epoch, None).await;
+    assert_eq!(r.heartbeat_interval_ms, 5_000);
+    assert_eq!(
+        group_configs(&mut c, "gcfg").await["consumer.heartbeat.interval.ms"],
+        ("5000".into(), 5)
+    );
+    b.running.shutdown().await;
 }

@@ -4,6 +4,7 @@
 //! Everything feeds one plain struct: a properties file, then `--override
 //! key=value` flags in order, exactly as `kafka-server-start.sh` does.
 
+pub mod group;
 mod security;
 mod server;
 mod topic;

@@ -142,6 +142,12 @@ pub struct ServerConfig {
     pub group_consumer_session_timeout_ms: i32,
     pub group_consumer_heartbeat_interval_ms: i32,
     pub group_consumer_max_size: i32,
+    /// The range a group's own `consumer.session.timeout.ms` and
+    /// `consumer.heartbeat.interval.ms` (GROUP configs) must lie in.
+    pub group_consumer_min_session_timeout_ms: i32,
+    pub group_consumer_max_session_timeout_ms: i32,
+    pub group_consumer_min_heartbeat_interval_ms: i32,
+    pub group_consumer_max_heartbeat_interval_ms: i32,
     /// Server assignor names, the first the default.
     pub group_consumer_assignors: Vec<String>,
     /// `offsets.*`: the `__consumer_offsets` topic and committed offsets.
@@ -398,6 +404,10 @@ impl Default for ServerConfig {
             group_consumer_session_timeout_ms: 45_000,
             group_consumer_heartbeat_interval_ms: 5_000,
             group_consumer_max_size: i32::MAX,
+            group_consumer_min_session_timeout_ms: 45_000,
+            group_consumer_max_session_timeout_ms: 60_000,
+            group_consumer_min_heartbeat_interval_ms: 5_000,
+            group_consumer_max_heartbeat_interval_ms: 15_000,
             group_consumer_assignors: vec!["uniform".into(), "range".into()],
             offsets_topic_num_partitions: 50,
             offsets_topic_replication_factor: 1,
@@ -790,6 +800,18 @@ impl ServerConfig {
                 self.group_consumer_heartbeat_interval_ms = parse_num(key, v)?
             }
             "group.consumer.max.size" => self.group_consumer_max_size = parse_num(key, v)?,
+            "group.consumer.min.session.timeout.ms" => {
+                self.group_consumer_min_session_timeout_ms = parse_num(key, v)?
+            }
+            "group.consumer.max.session.timeout.ms" => {
+                self.group_consumer_max_session_timeout_ms = parse_num(key, v)?
+            }
+            "group.consumer.min.heartbeat.interval.ms" => {
+                self.group_consumer_min_heartbeat_interval_ms = parse_num(key, v)?
+            }
+            "group.consumer.max.heartbeat.interval.ms" => {
+                self.group_consumer_max_heartbeat_interval_ms = parse_num(key, v)?
+            }
             "group.consumer.assignors" => {
                 self.group_consumer_assignors = v
                     .split(',')
@@ -1111,6 +1133,22 @@ impl ServerConfig {
         }
         if let Err(e) = crate::coordinator::consumer_config(self) {
             return n("group.consumer.*", &"", &e);
+        }
+        if self.group_consumer_min_session_timeout_ms > self.group_consumer_max_session_timeout_ms {
+            return n(
+                "group.consumer.min.session.timeout.ms",
+                &self.group_consumer_min_session_timeout_ms,
+                "must not exceed group.consumer.max.session.timeout.ms",
+            );
+        }
+        if self.group_consumer_min_heartbeat_interval_ms
+            > self.group_consumer_max_heartbeat_interval_ms
+        {
+            return n(
+                "group.consumer.min.heartbeat.interval.ms",
+                &self.group_consumer_min_heartbeat_interval_ms,
+                "must not exceed group.consumer.max.heartbeat.interval.ms",
+            );
         }
         if self.offsets_topic_num_partitions < 1 {
             return n(

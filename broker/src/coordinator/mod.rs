@@ -474,7 +474,13 @@ impl GroupService {
         } = &mut *st;
         make_way_for_consumer_group(classic, group_id, request.member_epoch, now)?;
         let joined = request.member_epoch == Epoch::JOIN;
-        let r = consumer.heartbeat(group_id, request, &topics, now);
+        // The group's own configs (IncrementalAlterConfigs on the GROUP
+        // resource) apply from its next heartbeat, as in Kafka.
+        let group_config = crate::config::group::consumer_overrides(
+            consumer.config(),
+            topics.0.group_configs.get(group_id),
+        );
+        let r = consumer.heartbeat_with(group_id, request, &topics, group_config.as_ref(), now);
         // The reply waits for the change it reports to be stored, as in
         // Kafka. A failed write fails the heartbeat (the member retries);
         // the next write stores the difference from what is on disk.

@@ -1,11 +1,14 @@
-//! AlterConfigs (key 33) and IncrementalAlterConfigs (key 44) for topics.
+//! AlterConfigs (key 33) and IncrementalAlterConfigs (key 44) for topics and
+//! groups.
 //!
-//! Both compute a topic's new set of overrides from the current image, check
-//! it like CreateTopics does, and commit the difference through the metadata
-//! quorum; the replica manager then hands the new effective configs to the
-//! topic's partitions. AlterConfigs replaces the whole set (keys not named are
-//! reset to the broker default), IncrementalAlterConfigs edits key by key.
-//! Broker configs are static here (server.properties), so altering a broker
+//! Both compute a resource's new set of overrides from the current image,
+//! check it (a topic's like CreateTopics does, a group's as Kafka's
+//! `GroupConfig` does) and commit the difference through the metadata
+//! quorum; the replica manager then hands a topic's new effective configs to
+//! its partitions, and a group's coordinator reads them at its next
+//! heartbeat. AlterConfigs replaces the whole set (keys not named are reset
+//! to the broker default), IncrementalAlterConfigs edits key by key. Broker
+//! configs are static here (server.properties), so altering a broker
 //! resource is refused with INVALID_REQUEST rather than pretending to apply.
 
 use std::collections::{BTreeMap, HashSet};
@@ -26,6 +29,7 @@ use crate::metadata::MetadataCommand;
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+const RESOURCE_GROUP: i8 = 32;
 
 const OP_SET: i8 = 0;
 const OP_DELETE: i8 = 1;
@@ -144,7 +148,7 @@ pub async fn handle_incremental(
                         resource.resource_type,
                         &name,
                         req.validate_only,
-                        |current| edit(broker, current, edits),
+                        |current| edit(broker, resource.resource_type, current, edits),
                     )
                     .await
                 }
@@ -210,6 +214,7 @@ fn decode_edits(
 /// broker default when the topic has no override), as Kafka's do.
 fn edit(
     broker: &Broker,
+    resource_type: i8,
     current: &BTreeMap<String, String>,
     edits: Vec<Edit>,
 ) -> Result<BTreeMap<String, String>, Refusal> {
@@ -223,8 +228,10 @@ fn edit(
             Edit::Delete(k) => {
                 next.remove(&k);
             }
-            Edit::Append(k, _) | Edit::Subtract(k, _) if !is_list(&k) => {
-                known_key(&k)?;
+            Edit::Append(k, _) | Edit::Subtract(k, _)
+                if resource_type == RESOURCE_GROUP || !is_list(&k) =>
+            {
+                known_key(resource_type, &k)?;
                 return Err(Refusal::invalid_config(format!(
                     "Config value append/subtract is not allowed for config key: {k}"
                 )));
@@ -251,7 +258,16 @@ fn edit(
     Ok(next)
 }
 
-fn known_key(key: &str) -> Result<(), Refusal> {
+fn known_key(resource_type: i8, key: &str) -> Result<(), Refusal> {
+    if resource_type == RESOURCE_GROUP {
+        return if crate::config::group::keys().any(|k| k == key) {
+            Ok(())
+        } else {
+            Err(Refusal::invalid_config(format!(
+                "Unknown group config name: {key}"
+            )))
+        };
+    }
     if TOPIC_CONFIGS.iter().any(|e| e.name == key) {
         Ok(())
     } else {
@@ -291,6 +307,7 @@ async fn apply(
 ) -> Result<(), Refusal> {
     match resource_type {
         RESOURCE_TOPIC => {}
+        RESOURCE_GROUP => return apply_group(broker, name, validate_only, change).await,
         RESOURCE_BROKER => {
             return Err(Refusal::invalid_request(
                 "Broker configs are static: set them in server.properties and restart",
@@ -343,5 +360,51 @@ async fn apply(
         .await
         .map_err(|e| Refusal(ResponseError::UnknownServerError, e.to_string()))?;
     tracing::info!(topic = %name, "altered topic configs");
+    Ok(())
+}
+
+/// A group's configs: checked as Kafka's `GroupConfig` checks them and
+/// stored whether or not the group exists (a user sets them before its
+/// consumers start).
+async fn apply_group(
+    broker: &Broker,
+    name: &str,
+    validate_only: bool,
+    change: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, Refusal>,
+) -> Result<(), Refusal> {
+    if name.is_empty() {
+        return Err(Refusal::invalid_request("Group name can't be empty"));
+    }
+    let image = broker.metadata.image();
+    let empty = BTreeMap::new();
+    let current = image.group_configs.get(name).unwrap_or(&empty);
+    let next = change(current)?;
+    crate::config::group::validate(&broker.config, &next).map_err(Refusal::invalid_config)?;
+    if validate_only {
+        return Ok(());
+    }
+    let set: BTreeMap<String, String> = next
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let delete: Vec<String> = current
+        .keys()
+        .filter(|k| !next.contains_key(*k))
+        .cloned()
+        .collect();
+    if set.is_empty() && delete.is_empty() {
+        return Ok(());
+    }
+    broker
+        .metadata
+        .propose(MetadataCommand::AlterGroupConfigs {
+            group: name.to_string(),
+            set,
+            delete,
+        })
+        .await
+        .map_err(|e| Refusal(metadata_error(&e), e.to_string()))?;
+    tracing::info!(group = %name, "altered group configs");
     Ok(())
 }

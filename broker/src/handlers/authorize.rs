@@ -547,10 +547,10 @@ pub fn offset_fetch_filter(
     }
 }
 
-/// The config resources' checks: topics (2) need `topic_op` on the topic
-/// (TOPIC_AUTHORIZATION_FAILED), brokers (4) and broker loggers (8)
-/// `cluster_op` on the cluster (CLUSTER_AUTHORIZATION_FAILED). `None` when
-/// allowed.
+/// The config resources' checks: topics (2) need `op` on the topic
+/// (TOPIC_AUTHORIZATION_FAILED), groups (32) on the group
+/// (GROUP_AUTHORIZATION_FAILED), brokers (4) and broker loggers (8) on the
+/// cluster (CLUSTER_AUTHORIZATION_FAILED). `None` when allowed.
 pub fn config_resource(
     authz: &Authz<'_>,
     resource_type: i8,
@@ -559,6 +559,7 @@ pub fn config_resource(
 ) -> Option<i16> {
     match resource_type {
         2 => (!authz.allows(op, ResourceType::Topic, name)).then_some(TOPIC_DENIED),
+        32 => (!authz.allows(op, ResourceType::Group, name)).then_some(GROUP_DENIED),
         4 | 8 => (!authz.allows_cluster(op)).then_some(CLUSTER_DENIED),
         _ => None,
     }

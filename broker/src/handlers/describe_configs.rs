@@ -13,10 +13,12 @@ use crate::config::{ServerConfig, TopicConfigs, TOPIC_CONFIGS};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
+const RESOURCE_GROUP: i8 = 32;
 
 pub const SOURCE_TOPIC: i8 = 1;
 pub const SOURCE_STATIC_BROKER: i8 = 4;
 pub const SOURCE_DEFAULT: i8 = 5;
+pub const SOURCE_GROUP: i8 = 8;
 
 const TYPE_BOOLEAN: i8 = 1;
 const TYPE_STRING: i8 = 2;
@@ -51,6 +53,19 @@ fn config_type(name: &str) -> i8 {
         | "max.connections"
         | "default.replication.factor" => TYPE_INT,
         _ => TYPE_LONG,
+    }
+}
+
+/// The type DescribeConfigs reports for a group config key.
+fn group_config_type(name: &str) -> i8 {
+    match name {
+        "share.auto.offset.reset"
+        | "share.isolation.level"
+        | "errors.deadletterqueue.topic.name" => TYPE_STRING,
+        "share.renew.acknowledge.enable" | "errors.deadletterqueue.copy.record.enable" => {
+            TYPE_BOOLEAN
+        }
+        _ => TYPE_INT,
     }
 }
 
@@ -227,6 +242,24 @@ pub fn handle(
                         SOURCE_DEFAULT
                     };
                     let mut c = entry(k, v.clone(), source, true);
+                    if req.include_synonyms {
+                        c.synonyms.push(synonym(k, v, source));
+                    }
+                    r.configs.push(c);
+                }
+            }
+            RESOURCE_GROUP => {
+                // Every group has the defaults, whether or not it exists,
+                // as in Kafka.
+                let image = broker.metadata.image();
+                let own = image.group_configs.get(&*res.resource_name);
+                for (k, v, is_own) in crate::config::group::effective(&broker.config, own) {
+                    if !wanted(&res.configuration_keys, k) {
+                        continue;
+                    }
+                    let source = if is_own { SOURCE_GROUP } else { SOURCE_DEFAULT };
+                    let mut c = entry(k, v.clone(), source, false);
+                    c.config_type = group_config_type(k);
                     if req.include_synonyms {
                         c.synonyms.push(synonym(k, v, source));
                     }

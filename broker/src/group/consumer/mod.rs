@@ -1604,7 +1604,22 @@ impl ConsumerGroupCoordinator {
         topics: &dyn TopicsView,
         now_ms: i64,
     ) -> Result<ConsumerHeartbeatReply, GroupError> {
-        validate_heartbeat(group_id, &req, &self.config)?;
+        self.heartbeat_with(group_id, req, topics, None, now_ms)
+    }
+
+    /// [`Self::heartbeat`] for a group with its own configs: `group_config`
+    /// (the broker's settings with the group's session timeout and
+    /// heartbeat interval) replaces the broker's for this heartbeat.
+    pub fn heartbeat_with(
+        &mut self,
+        group_id: &str,
+        req: ConsumerHeartbeat,
+        topics: &dyn TopicsView,
+        group_config: Option<&ConsumerGroupConfig>,
+        now_ms: i64,
+    ) -> Result<ConsumerHeartbeatReply, GroupError> {
+        let config = group_config.unwrap_or(&self.config);
+        validate_heartbeat(group_id, &req, config)?;
         let created = !self.groups.contains_key(group_id);
         if created {
             if req.member_epoch != Epoch::JOIN {
@@ -1619,7 +1634,7 @@ impl ConsumerGroupCoordinator {
             .groups
             .get_mut(group_id)
             .ok_or(GroupError::GroupIdNotFound)?;
-        let reply = group.heartbeat(req, topics, &self.config, now_ms);
+        let reply = group.heartbeat(req, topics, config, now_ms);
         // Kafka writes nothing for a failed heartbeat, so a group created
         // for it (say, a first join with an invalid regex) does not stay.
         if reply.is_err() && created {
