@@ -25,6 +25,7 @@ import org.apache.kafka.clients.admin.ListOffsetsResult.ListOffsetsResultInfo;
 import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.admin.OffsetSpec;
 import org.apache.kafka.clients.admin.TopicDescription;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
 import org.apache.kafka.clients.consumer.ConsumerRecords;
@@ -94,7 +95,14 @@ public final class Scenarios {
           "txn.abort",
           "txn.fence",
           "txn.offsets",
-          "streams.eos");
+          "streams.eos",
+          "share.implicit",
+          "share.release",
+          "share.reject",
+          "share.lock_expiry",
+          "share.members.2",
+          "share.members.5",
+          "share.delivery_limit");
 
   /** A scenario either returns its PASS detail or throws; Na marks a check this API cannot express. */
   interface Scenario {
@@ -148,7 +156,8 @@ public final class Scenarios {
               t.setDaemon(true);
               return t;
             });
-    long timeoutMs = id.startsWith("group.rebalance") ? GROUP_SCENARIO_TIMEOUT_MS : SCENARIO_TIMEOUT_MS;
+    long timeoutMs =
+        id.startsWith("group.rebalance") || id.startsWith("share.") ? GROUP_SCENARIO_TIMEOUT_MS : SCENARIO_TIMEOUT_MS;
     long startNs = System.nanoTime();
     Future<String> future = executor.submit(scenario::run);
     try {
@@ -205,6 +214,13 @@ public final class Scenarios {
       case "txn.fence" -> () -> new TxnScenarios(this).fence();
       case "txn.offsets" -> () -> new TxnScenarios(this).offsets();
       case "streams.eos" -> () -> new StreamsScenarios(this).eos();
+      case "share.implicit" -> () -> new ShareScenarios(this).implicitAck();
+      case "share.release" -> () -> new ShareScenarios(this).explicitFirst("share.release", AcknowledgeType.RELEASE);
+      case "share.reject" -> () -> new ShareScenarios(this).explicitFirst("share.reject", AcknowledgeType.REJECT);
+      case "share.lock_expiry" -> () -> new ShareScenarios(this).lockExpiry();
+      case "share.members.2" -> () -> new ShareScenarios(this).members(2);
+      case "share.members.5" -> () -> new ShareScenarios(this).members(5);
+      case "share.delivery_limit" -> () -> new ShareScenarios(this).deliveryLimit();
       default -> null;
     };
   }

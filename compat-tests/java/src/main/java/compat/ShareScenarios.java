@@ -1,0 +1,357 @@
+package compat;
+
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.HashMap;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.Properties;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.concurrent.atomic.AtomicReference;
+import org.apache.kafka.clients.admin.Admin;
+import org.apache.kafka.clients.admin.AlterConfigOp;
+import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.consumer.AcknowledgeType;
+import org.apache.kafka.clients.consumer.ConsumerConfig;
+import org.apache.kafka.clients.consumer.ConsumerRecord;
+import org.apache.kafka.clients.consumer.ConsumerRecords;
+import org.apache.kafka.clients.consumer.KafkaShareConsumer;
+import org.apache.kafka.clients.producer.KafkaProducer;
+import org.apache.kafka.clients.producer.ProducerRecord;
+import org.apache.kafka.common.KafkaException;
+import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.config.ConfigResource;
+import org.apache.kafka.common.serialization.ByteArrayDeserializer;
+
+/**
+ * The share-group scenarios of the Java family (KIP-932, issue 32): KafkaShareConsumer with
+ * implicit and explicit acknowledgement, RELEASE (redelivered with the delivery count raised),
+ * REJECT (never redelivered), lock expiry (redelivered to another member), several members sharing
+ * partitions (no record accepted twice), and the delivery-count limit (archived after it).
+ *
+ * <p>Every scenario sets its group's configs first (share.auto.offset.reset=earliest and what it
+ * tests) with IncrementalAlterConfigs on the GROUP resource, as a user does with kafka-configs.sh.
+ */
+final class ShareScenarios {
+  static final int RECORDS = 200;
+  /** Kafka's smallest allowed group.share.min.record.lock.duration.ms default. */
+  static final int SHORT_LOCK_MS = 15_000;
+  /** How long a scenario watches for a record that must not come back. */
+  static final long QUIET_MS = 3_000;
+  static final long WAIT_MS = 30_000;
+
+  private final Scenarios s;
+
+  ShareScenarios(Scenarios s) {
+    this.s = s;
+  }
+
+  Properties props(String group, boolean explicit) {
+    Properties p = new Properties();
+    p.put(ConsumerConfig.BOOTSTRAP_SERVERS_CONFIG, s.bootstrap);
+    p.put(ConsumerConfig.GROUP_ID_CONFIG, group);
+    p.put(ConsumerConfig.KEY_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+    p.put(ConsumerConfig.VALUE_DESERIALIZER_CLASS_CONFIG, ByteArrayDeserializer.class.getName());
+    p.put(ConsumerConfig.DEFAULT_API_TIMEOUT_MS_CONFIG, Scenarios.API_TIMEOUT_MS);
+    p.put(ConsumerConfig.REQUEST_TIMEOUT_MS_CONFIG, Scenarios.REQUEST_TIMEOUT_MS);
+    p.put("share.acknowledgement.mode", explicit ? "explicit" : "implicit");
+    return p;
+  }
+
+  /** Sets the group's configs; share.auto.offset.reset=earliest is always among them. */
+  void groupConfigs(Admin admin, String group, Map<String, String> configs) throws Exception {
+    Map<String, String> all = new HashMap<>(configs);
+    all.putIfAbsent("share.auto.offset.reset", "earliest");
+    List<AlterConfigOp> ops = new ArrayList<>();
+    all.forEach((k, v) -> ops.add(new AlterConfigOp(new ConfigEntry(k, v), AlterConfigOp.OpType.SET)));
+    ConfigResource resource = new ConfigResource(ConfigResource.Type.GROUP, group);
+    admin
+        .incrementalAlterConfigs(Map.of(resource, ops))
+        .all()
+        .get(Scenarios.API_TIMEOUT_MS, TimeUnit.MILLISECONDS);
+  }
+
+  /** n records spread over the topic's two partitions. */
+  void produce(String topic, int n) throws Exception {
+    produce(topic, n, 2);
+  }
+
+  void produce(String topic, int n, int partitions) throws Exception {
+    try (KafkaProducer<byte[], byte[]> p = new KafkaProducer<>(s.producerProps())) {
+      for (int i = 0; i < n; i++) {
+        p.send(new ProducerRecord<>(topic, i % partitions, Scenarios.bytes(Scenarios.key(i)), Scenarios.bytes(Scenarios.value("share", i))));
+      }
+      p.flush();
+    }
+  }
+
+  static short count(ConsumerRecord<byte[], byte[]> r) {
+    Optional<Short> c = r.deliveryCount();
+    return c.orElse((short) -1);
+  }
+
+  /** Fails if an acknowledgement commit reported an error for any partition. */
+  static void checkCommitted(Map<TopicIdPartition, Optional<KafkaException>> result) {
+    result.forEach(
+        (tp, e) -> Scenarios.check(e.isEmpty(), "acknowledging %s failed: %s", tp, e.map(Scenarios::describe).orElse("")));
+  }
+
+  interface Body {
+    String run(Admin admin, String topic, String group) throws Exception;
+  }
+
+  /** A two-partition topic and a group of its own for the body; the topic is deleted after. */
+  String withTopic(String id, Map<String, String> configs, Body body) throws Exception {
+    return withTopic(id, 2, configs, body);
+  }
+
+  String withTopic(String id, int partitions, Map<String, String> configs, Body body) throws Exception {
+    String topic = s.topicName(id);
+    String group = topic + "-group";
+    try (Admin admin = s.admin()) {
+      Scenarios.createTopic(admin, topic, partitions);
+      try {
+        groupConfigs(admin, group, configs);
+        return body.run(admin, topic, group);
+      } finally {
+        Scenarios.deleteTopicQuietly(admin, topic);
+      }
+    }
+  }
+
+  /** Implicit mode: every record once, delivery count 1, and none again for a new member. */
+  String implicitAck() throws Exception {
+    return withTopic(
+        "share.implicit",
+        Map.of(),
+        (admin, topic, group) -> {
+          produce(topic, RECORDS);
+          Map<String, Short> seen = new HashMap<>();
+          try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(props(group, false))) {
+            c.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + WAIT_MS;
+            while (seen.size() < RECORDS && System.currentTimeMillis() < deadline) {
+              for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(500))) {
+                String k = Scenarios.str(r.key());
+                Scenarios.check(seen.put(k, count(r)) == null, "%s delivered twice", k);
+                Scenarios.check(count(r) == 1, "%s delivery count %d, expected 1", k, count(r));
+              }
+            }
+            Scenarios.check(seen.size() == RECORDS, "received %d of %d records", seen.size(), RECORDS);
+            checkCommitted(c.commitSync());
+          }
+          try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(props(group, false))) {
+            c.subscribe(List.of(topic));
+            int again = pollFor(c, QUIET_MS).size();
+            Scenarios.check(again == 0, "%d accepted records were delivered again", again);
+          }
+          return RECORDS + " records, each delivered once";
+        });
+  }
+
+  static List<ConsumerRecord<byte[], byte[]>> pollFor(KafkaShareConsumer<byte[], byte[]> c, long ms) {
+    List<ConsumerRecord<byte[], byte[]>> out = new ArrayList<>();
+    long deadline = System.currentTimeMillis() + ms;
+    while (System.currentTimeMillis() < deadline) {
+      for (ConsumerRecord<byte[], byte[]> r : c.poll(Duration.ofMillis(300))) out.add(r);
+    }
+    return out;
+  }
+
+  /**
+   * Explicit mode: the first delivery of every record gets {@code first}; every later one is
+   * accepted. RELEASE must bring each record back with delivery count 2; REJECT must never.
+   */
+  String explicitFirst(String id, AcknowledgeType first) throws Exception {
+    return withTopic(
+        id,
+        Map.of(),
+        (admin, topic, group) -> {
+          produce(topic, RECORDS);
+          Map<String, List<Short>> deliveries = new HashMap<>();
+          try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(props(group, true))) {
+            c.subscribe(List.of(topic));
+            int wanted = first == AcknowledgeType.RELEASE ? 2 * RECORDS : RECORDS;
+            long deadline = System.currentTimeMillis() + WAIT_MS;
+            int total = 0;
+            while (total < wanted && System.currentTimeMillis() < deadline) {
+              ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(500));
+              for (ConsumerRecord<byte[], byte[]> r : recs) {
+                List<Short> counts = deliveries.computeIfAbsent(Scenarios.str(r.key()), k -> new ArrayList<>());
+                counts.add(count(r));
+                c.acknowledge(r, counts.size() == 1 ? first : AcknowledgeType.ACCEPT);
+                total++;
+              }
+              if (!recs.isEmpty()) checkCommitted(c.commitSync());
+            }
+            for (ConsumerRecord<byte[], byte[]> r : pollFor(c, QUIET_MS)) {
+              deliveries.get(Scenarios.str(r.key())).add(count(r));
+              c.acknowledge(r, AcknowledgeType.ACCEPT);
+            }
+            checkCommitted(c.commitSync());
+          }
+          Scenarios.check(deliveries.size() == RECORDS, "received %d of %d records", deliveries.size(), RECORDS);
+          List<Short> want = first == AcknowledgeType.RELEASE ? List.of((short) 1, (short) 2) : List.of((short) 1);
+          deliveries.forEach(
+              (k, counts) -> Scenarios.check(counts.equals(want), "%s delivery counts %s, expected %s", k, counts, want));
+          return RECORDS + " records, delivery counts " + want + " after " + first;
+        });
+  }
+
+  /**
+   * A member that takes records and goes quiet: after the lock duration another member gets them
+   * with delivery count 2 (and the rest with count 1), and the first member's late acknowledgement
+   * changes nothing.
+   */
+  String lockExpiry() throws Exception {
+    return withTopic(
+        "share.lock_expiry",
+        // One partition, so both members are assigned it (with two, each would get its own).
+        1,
+        Map.of("share.record.lock.duration.ms", Integer.toString(SHORT_LOCK_MS)),
+        (admin, topic, group) -> {
+          produce(topic, 10, 1);
+          try (KafkaShareConsumer<byte[], byte[]> a = new KafkaShareConsumer<>(props(group, true));
+              KafkaShareConsumer<byte[], byte[]> b = new KafkaShareConsumer<>(props(group, true))) {
+            a.subscribe(List.of(topic));
+            // One poll's records, held: in explicit mode a cannot poll again without acknowledging.
+            List<ConsumerRecord<byte[], byte[]>> held = new ArrayList<>();
+            long deadline = System.currentTimeMillis() + WAIT_MS;
+            while (held.isEmpty() && System.currentTimeMillis() < deadline) {
+              for (ConsumerRecord<byte[], byte[]> r : a.poll(Duration.ofMillis(500))) held.add(r);
+            }
+            Scenarios.check(!held.isEmpty(), "member a received nothing");
+            long heldAt = System.currentTimeMillis();
+            Map<String, Short> heldKeys = new HashMap<>();
+            for (ConsumerRecord<byte[], byte[]> r : held) heldKeys.put(Scenarios.str(r.key()), count(r));
+            b.subscribe(List.of(topic));
+            Map<String, Short> atB = new HashMap<>();
+            long heldBackAfter = -1;
+            deadline = heldAt + SHORT_LOCK_MS + WAIT_MS;
+            while (atB.size() < 10 && System.currentTimeMillis() < deadline) {
+              for (ConsumerRecord<byte[], byte[]> r : b.poll(Duration.ofMillis(500))) {
+                String k = Scenarios.str(r.key());
+                Scenarios.check(atB.put(k, count(r)) == null, "%s delivered to b twice", k);
+                if (heldKeys.containsKey(k) && heldBackAfter < 0) heldBackAfter = System.currentTimeMillis() - heldAt;
+                b.acknowledge(r, AcknowledgeType.ACCEPT);
+              }
+              checkCommitted(b.commitSync());
+            }
+            Scenarios.check(atB.size() == 10, "member b received %d of 10 records", atB.size());
+            Scenarios.check(
+                heldBackAfter >= SHORT_LOCK_MS - 1_000,
+                "a's records reached b after %d ms, before the %d ms lock ended",
+                heldBackAfter,
+                SHORT_LOCK_MS);
+            atB.forEach(
+                (k, c) -> {
+                  short want = (short) (heldKeys.containsKey(k) ? 2 : 1);
+                  Scenarios.check(c == want, "%s delivery count %d at b, expected %d", k, c, want);
+                });
+            // a's late acknowledgement (Kafka's client reports no error for it) must not
+            // change what b accepted: nothing comes back.
+            for (ConsumerRecord<byte[], byte[]> r : held) a.acknowledge(r, AcknowledgeType.RELEASE);
+            a.commitSync();
+            int again = pollFor(b, QUIET_MS).size();
+            Scenarios.check(again == 0, "%d records came back after a's late release", again);
+            return held.size() + " held records redelivered to b with count 2 after " + heldBackAfter + " ms";
+          }
+        });
+  }
+
+  /**
+   * {@code members} consumers in one group on a two-partition topic, implicit acknowledgement,
+   * records produced while they consume: every record accepted, none twice.
+   */
+  String members(int members) throws Exception {
+    int records = 1_000;
+    return withTopic(
+        "share.members." + members,
+        Map.of(),
+        (admin, topic, group) -> {
+          Map<String, String> acceptedBy = new ConcurrentHashMap<>();
+          AtomicReference<String> violation = new AtomicReference<>();
+          AtomicBoolean stop = new AtomicBoolean();
+          AtomicInteger active = new AtomicInteger();
+          List<Thread> threads = new ArrayList<>();
+          for (int m = 0; m < members; m++) {
+            String name = "m" + m;
+            Thread t =
+                new Thread(
+                    () -> {
+                      try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(props(group, false))) {
+                        c.subscribe(List.of(topic));
+                        boolean counted = false;
+                        while (!stop.get()) {
+                          ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(300));
+                          if (!recs.isEmpty() && !counted) {
+                            active.incrementAndGet();
+                            counted = true;
+                          }
+                          for (ConsumerRecord<byte[], byte[]> r : recs) {
+                            String k = Scenarios.str(r.key());
+                            String other = acceptedBy.putIfAbsent(k, name);
+                            if (other != null) violation.compareAndSet(null, k + " delivered to " + other + " and " + name);
+                          }
+                        }
+                      } catch (Exception e) {
+                        violation.compareAndSet(null, name + ": " + Scenarios.describe(e));
+                      }
+                    },
+                    "share-member-" + m);
+            t.setDaemon(true);
+            t.start();
+            threads.add(t);
+          }
+          produce(topic, records);
+          long deadline = System.currentTimeMillis() + WAIT_MS;
+          while (acceptedBy.size() < records && violation.get() == null && System.currentTimeMillis() < deadline) {
+            Thread.sleep(100);
+          }
+          stop.set(true);
+          for (Thread t : threads) t.join(Scenarios.API_TIMEOUT_MS);
+          Scenarios.check(violation.get() == null, "%s", violation.get());
+          Scenarios.check(acceptedBy.size() == records, "accepted %d of %d records", acceptedBy.size(), records);
+          return records + " records over " + members + " members (" + active.get() + " got records), none twice";
+        });
+  }
+
+  /** share.delivery.count.limit=2: a record released on every delivery comes twice, then never. */
+  String deliveryLimit() throws Exception {
+    return withTopic(
+        "share.delivery_limit",
+        Map.of("share.delivery.count.limit", "2"),
+        (admin, topic, group) -> {
+          produce(topic, 20);
+          Map<String, List<Short>> deliveries = new HashMap<>();
+          try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(props(group, true))) {
+            c.subscribe(List.of(topic));
+            long deadline = System.currentTimeMillis() + WAIT_MS;
+            int total = 0;
+            while (total < 40 && System.currentTimeMillis() < deadline) {
+              ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(500));
+              for (ConsumerRecord<byte[], byte[]> r : recs) {
+                deliveries.computeIfAbsent(Scenarios.str(r.key()), k -> new ArrayList<>()).add(count(r));
+                c.acknowledge(r, AcknowledgeType.RELEASE);
+                total++;
+              }
+              if (!recs.isEmpty()) checkCommitted(c.commitSync());
+            }
+            for (ConsumerRecord<byte[], byte[]> r : pollFor(c, QUIET_MS)) {
+              deliveries.get(Scenarios.str(r.key())).add(count(r));
+              c.acknowledge(r, AcknowledgeType.RELEASE);
+            }
+            checkCommitted(c.commitSync());
+          }
+          Scenarios.check(deliveries.size() == 20, "received %d of 20 records", deliveries.size());
+          deliveries.forEach(
+              (k, counts) ->
+                  Scenarios.check(counts.equals(List.of((short) 1, (short) 2)), "%s delivery counts %s, expected [1, 2]", k, counts));
+          return "20 records delivered twice each, then archived";
+        });
+  }
+}
