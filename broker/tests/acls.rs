@@ -608,6 +608,41 @@ async fn matrix_denied_with_kafkas_code_then_allowed() {
         .await;
     assert!(r.groups.is_empty(), "alice sees no group");
 
+    // Group configs (resource type 32): AlterConfigs / DescribeConfigs on
+    // the group; Read on it allows neither.
+    let alter_group = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        incremental_alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(32)
+            .with_resource_name(s("g"))
+            .with_configs(vec![
+                incremental_alter_configs_request::AlterableConfig::default()
+                    .with_name(s("share.auto.offset.reset"))
+                    .with_config_operation(0)
+                    .with_value(Some(s("earliest"))),
+            ]),
+    ]);
+    let r: IncrementalAlterConfigsResponse = bob
+        .call(ApiKey::IncrementalAlterConfigs, 1, &alter_group)
+        .await;
+    assert_eq!(r.responses[0].error_code, DENIED_GROUP);
+    let r: DescribeConfigsResponse = bob
+        .call(ApiKey::DescribeConfigs, 4, &describe(32, "g"))
+        .await;
+    assert_eq!(r.results[0].error_code, DENIED_GROUP);
+    grant(
+        &mut admin,
+        vec![acl(GROUP, "g", LITERAL, "User:bob", ALTER_CONFIGS, ALLOW)],
+    )
+    .await;
+    let r: IncrementalAlterConfigsResponse = bob
+        .call(ApiKey::IncrementalAlterConfigs, 1, &alter_group)
+        .await;
+    assert_eq!(r.responses[0].error_code, 0);
+    let r: DescribeConfigsResponse = bob
+        .call(ApiKey::DescribeConfigs, 4, &describe(32, "g"))
+        .await;
+    assert_eq!(r.results[0].error_code, 0);
+
     // Transactions: TransactionalId Write, which Produce checks only for
     // transactional records (Kafka's hasTransactionalRecords).
     let produce_with_txn_id = |records: bytes::Bytes| {
