@@ -45,7 +45,9 @@ pub fn validate(config: &ServerConfig, after: &BTreeMap<String, String>) -> Resu
             format!("Invalid value {v} for configuration {key}: Not a number of type INT")
         })?;
         if n < min || n > max {
-            return Err(format!("{key} must be between {min} and {max}, got {n}"));
+            return Err(format!(
+                "{key} must be in the range {min} to {max} inclusive."
+            ));
         }
         Ok(n)
     };

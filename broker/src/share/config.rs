@@ -199,7 +199,7 @@ impl AutoOffsetReset {
                     ms: parse_iso_duration_ms(d)?,
                 }),
                 None => Err(format!(
-                    "share.auto.offset.reset: {value:?} is not latest, earliest or by_duration:<ISO-8601 duration>"
+                    "Invalid value `{value}` for configuration share.auto.offset.reset. The value must be either 'earliest', 'latest' or of the format 'by_duration:<PnDTnHnMn.nS>'."
                 )),
             },
         }
@@ -329,7 +329,7 @@ impl ShareGroupSettings {
                 .map_err(|_| format!("{key}: not a number: {value:?}"))?;
             if n < b.min || n > b.max {
                 return Err(format!(
-                    "{key} must be between {} and {}, got {n}",
+                    "{key} must be in the range {} to {} inclusive.",
                     b.min, b.max
                 ));
             }
