@@ -296,6 +296,25 @@ fn list_value(broker: &Broker, current: &BTreeMap<String, String>, key: &str) ->
     }
 }
 
+/// What turns `current` into `next`: the keys to set (new or changed) and
+/// the keys to delete; `None` when they are equal.
+fn difference(
+    current: &BTreeMap<String, String>,
+    next: &BTreeMap<String, String>,
+) -> Option<(BTreeMap<String, String>, Vec<String>)> {
+    let set: BTreeMap<String, String> = next
+        .iter()
+        .filter(|(k, v)| current.get(*k) != Some(*v))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let delete: Vec<String> = current
+        .keys()
+        .filter(|k| !next.contains_key(*k))
+        .cloned()
+        .collect();
+    (!set.is_empty() || !delete.is_empty()).then_some((set, delete))
+}
+
 /// Checks the resource, computes its new overrides with `change`, validates
 /// them and, unless `validate_only`, commits the difference.
 async fn apply(
@@ -332,20 +351,9 @@ async fn apply(
     if validate_only {
         return Ok(());
     }
-    let set: BTreeMap<String, String> = next
-        .iter()
-        .filter(|(k, v)| topic.configs.get(*k) != Some(*v))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let delete: Vec<String> = topic
-        .configs
-        .keys()
-        .filter(|k| !next.contains_key(*k))
-        .cloned()
-        .collect();
-    if set.is_empty() && delete.is_empty() {
+    let Some((set, delete)) = difference(&topic.configs, &next) else {
         return Ok(());
-    }
+    };
     broker
         .metadata
         .propose(MetadataCommand::AlterTopicConfigs {
@@ -383,19 +391,9 @@ async fn apply_group(
     if validate_only {
         return Ok(());
     }
-    let set: BTreeMap<String, String> = next
-        .iter()
-        .filter(|(k, v)| current.get(*k) != Some(*v))
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    let delete: Vec<String> = current
-        .keys()
-        .filter(|k| !next.contains_key(*k))
-        .cloned()
-        .collect();
-    if set.is_empty() && delete.is_empty() {
+    let Some((set, delete)) = difference(current, &next) else {
         return Ok(());
-    }
+    };
     broker
         .metadata
         .propose(MetadataCommand::AlterGroupConfigs {
