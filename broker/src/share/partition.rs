@@ -234,16 +234,6 @@ impl SharePartition {
         p
     }
 
-    pub fn limits(&self) -> Limits {
-        self.limits
-    }
-
-    /// Applies changed group settings; records already acquired keep their
-    /// locks.
-    pub fn set_limits(&mut self, limits: Limits) {
-        self.limits = limits;
-    }
-
     /// The share-partition start offset (SPSO).
     pub fn start_offset(&self) -> i64 {
         self.start

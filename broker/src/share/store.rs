@@ -241,14 +241,6 @@ impl ShareStateStore {
             ShareRecord::Update(key.clone(), None),
         ]
     }
-
-    /// Every share-partition of `group_id` stored here.
-    pub fn keys_of_group<'a>(
-        &'a self,
-        group_id: &'a str,
-    ) -> impl Iterator<Item = &'a SharePartitionKey> + 'a {
-        self.states.keys().filter(move |k| k.group_id == group_id)
-    }
 }
 
 #[cfg(test)]
