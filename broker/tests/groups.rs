@@ -1002,6 +1002,12 @@ async fn group_configs_are_stored_checked_and_a_consumer_group_uses_its_own() {
         "7000",
         "a refused change changes nothing"
     );
+    let edit = [("consumer.heartbeat.interval.ms", 0, Some("6000"))];
+    assert_eq!(
+        alter_group_configs(&mut c, "", &edit).await,
+        ResponseError::InvalidRequest.code(),
+        "a group needs a name"
+    );
 
     // The KIP-848 group is told its own heartbeat interval.
     let id = uuid::Uuid::new_v4().to_string();
