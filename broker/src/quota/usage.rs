@@ -268,16 +268,7 @@ pub fn after(
             if let Reply::Fetch(f) = reply {
                 if !f.response.responses.is_empty() {
                     let bytes = fetch_bytes(&f.records);
-                    quotas.unrecord(
-                        &image,
-                        &ctx.principal,
-                        &client_id,
-                        QuotaType::Fetch,
-                        bytes as f64,
-                        now_ms,
-                    );
-                    f.response.responses.clear();
-                    f.records.clear();
+                    empty_fetch(broker, &image, ctx, &client_id, f, bytes, now_ms);
                 }
             }
         }
@@ -339,19 +330,34 @@ pub fn throttle_fetch(
         now_ms,
     );
     if throttle_ms > 0 {
-        quotas.unrecord(
-            &image,
-            &ctx.principal,
-            &client_id,
-            QuotaType::Fetch,
-            bytes as f64,
-            now_ms,
-        );
-        reply.response.responses.clear();
-        reply.records.clear();
+        empty_fetch(broker, &image, ctx, &client_id, &mut reply, bytes, now_ms);
         reply.response.throttle_time_ms = throttle_ms.min(i32::MAX as u64) as i32;
     }
     reply
+}
+
+/// Kafka's throttled fetch response: the `bytes` the fetch was charged are
+/// taken back from the client's byte rate, and it goes out with no
+/// partitions.
+fn empty_fetch(
+    broker: &Broker,
+    image: &Arc<crate::metadata::MetadataImage>,
+    ctx: &RequestContext,
+    client_id: &Arc<str>,
+    reply: &mut crate::handlers::fetch::FetchReply,
+    bytes: usize,
+    now_ms: u64,
+) {
+    broker.quotas.unrecord(
+        image,
+        &ctx.principal,
+        client_id,
+        QuotaType::Fetch,
+        bytes as f64,
+        now_ms,
+    );
+    reply.response.responses.clear();
+    reply.records.clear();
 }
 
 /// What a fetch response counts against `consumer_byte_rate`.
