@@ -38,6 +38,11 @@ pub struct Broker {
     /// The transaction coordinator (the ids of the `__transaction_state`
     /// partitions this node leads).
     pub txn: crate::txn::service::TxnService,
+    /// The share coordinator (the share-group state of the
+    /// `__share_group_state` partitions this node leads).
+    pub share_state: crate::share::coordinator::ShareCoordinator,
+    /// This node's way to the share coordinator of any share-partition.
+    pub share_persister: crate::share::persister::Persister,
     /// How this broker dials its peers' inter-broker listener.
     pub inter_broker_security: Arc<crate::security::peer::PeerSecurity>,
     producer_ids: Mutex<(i64, i64)>,
@@ -273,6 +278,9 @@ impl Broker {
         ));
         let groups = crate::coordinator::GroupService::new(&config, replicas.clone());
         let txn = crate::txn::service::TxnService::new(&config);
+        let share_state = crate::share::coordinator::ShareCoordinator::new(
+            config.share.snapshot_updates_per_snapshot,
+        );
         let credentials = Arc::new(crate::security::credentials::MetadataCredentials::new(
             metadata.subscribe(),
         ));
@@ -283,6 +291,8 @@ impl Broker {
             inter_broker_security,
             groups,
             txn,
+            share_state,
+            share_persister: Default::default(),
             config,
             metadata,
             replicas,

@@ -207,8 +207,10 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     let broker = Arc::new(Broker::new(config, metadata, inter_broker_security));
     broker.sync_replicas().await?;
     broker.txn.attach(&broker);
+    broker.share_state.attach(&broker);
     let loaded = broker.groups.sync_ownership(&broker).await?;
     let loaded_txns = broker.txn.sync_ownership(&broker).await?;
+    broker.share_state.sync_ownership(&broker).await?;
     if loaded_txns > 0 {
         tracing::info!(transactional_ids = loaded_txns, "loaded transaction state");
     }
@@ -273,6 +275,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
                         }
                         if let Err(e) = broker.txn.sync_ownership(&broker).await {
                             tracing::error!(error = %e, "following {} leadership failed", txn::service::TXN_TOPIC);
+                        }
+                        if let Err(e) = broker.share_state.sync_ownership(&broker).await {
+                            tracing::error!(error = %e, "following {} leadership failed", share::coordinator::SHARE_STATE_TOPIC);
                         }
                     }
                 }
@@ -436,6 +441,7 @@ impl RunningBroker {
         // open; answer them so connections can close.
         self.broker.groups.stop().await;
         self.broker.txn.stop().await;
+        self.broker.share_state.stop();
         for t in self.tasks {
             let _ = t.await;
         }

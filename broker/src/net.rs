@@ -366,3 +366,76 @@ impl PeerConn {
         Resp::decode(&mut body, version).map_err(|e| CallError::Protocol(e.to_string()))
     }
 }
+
+type PeerSlot = Arc<tokio::sync::Mutex<Option<PeerConn>>>;
+
+/// Connections from this broker to its peers' inter-broker listeners, one
+/// per peer and purpose (so that, say, transaction markers never queue
+/// behind share-state writes), opened on first use and dropped after a
+/// failed call so the next one reconnects.
+pub struct PeerPool {
+    conns: Mutex<HashMap<(crate::types::NodeId, &'static str), PeerSlot>>,
+    request_timeout: Duration,
+    connect_timeout: Duration,
+}
+
+impl PeerPool {
+    pub fn new(request_timeout: Duration, connect_timeout: Duration) -> Self {
+        PeerPool {
+            conns: Mutex::new(HashMap::new()),
+            request_timeout,
+            connect_timeout,
+        }
+    }
+
+    /// One request to `node`, over the connection kept for `purpose`.
+    pub async fn call<Req, Resp>(
+        &self,
+        broker: &crate::broker::Broker,
+        node: crate::types::NodeId,
+        purpose: &'static str,
+        key: kafka_protocol::messages::ApiKey,
+        version: i16,
+        req: &Req,
+    ) -> Result<Resp, CallError>
+    where
+        Req: kafka_protocol::protocol::Encodable,
+        Resp: kafka_protocol::protocol::Decodable,
+    {
+        let slot = {
+            let mut conns = self.conns.lock().expect("poisoned");
+            conns.entry((node, purpose)).or_default().clone()
+        };
+        let mut conn = slot.lock().await;
+        if conn.is_none() {
+            let image = broker.metadata.image();
+            let addr = image
+                .brokers
+                .get(&node)
+                .map(|b| format!("{}:{}", b.host, b.port))
+                .ok_or_else(|| CallError::Protocol(format!("no address for {node}")))?;
+            let own = image.brokers.get(&broker.node_id()).map(|b| b.host.clone());
+            *conn = Some(
+                PeerConn::open(
+                    &addr,
+                    own.as_deref(),
+                    &broker.inter_broker_security,
+                    kafka_protocol::protocol::StrBytes::from_string(format!(
+                        "broker-{}-{purpose}",
+                        broker.node_id()
+                    )),
+                    1 << 20,
+                    self.request_timeout,
+                    self.connect_timeout,
+                )
+                .await?,
+            );
+        }
+        let c = conn.as_mut().expect("connected above");
+        let result = c.call(key, version, req).await;
+        if result.is_err() {
+            *conn = None;
+        }
+        result
+    }
+}

@@ -133,6 +133,60 @@ pub fn append_internal(
     })
 }
 
+/// Calls `f(offset, key, value)` for every data record of the local
+/// partition `tp`, from its log start to its log end, in offset order: how
+/// a coordinator loads the state of an internal topic's partition it has
+/// come to lead. Batches that do not decode are logged and skipped. Disk
+/// work: call it on a blocking thread.
+pub fn for_each_internal_record(
+    replicas: &ReplicaManager,
+    tp: &TopicPartition,
+    read_bytes: usize,
+    mut f: impl FnMut(i64, Option<bytes::Bytes>, Option<bytes::Bytes>),
+) -> Result<(), PartitionError> {
+    use crate::partition::FetchLimit;
+    use kafka_protocol::records::RecordBatchDecoder;
+    use protocol::record_batch::{BatchIter, BatchIterItem};
+    let part = replicas
+        .get(tp)
+        .ok_or(PartitionError::NotLeaderOrFollower)?;
+    let mut offset = part.lock().expect("partition poisoned").log_start_offset();
+    loop {
+        let fetched = {
+            let part = part.lock().expect("partition poisoned");
+            if offset >= part.log_end_offset() {
+                break;
+            }
+            part.read_up_to(offset, read_bytes, true, FetchLimit::LogEnd)?
+        };
+        let mut next = offset;
+        for item in BatchIter::new(&fetched.records) {
+            let BatchIterItem::Batch { batch, .. } = item else {
+                break;
+            };
+            next = crate::types::Offset(batch.last_offset() + 1);
+            if batch.is_control() {
+                continue;
+            }
+            let mut one = bytes::Bytes::copy_from_slice(batch.as_bytes());
+            let Ok(set) = RecordBatchDecoder::decode(&mut one) else {
+                tracing::warn!(%tp, offset = batch.base_offset(), "skipping an undecodable batch");
+                continue;
+            };
+            for r in set.records {
+                if r.offset >= offset.0 {
+                    f(r.offset, r.key, r.value);
+                }
+            }
+        }
+        if next <= offset {
+            break;
+        }
+        offset = next;
+    }
+    Ok(())
+}
+
 fn partition_dir(data_dir: &std::path::Path, tp: &TopicPartition) -> PathBuf {
     data_dir.join(format!("{}-{}", tp.topic, tp.partition))
 }

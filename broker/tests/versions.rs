@@ -440,6 +440,27 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
         ApiKey::AlterUserScramCredentials => {
             enc(AlterUserScramCredentialsRequest::default(), version)
         }
+        // Empty requests: each answers with no results.
+        ApiKey::InitializeShareGroupState => enc(
+            InitializeShareGroupStateRequest::default().with_group_id(s("g")),
+            version,
+        ),
+        ApiKey::ReadShareGroupState => enc(
+            ReadShareGroupStateRequest::default().with_group_id(s("g")),
+            version,
+        ),
+        ApiKey::WriteShareGroupState => enc(
+            WriteShareGroupStateRequest::default().with_group_id(s("g")),
+            version,
+        ),
+        ApiKey::DeleteShareGroupState => enc(
+            DeleteShareGroupStateRequest::default().with_group_id(s("g")),
+            version,
+        ),
+        ApiKey::ReadShareGroupStateSummary => enc(
+            ReadShareGroupStateSummaryRequest::default().with_group_id(s("g")),
+            version,
+        ),
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

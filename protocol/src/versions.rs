@@ -111,6 +111,15 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     // users/clients/ips).
     ApiRange::new(ApiKey::DescribeClientQuotas, 0, 1),
     ApiRange::new(ApiKey::AlterClientQuotas, 0, 1),
+    // The share coordinator's APIs (KIP-932), between brokers. Kafka 4.4
+    // serves WriteShareGroupState and ReadShareGroupStateSummary up to v1
+    // (v1 adds the delivery-complete count), which kafka-protocol 0.18
+    // cannot decode yet.
+    ApiRange::new(ApiKey::InitializeShareGroupState, 0, 0),
+    ApiRange::new(ApiKey::ReadShareGroupState, 0, 0),
+    ApiRange::new(ApiKey::WriteShareGroupState, 0, 0),
+    ApiRange::new(ApiKey::DeleteShareGroupState, 0, 0),
+    ApiRange::new(ApiKey::ReadShareGroupStateSummary, 0, 0),
     // SCRAM users in the metadata quorum (kafka-configs.sh --entity-type users).
     ApiRange::new(ApiKey::DescribeUserScramCredentials, 0, 0),
     ApiRange::new(ApiKey::AlterUserScramCredentials, 0, 0),

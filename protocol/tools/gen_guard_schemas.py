@@ -59,6 +59,11 @@ APIS = [
     ("SASL_AUTHENTICATE", "sasl_authenticate_request", "SaslAuthenticate"),
     ("DESCRIBE_USER_SCRAM_CREDENTIALS", "describe_user_scram_credentials_request", "DescribeUserScramCredentials"),
     ("ALTER_USER_SCRAM_CREDENTIALS", "alter_user_scram_credentials_request", "AlterUserScramCredentials"),
+    ("INITIALIZE_SHARE_GROUP_STATE", "initialize_share_group_state_request", "InitializeShareGroupState"),
+    ("READ_SHARE_GROUP_STATE", "read_share_group_state_request", "ReadShareGroupState"),
+    ("WRITE_SHARE_GROUP_STATE", "write_share_group_state_request", "WriteShareGroupState"),
+    ("DELETE_SHARE_GROUP_STATE", "delete_share_group_state_request", "DeleteShareGroupState"),
+    ("READ_SHARE_GROUP_STATE_SUMMARY", "read_share_group_state_summary_request", "ReadShareGroupStateSummary"),
 ]
 
 ALL = frozenset(range(0, 64))

@@ -15,7 +15,7 @@
 use std::collections::BTreeMap;
 
 use super::ServerConfig;
-use crate::share::config::{ShareBrokerConfig, ShareGroupSettings, GROUP_KEYS as SHARE_KEYS};
+use crate::share::config::{ShareGroupSettings, GROUP_KEYS as SHARE_KEYS};
 
 const CONSUMER_SESSION_TIMEOUT: &str = "consumer.session.timeout.ms";
 const CONSUMER_HEARTBEAT_INTERVAL: &str = "consumer.heartbeat.interval.ms";
@@ -68,7 +68,7 @@ pub fn validate(config: &ServerConfig, after: &BTreeMap<String, String>) -> Resu
             "{CONSUMER_HEARTBEAT_INTERVAL} {heartbeat} must be less than {CONSUMER_SESSION_TIMEOUT} {session}"
         ));
     }
-    ShareGroupSettings::validate(&ShareBrokerConfig::default(), after)
+    ShareGroupSettings::validate(&config.share, after)
 }
 
 /// Every group config key with the value the group has: its own, or the
@@ -79,7 +79,7 @@ pub fn effective(
 ) -> Vec<(&'static str, String, bool)> {
     let empty = BTreeMap::new();
     let own = own.unwrap_or(&empty);
-    let share = ShareGroupSettings::resolve(&ShareBrokerConfig::default(), &BTreeMap::new());
+    let share = ShareGroupSettings::resolve(&config.share, &BTreeMap::new());
     keys()
         .map(|k| {
             if let Some(v) = own.get(k) {

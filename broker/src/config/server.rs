@@ -179,6 +179,11 @@ pub struct ServerConfig {
     pub transaction_partition_verification_enable: bool,
     /// `transactional.id.expiration.ms`: an idle transactional id is removed.
     pub transactional_id_expiration_ms: i64,
+    /// Share groups: the `group.share.*` and `share.coordinator.*` keys. As
+    /// for `__consumer_offsets`, `__share_group_state`'s replication factor
+    /// and min ISR default to 1 (Kafka's are 3 and 2), as Kafka's shipped
+    /// `server.properties` sets them, so that a single node can serve them.
+    pub share: crate::share::config::ShareBrokerConfig,
     pub transaction_abort_timed_out_transaction_cleanup_interval_ms: u64,
     pub transaction_remove_expired_transaction_cleanup_interval_ms: u64,
     pub offsets_retention_ms: i64,
@@ -420,6 +425,11 @@ impl Default for ServerConfig {
             transaction_version: 2,
             transaction_partition_verification_enable: true,
             transactional_id_expiration_ms: 604_800_000,
+            share: crate::share::config::ShareBrokerConfig {
+                state_topic_replication_factor: 1,
+                state_topic_min_isr: 1,
+                ..Default::default()
+            },
             transaction_abort_timed_out_transaction_cleanup_interval_ms: 10_000,
             transaction_remove_expired_transaction_cleanup_interval_ms: 3_600_000,
             offsets_retention_ms: 7 * 24 * 3_600_000,
@@ -941,6 +951,13 @@ impl ServerConfig {
             "connection.failed.authentication.delay.ms" => {
                 self.connection_failed_authentication_delay_ms = parse_num(key, v)?
             }
+            k if k.starts_with("group.share.") || k.starts_with("share.coordinator.") => {
+                match self.share.set(k, v) {
+                    Ok(true) => {}
+                    Ok(false) => tracing::warn!(key = k, "ignoring unknown config key"),
+                    Err(reason) => return Err(invalid(k, v, reason)),
+                }
+            }
             // Read per listener through `listener_value`, when the listener is built.
             k if k.starts_with("ssl.")
                 || k.starts_with("sasl.")
@@ -957,6 +974,13 @@ impl ServerConfig {
     /// Checks ranges and cross-key rules; the first problem found is returned.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let n = |k: &str, v: &dyn ToString, r: &str| Err(invalid(k, &v.to_string(), r));
+        if let Err(reason) = self.share.validate() {
+            return Err(ConfigError::InvalidValue {
+                key: "group.share.*".into(),
+                value: String::new(),
+                reason,
+            });
+        }
         if self.num_partitions < 1 {
             return n("num.partitions", &self.num_partitions, "must be at least 1");
         }

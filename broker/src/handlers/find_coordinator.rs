@@ -1,7 +1,9 @@
-//! FindCoordinator (key 10): which broker coordinates a group or a
-//! transactional id. v4+ batch keys. The first lookup of a group creates
-//! `__consumer_offsets`, and of a transactional id `__transaction_state`, as
-//! Kafka does, so a broker never used for either never has the topic.
+//! FindCoordinator (key 10): which broker coordinates a group, a
+//! transactional id or (v6+, between brokers) a share-partition. v4+ batch
+//! keys. The first lookup of a group creates `__consumer_offsets`, of a
+//! transactional id `__transaction_state` and of a share-partition
+//! `__share_group_state`, as Kafka does, so a broker never used for one
+//! never has its topic.
 
 use kafka_protocol::messages::find_coordinator_response::Coordinator;
 use kafka_protocol::messages::{BrokerId, FindCoordinatorRequest, FindCoordinatorResponse};
@@ -11,11 +13,13 @@ use kafka_protocol::ResponseError;
 use super::str_bytes;
 use crate::broker::{Broker, CreateTopicError, NewTopic};
 use crate::coordinator::OFFSETS_TOPIC;
+use crate::share::coordinator::{ShareCoordinator, SHARE_STATE_TOPIC};
 use crate::txn::service::TXN_TOPIC;
 
 /// `key_type` values.
 const GROUP: i8 = 0;
 const TRANSACTION: i8 = 1;
+const SHARE: i8 = 2;
 
 pub async fn handle(
     broker: &Broker,
@@ -30,7 +34,7 @@ pub async fn handle(
     };
     let mut coordinators = Vec::with_capacity(keys.len());
     for key in keys {
-        coordinators.push(find(broker, listener, key, req.key_type).await);
+        coordinators.push(find(broker, listener, version, key, req.key_type).await);
     }
     let mut resp = FindCoordinatorResponse::default();
     if version < 4 {
@@ -48,7 +52,13 @@ pub async fn handle(
     resp
 }
 
-async fn find(broker: &Broker, listener: &str, key: StrBytes, key_type: i8) -> Coordinator {
+async fn find(
+    broker: &Broker,
+    listener: &str,
+    version: i16,
+    key: StrBytes,
+    key_type: i8,
+) -> Coordinator {
     let mut c = Coordinator::default();
     c.key = key;
     c.node_id = BrokerId(-1);
@@ -77,6 +87,23 @@ async fn find(broker: &Broker, listener: &str, key: StrBytes, key_type: i8) -> C
                 }
             }
             Err(msg) => (ResponseError::CoordinatorNotAvailable, msg),
+        },
+        // Kafka's `SharePartitionKey.validate`: "group:topicId:partition".
+        SHARE if version >= 6 => match share_key_is_valid(&c.key) {
+            false => (
+                ResponseError::InvalidRequest,
+                format!("invalid share coordinator key {:?}", c.key.as_str()),
+            ),
+            true => match crate::share::coordinator::ensure_state_topic(broker).await {
+                Ok(()) => {
+                    let partition = ShareCoordinator::partition_for(broker, &c.key);
+                    match leader_of(broker, listener, SHARE_STATE_TOPIC, partition, &mut c) {
+                        Ok(()) => return c,
+                        Err(e) => e,
+                    }
+                }
+                Err(msg) => (ResponseError::CoordinatorNotAvailable, msg),
+            },
         },
         other => (
             ResponseError::InvalidRequest,
@@ -178,6 +205,23 @@ async fn ensure_transaction_topic(broker: &Broker) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A share coordinator key: a non-empty group id, a topic id (Kafka's
+/// URL-safe base64 of 16 bytes) and a partition number, colon-separated.
+/// The group id may itself hold colons.
+fn share_key_is_valid(key: &str) -> bool {
+    use base64::Engine;
+    let mut parts = key.rsplitn(3, ':');
+    let (Some(partition), Some(topic_id), Some(group)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return false;
+    };
+    !group.is_empty()
+        && partition.parse::<i32>().is_ok_and(|p| p >= 0)
+        && base64::engine::general_purpose::URL_SAFE_NO_PAD
+            .decode(topic_id)
+            .is_ok_and(|b| b.len() == 16)
 }
 
 /// Creates `__consumer_offsets` if it does not exist. A concurrent lookup

@@ -35,6 +35,7 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod scram;
+mod share_state;
 mod sync_group;
 mod txn;
 mod txn_offset_commit;
@@ -438,15 +439,18 @@ pub async fn dispatch(
         R::FindCoordinator(mut r) => {
             use kafka_protocol::messages::find_coordinator_response::Coordinator;
             // Group Describe for a group's coordinator, TransactionalId
-            // Describe for a transaction's.
+            // Describe for a transaction's, ClusterAction for a
+            // share-partition's (only brokers ask for those).
+            let share_allowed = authz.allows_cluster(Operation::ClusterAction);
             let allowed = |key: &str| match r.key_type {
                 1 => txn_ok(authz, Operation::Describe, key),
+                2 => share_allowed,
                 _ => group_ok(authz, Operation::Describe, key),
             };
-            let code = if r.key_type == 1 {
-                TXN_DENIED
-            } else {
-                GROUP_DENIED
+            let code = match r.key_type {
+                1 => TXN_DENIED,
+                2 => CLUSTER_DENIED,
+                _ => GROUP_DENIED,
             };
             if version < 4 {
                 if !allowed(r.key.as_str()) {
@@ -669,6 +673,42 @@ pub async fn dispatch(
                 write_txn_markers::handle(broker, version, r).await,
             )),
         },
+        // The share coordinator's APIs, between brokers: CLUSTER_ACTION.
+        R::InitializeShareGroupState(r) => Reply::Respond(S::InitializeShareGroupState(
+            if authz.allows_cluster(Operation::ClusterAction) {
+                share_state::initialize(broker, r).await
+            } else {
+                share_state::denied::initialize(&r)
+            },
+        )),
+        R::ReadShareGroupState(r) => Reply::Respond(S::ReadShareGroupState(
+            if authz.allows_cluster(Operation::ClusterAction) {
+                share_state::read(broker, r).await
+            } else {
+                share_state::denied::read(&r)
+            },
+        )),
+        R::WriteShareGroupState(r) => Reply::Respond(S::WriteShareGroupState(
+            if authz.allows_cluster(Operation::ClusterAction) {
+                share_state::write(broker, r).await
+            } else {
+                share_state::denied::write(&r)
+            },
+        )),
+        R::DeleteShareGroupState(r) => Reply::Respond(S::DeleteShareGroupState(
+            if authz.allows_cluster(Operation::ClusterAction) {
+                share_state::delete(broker, r).await
+            } else {
+                share_state::denied::delete(&r)
+            },
+        )),
+        R::ReadShareGroupStateSummary(r) => Reply::Respond(S::ReadShareGroupStateSummary(
+            if authz.allows_cluster(Operation::ClusterAction) {
+                share_state::read_summary(broker, r).await
+            } else {
+                share_state::denied::read_summary(&r)
+            },
+        )),
         R::DescribeProducers(mut r) => {
             let denied = authorize::describe_producers(authz, &mut r);
             let mut resp = describe_producers::handle(broker, version, r);

@@ -1,4 +1,4 @@
-//! Share groups (KIP-932), the parts that need no I/O:
+//! Share groups (KIP-932):
 //!
 //! - `config`: the broker's `group.share.*` keys and a group's `share.*`
 //!   configs, with Kafka's defaults and bounds;
@@ -11,15 +11,24 @@
 //! - `state`: the persisted state and how an update folds into it;
 //! - `records`: the `__share_group_state` record formats;
 //! - `store`: the share coordinator's state for one `__share_group_state`
-//!   partition and the record each request appends.
+//!   partition and the record each request appends;
+//! - `coordinator`: the share coordinator itself, on the
+//!   `__share_group_state` partitions this node leads (the durable state
+//!   behind the Initialize/Read/Write/Delete/ReadSummary share-group-state
+//!   APIs);
+//! - `persister`: how a share-partition leader reaches the coordinator of a
+//!   share-partition, on this node or another.
 //!
-//! No share-group API is in ApiVersions yet: the coordinator runtime, the
-//! handlers and the persister that put these together do not exist, and
-//! until they do the APIs stay absent.
+//! The client-facing share-group APIs (ShareGroupHeartbeat, ShareFetch,
+//! ShareAcknowledge, ...) are not in ApiVersions yet: the share-partition
+//! leaders and the group coordinator's share groups that would serve them
+//! do not exist, and until they do those APIs stay absent.
 
 pub mod config;
+pub mod coordinator;
 pub mod group;
 pub mod partition;
+pub mod persister;
 pub mod records;
 pub mod session;
 pub mod state;

@@ -29,7 +29,7 @@
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, OnceLock, RwLock, Weak};
+use std::sync::{Arc, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
@@ -44,9 +44,8 @@ use kafka_protocol::messages::{
     TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
+use kafka_protocol::records::{Record, TimestampType};
 use kafka_protocol::ResponseError;
-use protocol::record_batch::{BatchIter, BatchIterItem};
 use tokio::sync::watch;
 
 use super::records::{self, VALUE_WRITE_VERSION};
@@ -56,9 +55,8 @@ use super::{
 use crate::broker::{now_ms, Broker};
 use crate::config::ServerConfig;
 use crate::error::PartitionError;
-use crate::partition::FetchLimit;
 use crate::replica_manager::ReplicaManager;
-use crate::types::{NodeId, Offset, TopicPartition};
+use crate::types::{NodeId, TopicPartition};
 
 pub const TXN_TOPIC: &str = "__transaction_state";
 
@@ -86,7 +84,6 @@ struct Settings {
     /// How long a write waits for the partition's in-sync replicas (Kafka
     /// uses the request timeout).
     write_timeout: Duration,
-    request_timeout: Duration,
 }
 
 #[derive(Default)]
@@ -104,14 +101,12 @@ struct Shard {
     alive: AtomicBool,
 }
 
-type PeerSlot = Arc<tokio::sync::Mutex<Option<crate::net::PeerConn>>>;
-
 pub struct TxnService {
     shards: RwLock<Shards>,
     ownership: tokio::sync::Mutex<()>,
     broker: OnceLock<Weak<Broker>>,
     settings: Settings,
-    peers: Mutex<HashMap<(NodeId, PeerUse), PeerSlot>>,
+    peers: crate::net::PeerPool,
     stop: watch::Sender<bool>,
 }
 
@@ -161,9 +156,8 @@ impl TxnService {
                         .max(1),
                 ),
                 write_timeout: REQUEST_TIMEOUT,
-                request_timeout: REQUEST_TIMEOUT,
             },
-            peers: Mutex::new(HashMap::new()),
+            peers: crate::net::PeerPool::new(REQUEST_TIMEOUT, PEER_CONNECT_TIMEOUT),
             stop: watch::channel(false).0,
         }
     }
@@ -656,42 +650,9 @@ impl TxnService {
         Req: kafka_protocol::protocol::Encodable,
         Resp: kafka_protocol::protocol::Decodable,
     {
-        let slot = {
-            let mut peers = self.peers.lock().expect("poisoned");
-            peers.entry((node, purpose)).or_default().clone()
-        };
-        let mut conn = slot.lock().await;
-        if conn.is_none() {
-            let image = broker.metadata.image();
-            let addr = image
-                .brokers
-                .get(&node)
-                .map(|b| format!("{}:{}", b.host, b.port))
-                .ok_or_else(|| crate::net::CallError::Protocol(format!("no address for {node}")))?;
-            let own = image.brokers.get(&broker.node_id()).map(|b| b.host.clone());
-            *conn = Some(
-                crate::net::PeerConn::open(
-                    &addr,
-                    own.as_deref(),
-                    &broker.inter_broker_security,
-                    StrBytes::from_string(format!(
-                        "broker-{}-{}",
-                        broker.node_id(),
-                        purpose.name()
-                    )),
-                    1 << 20,
-                    self.settings.request_timeout,
-                    PEER_CONNECT_TIMEOUT,
-                )
-                .await?,
-            );
-        }
-        let c = conn.as_mut().expect("connected above");
-        let result = c.call(key, version, req).await;
-        if result.is_err() {
-            *conn = None;
-        }
-        result
+        self.peers
+            .call(broker, node, purpose.name(), key, version, req)
+            .await
     }
 
     /// Asks the coordinator of `transactional_id`, wherever it is, to
@@ -1172,67 +1133,34 @@ fn load_partition(
     replicas: &ReplicaManager,
     p: i32,
 ) -> Result<HashMap<String, TxnMetadata>, PartitionError> {
-    let part = replicas
-        .get(&TopicPartition::new(TXN_TOPIC, p))
-        .ok_or(PartitionError::NotLeaderOrFollower)?;
     let mut out = HashMap::new();
-    let mut offset = part.lock().expect("partition poisoned").log_start_offset();
-    loop {
-        let fetched = {
-            let part = part.lock().expect("partition poisoned");
-            if offset >= part.log_end_offset() {
-                break;
-            }
-            part.read_up_to(offset, LOAD_READ_BYTES, true, FetchLimit::LogEnd)?
-        };
-        let mut next = offset;
-        for item in BatchIter::new(&fetched.records) {
-            let BatchIterItem::Batch { batch, .. } = item else {
-                break;
-            };
-            next = Offset(batch.last_offset() + 1);
-            if batch.is_control() {
-                continue;
-            }
-            let mut one = Bytes::copy_from_slice(batch.as_bytes());
-            let Ok(set) = RecordBatchDecoder::decode(&mut one) else {
-                tracing::warn!(
-                    partition = p,
-                    offset = batch.base_offset(),
-                    "skipping an undecodable {TXN_TOPIC} batch"
-                );
-                continue;
-            };
-            for r in set.records {
-                if r.offset < offset.0 {
-                    continue;
+    let tp = TopicPartition::new(TXN_TOPIC, p);
+    crate::replica_manager::for_each_internal_record(
+        replicas,
+        &tp,
+        LOAD_READ_BYTES,
+        |offset, key, value| {
+            let Some(key) = key else { return };
+            let id = match records::decode_key(&key) {
+                Ok(Some(id)) => id,
+                Ok(None) => return,
+                Err(e) => {
+                    tracing::warn!(partition = p, offset, error = %e, "skipping an undecodable {TXN_TOPIC} key");
+                    return;
                 }
-                let Some(key) = r.key else { continue };
-                let id = match records::decode_key(&key) {
-                    Ok(Some(id)) => id,
-                    Ok(None) => continue,
-                    Err(e) => {
-                        tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an undecodable {TXN_TOPIC} key");
-                        continue;
-                    }
-                };
-                match r.value.as_deref().map(records::decode_value) {
-                    None => {
-                        out.remove(&id);
-                    }
-                    Some(Ok(v)) => {
-                        out.insert(id.clone(), TxnMetadata::from_value(&id, v));
-                    }
-                    Some(Err(e)) => {
-                        tracing::warn!(partition = p, offset = r.offset, error = %e, "skipping an undecodable {TXN_TOPIC} value")
-                    }
+            };
+            match value.as_deref().map(records::decode_value) {
+                None => {
+                    out.remove(&id);
+                }
+                Some(Ok(v)) => {
+                    out.insert(id.clone(), TxnMetadata::from_value(&id, v));
+                }
+                Some(Err(e)) => {
+                    tracing::warn!(partition = p, offset, error = %e, "skipping an undecodable {TXN_TOPIC} value")
                 }
             }
-        }
-        if next <= offset {
-            break;
-        }
-        offset = next;
-    }
+        },
+    )?;
     Ok(out)
 }

@@ -80,6 +80,11 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         ApiKey::SaslAuthenticate => &SASL_AUTHENTICATE,
         ApiKey::DescribeUserScramCredentials => &DESCRIBE_USER_SCRAM_CREDENTIALS,
         ApiKey::AlterUserScramCredentials => &ALTER_USER_SCRAM_CREDENTIALS,
+        ApiKey::InitializeShareGroupState => &INITIALIZE_SHARE_GROUP_STATE,
+        ApiKey::ReadShareGroupState => &READ_SHARE_GROUP_STATE,
+        ApiKey::WriteShareGroupState => &WRITE_SHARE_GROUP_STATE,
+        ApiKey::DeleteShareGroupState => &DELETE_SHARE_GROUP_STATE,
+        ApiKey::ReadShareGroupStateSummary => &READ_SHARE_GROUP_STATE_SUMMARY,
         // Every other API has no schema, so the guard refuses it: a body
         // without a schema must never reach the decoder.
         _ => return None,

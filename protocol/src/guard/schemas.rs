@@ -783,3 +783,102 @@ const ALTER_USER_SCRAM_CREDENTIALS_SCRAM_CREDENTIAL_UPSERTION: &[Field] = &[
     field("salted_password", 0, MAX, BYTES),
 ];
 
+pub(crate) const INITIALIZE_SHARE_GROUP_STATE: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: INITIALIZE_SHARE_GROUP_STATE_BODY,
+};
+const INITIALIZE_SHARE_GROUP_STATE_BODY: &[Field] = &[
+    field("group_id", 0, MAX, STRING),
+    field("topics", 0, MAX, array_of(&Ty::Struct(INITIALIZE_SHARE_GROUP_STATE_INITIALIZE_STATE_DATA), size_of::<km::initialize_share_group_state_request::InitializeStateData>())),
+];
+const INITIALIZE_SHARE_GROUP_STATE_INITIALIZE_STATE_DATA: &[Field] = &[
+    field("topic_id", 0, MAX, UUID),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(INITIALIZE_SHARE_GROUP_STATE_PARTITION_DATA), size_of::<km::initialize_share_group_state_request::PartitionData>())),
+];
+const INITIALIZE_SHARE_GROUP_STATE_PARTITION_DATA: &[Field] = &[
+    field("partition", 0, MAX, INT32),
+    field("state_epoch", 0, MAX, INT32),
+    field("start_offset", 0, MAX, INT64),
+];
+
+pub(crate) const READ_SHARE_GROUP_STATE: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: READ_SHARE_GROUP_STATE_BODY,
+};
+const READ_SHARE_GROUP_STATE_BODY: &[Field] = &[
+    field("group_id", 0, MAX, STRING),
+    field("topics", 0, MAX, array_of(&Ty::Struct(READ_SHARE_GROUP_STATE_READ_STATE_DATA), size_of::<km::read_share_group_state_request::ReadStateData>())),
+];
+const READ_SHARE_GROUP_STATE_READ_STATE_DATA: &[Field] = &[
+    field("topic_id", 0, MAX, UUID),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(READ_SHARE_GROUP_STATE_PARTITION_DATA), size_of::<km::read_share_group_state_request::PartitionData>())),
+];
+const READ_SHARE_GROUP_STATE_PARTITION_DATA: &[Field] = &[
+    field("partition", 0, MAX, INT32),
+    field("leader_epoch", 0, MAX, INT32),
+];
+
+pub(crate) const WRITE_SHARE_GROUP_STATE: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: WRITE_SHARE_GROUP_STATE_BODY,
+};
+const WRITE_SHARE_GROUP_STATE_BODY: &[Field] = &[
+    field("group_id", 0, MAX, STRING),
+    field("topics", 0, MAX, array_of(&Ty::Struct(WRITE_SHARE_GROUP_STATE_WRITE_STATE_DATA), size_of::<km::write_share_group_state_request::WriteStateData>())),
+];
+const WRITE_SHARE_GROUP_STATE_WRITE_STATE_DATA: &[Field] = &[
+    field("topic_id", 0, MAX, UUID),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(WRITE_SHARE_GROUP_STATE_PARTITION_DATA), size_of::<km::write_share_group_state_request::PartitionData>())),
+];
+const WRITE_SHARE_GROUP_STATE_PARTITION_DATA: &[Field] = &[
+    field("partition", 0, MAX, INT32),
+    field("state_epoch", 0, MAX, INT32),
+    field("leader_epoch", 0, MAX, INT32),
+    field("start_offset", 0, MAX, INT64),
+    field("state_batches", 0, MAX, array_of(&Ty::Struct(WRITE_SHARE_GROUP_STATE_STATE_BATCH), size_of::<km::write_share_group_state_request::StateBatch>())),
+];
+const WRITE_SHARE_GROUP_STATE_STATE_BATCH: &[Field] = &[
+    field("first_offset", 0, MAX, INT64),
+    field("last_offset", 0, MAX, INT64),
+    field("delivery_state", 0, MAX, INT8),
+    field("delivery_count", 0, MAX, INT16),
+];
+
+pub(crate) const DELETE_SHARE_GROUP_STATE: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: DELETE_SHARE_GROUP_STATE_BODY,
+};
+const DELETE_SHARE_GROUP_STATE_BODY: &[Field] = &[
+    field("group_id", 0, MAX, STRING),
+    field("topics", 0, MAX, array_of(&Ty::Struct(DELETE_SHARE_GROUP_STATE_DELETE_STATE_DATA), size_of::<km::delete_share_group_state_request::DeleteStateData>())),
+];
+const DELETE_SHARE_GROUP_STATE_DELETE_STATE_DATA: &[Field] = &[
+    field("topic_id", 0, MAX, UUID),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(DELETE_SHARE_GROUP_STATE_PARTITION_DATA), size_of::<km::delete_share_group_state_request::PartitionData>())),
+];
+const DELETE_SHARE_GROUP_STATE_PARTITION_DATA: &[Field] = &[
+    field("partition", 0, MAX, INT32),
+];
+
+pub(crate) const READ_SHARE_GROUP_STATE_SUMMARY: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: READ_SHARE_GROUP_STATE_SUMMARY_BODY,
+};
+const READ_SHARE_GROUP_STATE_SUMMARY_BODY: &[Field] = &[
+    field("group_id", 0, MAX, STRING),
+    field("topics", 0, MAX, array_of(&Ty::Struct(READ_SHARE_GROUP_STATE_SUMMARY_READ_STATE_SUMMARY_DATA), size_of::<km::read_share_group_state_summary_request::ReadStateSummaryData>())),
+];
+const READ_SHARE_GROUP_STATE_SUMMARY_READ_STATE_SUMMARY_DATA: &[Field] = &[
+    field("topic_id", 0, MAX, UUID),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(READ_SHARE_GROUP_STATE_SUMMARY_PARTITION_DATA), size_of::<km::read_share_group_state_summary_request::PartitionData>())),
+];
+const READ_SHARE_GROUP_STATE_SUMMARY_PARTITION_DATA: &[Field] = &[
+    field("partition", 0, MAX, INT32),
+    field("leader_epoch", 0, MAX, INT32),
+];
+

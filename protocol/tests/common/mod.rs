@@ -810,6 +810,74 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                     .with_salted_password(Bytes::from_static(&[7u8; 64]))])
                 .into()
         }
+        ApiKey::InitializeShareGroupState => {
+            use kafka_protocol::messages::initialize_share_group_state_request::*;
+            InitializeShareGroupStateRequest::default()
+                .with_group_id(s("g"))
+                .with_topics(vec![InitializeStateData::default()
+                    .with_topic_id(uuid::Uuid::from_u128(7))
+                    .with_partitions(vec![PartitionData::default()
+                        .with_partition(3)
+                        .with_state_epoch(1)
+                        .with_start_offset(42)])])
+                .into()
+        }
+        ApiKey::ReadShareGroupState => {
+            use kafka_protocol::messages::read_share_group_state_request::*;
+            ReadShareGroupStateRequest::default()
+                .with_group_id(s("g"))
+                .with_topics(vec![ReadStateData::default()
+                    .with_topic_id(uuid::Uuid::from_u128(7))
+                    .with_partitions(vec![PartitionData::default()
+                        .with_partition(3)
+                        .with_leader_epoch(2)])])
+                .into()
+        }
+        ApiKey::WriteShareGroupState => {
+            use kafka_protocol::messages::write_share_group_state_request::*;
+            WriteShareGroupStateRequest::default()
+                .with_group_id(s("g"))
+                .with_topics(vec![WriteStateData::default()
+                    .with_topic_id(uuid::Uuid::from_u128(7))
+                    .with_partitions(vec![PartitionData::default()
+                        .with_partition(3)
+                        .with_state_epoch(1)
+                        .with_leader_epoch(2)
+                        .with_start_offset(40)
+                        .with_state_batches(vec![
+                            StateBatch::default()
+                                .with_first_offset(40)
+                                .with_last_offset(44)
+                                .with_delivery_state(2)
+                                .with_delivery_count(1),
+                            StateBatch::default()
+                                .with_first_offset(45)
+                                .with_last_offset(45)
+                                .with_delivery_state(4)
+                                .with_delivery_count(5),
+                        ])])])
+                .into()
+        }
+        ApiKey::DeleteShareGroupState => {
+            use kafka_protocol::messages::delete_share_group_state_request::*;
+            DeleteShareGroupStateRequest::default()
+                .with_group_id(s("g"))
+                .with_topics(vec![DeleteStateData::default()
+                    .with_topic_id(uuid::Uuid::from_u128(7))
+                    .with_partitions(vec![PartitionData::default().with_partition(3)])])
+                .into()
+        }
+        ApiKey::ReadShareGroupStateSummary => {
+            use kafka_protocol::messages::read_share_group_state_summary_request::*;
+            ReadShareGroupStateSummaryRequest::default()
+                .with_group_id(s("g"))
+                .with_topics(vec![ReadStateSummaryData::default()
+                    .with_topic_id(uuid::Uuid::from_u128(7))
+                    .with_partitions(vec![PartitionData::default()
+                        .with_partition(3)
+                        .with_leader_epoch(2)])])
+                .into()
+        }
         other => panic!("no test builder for {other:?}"),
     }
 }

@@ -1,0 +1,348 @@
+//! The share coordinator's APIs (keys 83-87): InitializeShareGroupState,
+//! ReadShareGroupState, WriteShareGroupState, DeleteShareGroupState and
+//! ReadShareGroupStateSummary. Share-partition leaders and the group
+//! coordinator send them to the coordinator of each share-partition (the
+//! leader of its `__share_group_state` partition; FindCoordinator key type
+//! 2). Each partition is answered on its own, as Kafka's
+//! `ShareCoordinatorService` does. Callers need CLUSTER_ACTION on the
+//! cluster, as for Kafka's other inter-broker APIs; without it every
+//! partition is CLUSTER_AUTHORIZATION_FAILED.
+
+use kafka_protocol::messages::{
+    delete_share_group_state_response, initialize_share_group_state_response,
+    read_share_group_state_response, read_share_group_state_summary_response,
+    write_share_group_state_response, DeleteShareGroupStateRequest, DeleteShareGroupStateResponse,
+    InitializeShareGroupStateRequest, InitializeShareGroupStateResponse,
+    ReadShareGroupStateRequest, ReadShareGroupStateResponse, ReadShareGroupStateSummaryRequest,
+    ReadShareGroupStateSummaryResponse, WriteShareGroupStateRequest, WriteShareGroupStateResponse,
+};
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+use crate::broker::Broker;
+use crate::share::coordinator::ShareCoordError;
+use crate::share::partition::{RecordState, StateBatch as ShareBatch};
+use crate::share::records::SharePartitionKey;
+use crate::share::store::Write;
+
+fn key(group_id: &StrBytes, topic_id: Uuid, partition: i32) -> SharePartitionKey {
+    SharePartitionKey {
+        group_id: group_id.to_string(),
+        topic_id,
+        partition,
+    }
+}
+
+fn message(e: &ShareCoordError) -> Option<StrBytes> {
+    Some(StrBytes::from_string(e.to_string()))
+}
+
+/// The response's error for a failed partition: its code and message.
+fn failed(e: Option<ShareCoordError>) -> (i16, Option<StrBytes>) {
+    match e {
+        None => (0, None),
+        Some(e) => (e.code(), message(&e)),
+    }
+}
+
+pub async fn initialize(
+    broker: &Broker,
+    req: InitializeShareGroupStateRequest,
+) -> InitializeShareGroupStateResponse {
+    use initialize_share_group_state_response::*;
+    let mut resp = InitializeShareGroupStateResponse::default();
+    for t in req.topics {
+        let mut result = InitializeStateResult::default().with_topic_id(t.topic_id);
+        for p in t.partitions {
+            let k = key(&req.group_id, t.topic_id, p.partition);
+            let (code, msg) = failed(
+                broker
+                    .share_state
+                    .initialize(&k, p.state_epoch, p.start_offset)
+                    .await
+                    .err(),
+            );
+            result.partitions.push(
+                PartitionResult::default()
+                    .with_partition(p.partition)
+                    .with_error_code(code)
+                    .with_error_message(msg),
+            );
+        }
+        resp.results.push(result);
+    }
+    resp
+}
+
+pub async fn read(broker: &Broker, req: ReadShareGroupStateRequest) -> ReadShareGroupStateResponse {
+    use read_share_group_state_response::*;
+    let mut resp = ReadShareGroupStateResponse::default();
+    for t in req.topics {
+        let mut result = ReadStateResult::default().with_topic_id(t.topic_id);
+        for p in t.partitions {
+            let k = key(&req.group_id, t.topic_id, p.partition);
+            let mut out = PartitionResult::default().with_partition(p.partition);
+            match broker.share_state.read(&k, p.leader_epoch).await {
+                Ok(state) => {
+                    out.state_epoch = state.state_epoch;
+                    out.start_offset = state.start_offset;
+                    out.state_batches = state
+                        .batches
+                        .iter()
+                        .map(|b| {
+                            StateBatch::default()
+                                .with_first_offset(b.first_offset)
+                                .with_last_offset(b.last_offset)
+                                .with_delivery_state(b.state.id())
+                                .with_delivery_count(b.delivery_count)
+                        })
+                        .collect();
+                }
+                Err(e) => {
+                    (out.error_code, out.error_message) = failed(Some(e));
+                    out.start_offset = -1;
+                }
+            }
+            result.partitions.push(out);
+        }
+        resp.results.push(result);
+    }
+    resp
+}
+
+pub async fn write(
+    broker: &Broker,
+    req: WriteShareGroupStateRequest,
+) -> WriteShareGroupStateResponse {
+    use write_share_group_state_response::*;
+    let mut resp = WriteShareGroupStateResponse::default();
+    for t in req.topics {
+        let mut result = WriteStateResult::default().with_topic_id(t.topic_id);
+        for p in t.partitions {
+            let k = key(&req.group_id, t.topic_id, p.partition);
+            let batches: Option<Vec<ShareBatch>> = p
+                .state_batches
+                .iter()
+                .map(|b| {
+                    let state = RecordState::from_id(b.delivery_state)?;
+                    (b.first_offset >= 0 && b.first_offset <= b.last_offset).then_some(ShareBatch {
+                        first_offset: b.first_offset,
+                        last_offset: b.last_offset,
+                        state,
+                        delivery_count: b.delivery_count,
+                    })
+                })
+                .collect();
+            let outcome = match batches {
+                None => Err(ShareCoordError::InvalidRequest(
+                    "a state batch has an unknown delivery state or bad offsets",
+                )),
+                Some(mut batches) => {
+                    batches.sort_by_key(|b| b.first_offset);
+                    if batches
+                        .windows(2)
+                        .any(|w| w[0].last_offset >= w[1].first_offset)
+                    {
+                        Err(ShareCoordError::InvalidRequest("the state batches overlap"))
+                    } else {
+                        let w = Write {
+                            state_epoch: p.state_epoch,
+                            leader_epoch: p.leader_epoch,
+                            start_offset: p.start_offset,
+                            batches,
+                        };
+                        broker.share_state.write(&k, &w).await
+                    }
+                }
+            };
+            let (code, msg) = failed(outcome.err());
+            result.partitions.push(
+                PartitionResult::default()
+                    .with_partition(p.partition)
+                    .with_error_code(code)
+                    .with_error_message(msg),
+            );
+        }
+        resp.results.push(result);
+    }
+    resp
+}
+
+pub async fn delete(
+    broker: &Broker,
+    req: DeleteShareGroupStateRequest,
+) -> DeleteShareGroupStateResponse {
+    use delete_share_group_state_response::*;
+    let mut resp = DeleteShareGroupStateResponse::default();
+    for t in req.topics {
+        let mut result = DeleteStateResult::default().with_topic_id(t.topic_id);
+        for p in t.partitions {
+            let k = key(&req.group_id, t.topic_id, p.partition);
+            let (code, msg) = failed(broker.share_state.delete(&k).await.err());
+            result.partitions.push(
+                PartitionResult::default()
+                    .with_partition(p.partition)
+                    .with_error_code(code)
+                    .with_error_message(msg),
+            );
+        }
+        resp.results.push(result);
+    }
+    resp
+}
+
+pub async fn read_summary(
+    broker: &Broker,
+    req: ReadShareGroupStateSummaryRequest,
+) -> ReadShareGroupStateSummaryResponse {
+    use read_share_group_state_summary_response::*;
+    let mut resp = ReadShareGroupStateSummaryResponse::default();
+    for t in req.topics {
+        let mut result = ReadStateSummaryResult::default().with_topic_id(t.topic_id);
+        for p in t.partitions {
+            let k = key(&req.group_id, t.topic_id, p.partition);
+            let mut out = PartitionResult::default().with_partition(p.partition);
+            match broker.share_state.read_summary(&k).await {
+                Ok(s) => {
+                    out.state_epoch = s.state_epoch;
+                    out.leader_epoch = s.leader_epoch;
+                    out.start_offset = s.start_offset;
+                }
+                Err(e) => {
+                    (out.error_code, out.error_message) = failed(Some(e));
+                    out.start_offset = -1;
+                }
+            }
+            result.partitions.push(out);
+        }
+        resp.results.push(result);
+    }
+    resp
+}
+
+/// Every partition of a request refused for want of CLUSTER_ACTION.
+pub mod denied {
+    use super::*;
+
+    const DENIED: ResponseError = ResponseError::ClusterAuthorizationFailed;
+
+    pub fn initialize(req: &InitializeShareGroupStateRequest) -> InitializeShareGroupStateResponse {
+        use initialize_share_group_state_response::*;
+        InitializeShareGroupStateResponse::default().with_results(
+            req.topics
+                .iter()
+                .map(|t| {
+                    InitializeStateResult::default()
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    PartitionResult::default()
+                                        .with_partition(p.partition)
+                                        .with_error_code(DENIED.code())
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    pub fn read(req: &ReadShareGroupStateRequest) -> ReadShareGroupStateResponse {
+        use read_share_group_state_response::*;
+        ReadShareGroupStateResponse::default().with_results(
+            req.topics
+                .iter()
+                .map(|t| {
+                    ReadStateResult::default()
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    PartitionResult::default()
+                                        .with_partition(p.partition)
+                                        .with_error_code(DENIED.code())
+                                        .with_start_offset(-1)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    pub fn write(req: &WriteShareGroupStateRequest) -> WriteShareGroupStateResponse {
+        use write_share_group_state_response::*;
+        WriteShareGroupStateResponse::default().with_results(
+            req.topics
+                .iter()
+                .map(|t| {
+                    WriteStateResult::default()
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    PartitionResult::default()
+                                        .with_partition(p.partition)
+                                        .with_error_code(DENIED.code())
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    pub fn delete(req: &DeleteShareGroupStateRequest) -> DeleteShareGroupStateResponse {
+        use delete_share_group_state_response::*;
+        DeleteShareGroupStateResponse::default().with_results(
+            req.topics
+                .iter()
+                .map(|t| {
+                    DeleteStateResult::default()
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    PartitionResult::default()
+                                        .with_partition(p.partition)
+                                        .with_error_code(DENIED.code())
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+
+    pub fn read_summary(
+        req: &ReadShareGroupStateSummaryRequest,
+    ) -> ReadShareGroupStateSummaryResponse {
+        use read_share_group_state_summary_response::*;
+        ReadShareGroupStateSummaryResponse::default().with_results(
+            req.topics
+                .iter()
+                .map(|t| {
+                    ReadStateSummaryResult::default()
+                        .with_topic_id(t.topic_id)
+                        .with_partitions(
+                            t.partitions
+                                .iter()
+                                .map(|p| {
+                                    PartitionResult::default()
+                                        .with_partition(p.partition)
+                                        .with_error_code(DENIED.code())
+                                        .with_start_offset(-1)
+                                })
+                                .collect(),
+                        )
+                })
+                .collect(),
+        )
+    }
+}
