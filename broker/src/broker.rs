@@ -43,6 +43,8 @@ pub struct Broker {
     pub share_state: crate::share::coordinator::ShareCoordinator,
     /// This node's way to the share coordinator of any share-partition.
     pub share_persister: crate::share::persister::Persister,
+    /// The share-partitions of the partitions this node leads.
+    pub share_leaders: crate::share::leader::ShareLeaders,
     /// How this broker dials its peers' inter-broker listener.
     pub inter_broker_security: Arc<crate::security::peer::PeerSecurity>,
     producer_ids: Mutex<(i64, i64)>,
@@ -293,6 +295,7 @@ impl Broker {
             txn,
             share_state,
             share_persister: Default::default(),
+            share_leaders: Default::default(),
             config,
             metadata,
             replicas,

@@ -37,6 +37,10 @@ use crate::metadata::{
     BrokerRegistration, Endpoint, MetadataCommand, MetadataController, QuorumConfig,
 };
 
+/// How often share-partition acquisition locks are checked for expiry: a
+/// lock ends at most this long after its deadline.
+const SHARE_LOCK_CHECK: Duration = Duration::from_millis(100);
+
 /// A started broker: its bound addresses and a way to stop it.
 pub struct RunningBroker {
     pub broker: Arc<Broker>,
@@ -365,6 +369,26 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
                             b.replicas.maintain_all(now_ms());
                             publish_partition_metrics(&b);
                         }).await;
+                    }
+                }
+            }
+        }));
+    }
+    {
+        // Share-partition acquisition locks: expired ones are written back
+        // as available (or archived at the delivery limit), and
+        // share-partitions whose partition moved are dropped.
+        let broker = broker.clone();
+        let mut rx = shutdown_rx.clone();
+        tasks.push(tokio::spawn(async move {
+            let mut tick = tokio::time::interval(SHARE_LOCK_CHECK);
+            tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                tokio::select! {
+                    _ = rx.changed() => return,
+                    _ = tick.tick() => {
+                        broker.share_leaders.forget_moved(&broker);
+                        broker.share_leaders.expire_locks(&broker).await;
                     }
                 }
             }

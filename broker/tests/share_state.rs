@@ -515,3 +515,134 @@ async fn the_persister_reaches_the_coordinator_from_any_node_and_follows_it() {
     );
     cluster.shutdown().await;
 }
+
+/// Acknowledges one run of offsets with one type (1 accept, 2 release,
+/// 3 reject).
+fn ack(first: i64, last: i64, kind: i8) -> broker::share::partition::AckBatch {
+    broker::share::partition::AckBatch {
+        first_offset: first,
+        last_offset: last,
+        types: vec![broker::share::partition::AckType::from_id(kind).unwrap()],
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_share_partition_leader_writes_acks_and_expired_locks_before_they_count() {
+    use broker::share::partition::{AcquireMode, LogBatch, RecordState};
+    use broker::types::TopicPartition;
+    use std::sync::Arc;
+
+    let dir = tempfile::tempdir().unwrap();
+    // Locks of 300 ms, so that the expiry timer is seen at work.
+    let cfg = common::config(
+        dir.path(),
+        &[
+            ("group.share.min.record.lock.duration.ms", "100"),
+            ("group.share.record.lock.duration.ms", "300"),
+            ("share.coordinator.state.topic.num.partitions", "2"),
+        ],
+    );
+    let running = broker::start(cfg.clone()).await.unwrap();
+    let mut c = Client::connect(running.local_addr).await;
+    assert_eq!(c.create_topic("q", 1, &[]).await, 0);
+    let values: Vec<String> = (0..5).map(|i| format!("v{i}")).collect();
+    let refs: Vec<&str> = values.iter().map(String::as_str).collect();
+    let r = c
+        .produce(
+            "q",
+            0,
+            -1,
+            common::batch(&refs, kafka_protocol::records::Compression::None, None),
+        )
+        .await;
+    assert_eq!(r.error_code, 0);
+    let tp = TopicPartition::new("q", 0);
+    let b = running.broker.clone();
+
+    // First use: initialized at `latest` (5), as Kafka's default.
+    {
+        let loaded = b.share_leaders.get(&b, GROUP, &tp).await.unwrap();
+        assert_eq!(loaded.as_ref().unwrap().partition.start_offset(), 5);
+    }
+    let more: Vec<&str> = vec!["a", "b", "c", "d", "e"];
+    let r = c
+        .produce(
+            "q",
+            0,
+            -1,
+            common::batch(&more, kafka_protocol::records::Compression::None, None),
+        )
+        .await;
+    assert_eq!(r.base_offset, 5);
+    let member: Arc<str> = Arc::from("m1");
+    let now = || {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    };
+    {
+        let mut loaded = b.share_leaders.get(&b, GROUP, &tp).await.unwrap();
+        let p = &mut loaded.as_mut().unwrap().partition;
+        let got = p.acquire(
+            &member,
+            &[LogBatch {
+                first_offset: 5,
+                last_offset: 9,
+                control: false,
+            }],
+            100,
+            AcquireMode::BatchOptimized,
+            now(),
+        );
+        assert_eq!(got.len(), 1);
+        assert_eq!((got[0].first_offset, got[0].last_offset), (5, 9));
+    }
+    // Accept 5-6, release 7, reject 8; 9 stays locked.
+    b.share_leaders
+        .acknowledge(
+            &b,
+            GROUP,
+            &tp,
+            "m1",
+            &[ack(5, 6, 1), ack(7, 7, 2), ack(8, 8, 3)],
+        )
+        .await
+        .unwrap();
+    // Another member cannot acknowledge m1's record; nothing changes.
+    let refused = b
+        .share_leaders
+        .acknowledge(&b, GROUP, &tp, "m2", &[ack(9, 9, 1)])
+        .await;
+    assert!(refused.is_err(), "{refused:?}");
+    // The lock on 9 expires within its 300 ms (and the timer's period).
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let loaded = b.share_leaders.get(&b, GROUP, &tp).await.unwrap();
+        let p = &loaded.as_ref().unwrap().partition;
+        if p.record(9) == Some((RecordState::Available, 1)) {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "{:?}", p.record(9));
+        drop(loaded);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    drop((c, b));
+    running.shutdown().await;
+
+    // Reloaded from the share coordinator after a restart: every state and
+    // delivery count, the lock expiry included.
+    let running = broker::start(cfg).await.unwrap();
+    let b = running.broker.clone();
+    {
+        let loaded = b.share_leaders.get(&b, GROUP, &tp).await.unwrap();
+        let p = &loaded.as_ref().unwrap().partition;
+        assert_eq!(p.start_offset(), 7, "5 and 6 are done");
+        assert_eq!(p.record(7), Some((RecordState::Available, 1)));
+        assert_eq!(p.record(8), Some((RecordState::Archived, 1)));
+        assert_eq!(p.record(9), Some((RecordState::Available, 1)));
+        assert_eq!(p.next_fetch_offset(), 7);
+    }
+    drop(b);
+    running.shutdown().await;
+}

@@ -17,7 +17,9 @@
 //!   behind the Initialize/Read/Write/Delete/ReadSummary share-group-state
 //!   APIs);
 //! - `persister`: how a share-partition leader reaches the coordinator of a
-//!   share-partition, on this node or another.
+//!   share-partition, on this node or another;
+//! - `leader`: the share-partitions on their partition's leader, loaded
+//!   through the persister and written back before a change takes effect.
 //!
 //! The client-facing share-group APIs (ShareGroupHeartbeat, ShareFetch,
 //! ShareAcknowledge, ...) are not in ApiVersions yet: the share-partition
@@ -27,6 +29,7 @@
 pub mod config;
 pub mod coordinator;
 pub mod group;
+pub mod leader;
 pub mod partition;
 pub mod persister;
 pub mod records;

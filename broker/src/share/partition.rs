@@ -181,7 +181,7 @@ impl Slot {
     }
 }
 
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct SharePartition {
     limits: Limits,
     /// The SPSO: the offset of `window[0]`.

@@ -1,0 +1,345 @@
+//! Share-partitions on the leader of their topic-partition (Kafka's
+//! `SharePartitionManager`): each (group, topic-partition) a member fetches
+//! is loaded from the share coordinator through the persister, at the
+//! partition's leader epoch (which fences the previous leader's writes),
+//! and every change of a record's state that must outlive this leader
+//! (acknowledge, release, lock expiry) is written back before it takes
+//! effect.
+//!
+//! Invariants:
+//! - a change is applied to a copy, written through the persister, and
+//!   only then swapped in: what a member is told was accepted is durable,
+//!   and a failed write leaves the in-memory state as the coordinator has
+//!   it;
+//! - acquisitions are not written (as in Kafka): after a leader change an
+//!   acquired record is available again, delivered once more, never lost;
+//! - a share-partition loaded at one leader epoch is dropped when the
+//!   partition's epoch moves, so a new term reloads it.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use uuid::Uuid;
+
+use super::config::{AutoOffsetReset, ShareGroupSettings};
+use super::coordinator::ShareCoordError;
+use super::partition::{AckBatch, AckError, Limits, SharePartition};
+use super::records::SharePartitionKey;
+use super::store::Write;
+use crate::broker::{now_ms, Broker};
+use crate::partition::FetchLimit;
+use crate::types::TopicPartition;
+
+/// Why a share-partition operation failed.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum LeaderError {
+    #[error("this node does not lead the partition")]
+    NotLeaderOrFollower,
+    #[error("unknown topic or partition")]
+    UnknownTopicOrPartition,
+    #[error("{0:?}")]
+    Ack(AckError),
+    #[error("share state: {0}")]
+    State(#[from] ShareCoordError),
+}
+
+/// One loaded share-partition.
+pub struct Loaded {
+    pub topic_id: Uuid,
+    pub partition_index: i32,
+    pub leader_epoch: i32,
+    pub state_epoch: i32,
+    pub partition: SharePartition,
+}
+
+type Entry = Arc<tokio::sync::Mutex<Option<Loaded>>>;
+
+#[derive(Default)]
+pub struct ShareLeaders {
+    parts: Mutex<HashMap<(String, TopicPartition), Entry>>,
+}
+
+impl ShareLeaders {
+    /// The share-partition of `group` on `tp`, loaded (and initialized, the
+    /// first time any member of the group reads it, from the group's
+    /// `share.auto.offset.reset`) if it was not. The guard holds it: one
+    /// operation at a time per share-partition.
+    pub async fn get(
+        &self,
+        broker: &Broker,
+        group: &str,
+        tp: &TopicPartition,
+    ) -> Result<tokio::sync::OwnedMutexGuard<Option<Loaded>>, LeaderError> {
+        let (topic_id, epoch) = leadership(broker, tp)?;
+        let entry = self
+            .parts
+            .lock()
+            .expect("poisoned")
+            .entry((group.to_string(), tp.clone()))
+            .or_default()
+            .clone();
+        let mut guard = entry.lock_owned().await;
+        if guard
+            .as_ref()
+            .is_some_and(|l| l.leader_epoch != epoch || l.topic_id != topic_id)
+        {
+            *guard = None;
+        }
+        if guard.is_none() {
+            *guard = Some(load(broker, group, tp, topic_id, epoch).await?);
+        }
+        Ok(guard)
+    }
+
+    /// Applies `member`'s acknowledgements, all or nothing, once the share
+    /// coordinator has the resulting state.
+    pub async fn acknowledge(
+        &self,
+        broker: &Broker,
+        group: &str,
+        tp: &TopicPartition,
+        member: &str,
+        batches: &[AckBatch],
+    ) -> Result<(), LeaderError> {
+        let mut guard = self.get(broker, group, tp).await?;
+        let loaded = guard.as_mut().expect("loaded by get");
+        let mut next = loaded.partition.clone();
+        next.acknowledge(member, batches, now_ms())
+            .map_err(LeaderError::Ack)?;
+        persist(broker, group, loaded, next).await
+    }
+
+    /// Ends every lock `member` holds in `group` (its share session closed
+    /// or it left the group): the records are available again.
+    pub async fn release_member(
+        &self,
+        broker: &Broker,
+        group: &str,
+        member: &str,
+    ) -> Result<usize, LeaderError> {
+        let mut released = 0;
+        for (tp, entry) in self.entries_of(group) {
+            let mut guard = entry.lock_owned().await;
+            let Some(loaded) = guard.as_mut() else {
+                continue;
+            };
+            let mut next = loaded.partition.clone();
+            let n = next.release_member(member);
+            if n > 0 {
+                if let Err(e) = persist(broker, group, loaded, next).await {
+                    tracing::info!(group, %tp, error = %e, "releasing a member's records failed");
+                    *guard = None;
+                    continue;
+                }
+                released += n;
+            }
+        }
+        Ok(released)
+    }
+
+    /// Expires the locks past their deadline on every loaded
+    /// share-partition, writing the result; a share-partition whose write
+    /// fails is unloaded, to be reloaded from the coordinator's state.
+    /// Returns how many records became available (or were archived at the
+    /// delivery limit).
+    pub async fn expire_locks(&self, broker: &Broker) -> usize {
+        let now = now_ms();
+        let entries: Vec<((String, TopicPartition), Entry)> = self
+            .parts
+            .lock()
+            .expect("poisoned")
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let mut expired = 0;
+        for ((group, tp), entry) in entries {
+            let mut guard = entry.lock_owned().await;
+            let Some(loaded) = guard.as_mut() else {
+                continue;
+            };
+            if loaded.partition.next_deadline_ms().is_none_or(|d| d > now) {
+                continue;
+            }
+            let mut next = loaded.partition.clone();
+            let n = next.expire_locks(now);
+            if n == 0 {
+                continue;
+            }
+            match persist(broker, &group, loaded, next).await {
+                Ok(()) => expired += n,
+                Err(e) => {
+                    tracing::info!(group, %tp, error = %e, "writing expired locks failed");
+                    *guard = None;
+                }
+            }
+        }
+        expired
+    }
+
+    /// Drops the share-partitions of partitions this node no longer leads
+    /// at the epoch they were loaded at.
+    pub fn forget_moved(&self, broker: &Broker) {
+        let mut parts = self.parts.lock().expect("poisoned");
+        parts.retain(|(_, tp), entry| {
+            let Ok(mut guard) = entry.try_lock() else {
+                return true;
+            };
+            match (guard.as_ref(), leadership(broker, tp)) {
+                (Some(l), Ok((_, epoch))) if l.leader_epoch == epoch => true,
+                (None, Ok(_)) => true,
+                _ => {
+                    *guard = None;
+                    false
+                }
+            }
+        });
+    }
+
+    fn entries_of(&self, group: &str) -> Vec<(TopicPartition, Entry)> {
+        self.parts
+            .lock()
+            .expect("poisoned")
+            .iter()
+            .filter(|((g, _), _)| g == group)
+            .map(|((_, tp), e)| (tp.clone(), e.clone()))
+            .collect()
+    }
+}
+
+/// The topic id and leader epoch of `tp`, if this node leads it.
+fn leadership(broker: &Broker, tp: &TopicPartition) -> Result<(Uuid, i32), LeaderError> {
+    let image = broker.metadata.image();
+    let topic = image
+        .topics
+        .get(&*tp.topic)
+        .ok_or(LeaderError::UnknownTopicOrPartition)?;
+    let p = topic
+        .partitions
+        .get(tp.partition as usize)
+        .ok_or(LeaderError::UnknownTopicOrPartition)?;
+    let local = broker.replicas.get(tp).is_some();
+    if p.leader != broker.node_id() || !local {
+        return Err(LeaderError::NotLeaderOrFollower);
+    }
+    Ok((topic.topic_id, p.leader_epoch.0))
+}
+
+fn settings(broker: &Broker, group: &str) -> ShareGroupSettings {
+    let image = broker.metadata.image();
+    let empty = Default::default();
+    ShareGroupSettings::resolve(
+        &broker.config.share,
+        image.group_configs.get(group).unwrap_or(&empty),
+    )
+}
+
+fn limits(s: &ShareGroupSettings) -> Limits {
+    Limits {
+        max_in_flight: s.partition_max_record_locks.max(1) as usize,
+        delivery_limit: s.delivery_count_limit.clamp(1, i16::MAX as i64) as i16,
+        lock_duration_ms: s.record_lock_duration_ms,
+    }
+}
+
+/// Reads the share-partition's state at `epoch`; the first time, initializes
+/// it where `share.auto.offset.reset` says.
+async fn load(
+    broker: &Broker,
+    group: &str,
+    tp: &TopicPartition,
+    topic_id: Uuid,
+    epoch: i32,
+) -> Result<Loaded, LeaderError> {
+    let key = SharePartitionKey {
+        group_id: group.to_string(),
+        topic_id,
+        partition: tp.partition,
+    };
+    let s = settings(broker, group);
+    let persister = &broker.share_persister;
+    let state = match persister.read(broker, &key, epoch).await {
+        Err(ShareCoordError::InvalidRequest(_)) => {
+            let start = reset_offset(broker, tp, &s)?;
+            persister.initialize(broker, &key, 0, start).await?;
+            persister.read(broker, &key, epoch).await?
+        }
+        other => other?,
+    };
+    // A state initialized without an offset (-1) starts where the group's
+    // reset policy says.
+    let start = if state.start_offset < 0 {
+        reset_offset(broker, tp, &s)?
+    } else {
+        state.start_offset
+    };
+    Ok(Loaded {
+        topic_id,
+        partition_index: tp.partition,
+        leader_epoch: epoch,
+        state_epoch: state.state_epoch,
+        partition: SharePartition::restore(start, &state.batches, limits(&s)),
+    })
+}
+
+/// Where a share group starts on a partition it never consumed: the log
+/// start (`earliest`), the high watermark, or the last stable offset for a
+/// `read_committed` group (`latest`), or the first record at most the
+/// duration old (`by_duration`, the latest if none is).
+fn reset_offset(
+    broker: &Broker,
+    tp: &TopicPartition,
+    s: &ShareGroupSettings,
+) -> Result<i64, LeaderError> {
+    let part = broker
+        .replicas
+        .get(tp)
+        .ok_or(LeaderError::NotLeaderOrFollower)?;
+    let part = part.lock().expect("partition poisoned");
+    let limit = if s.read_committed {
+        FetchLimit::LastStableOffset
+    } else {
+        FetchLimit::HighWatermark
+    };
+    let timestamp = match s.auto_offset_reset {
+        AutoOffsetReset::Earliest => -2,
+        AutoOffsetReset::Latest => -1,
+        AutoOffsetReset::ByDuration { ms } => now_ms().saturating_sub(ms).max(0),
+    };
+    let found = part
+        .list_offset(timestamp, limit)
+        .map_err(|_| LeaderError::NotLeaderOrFollower)?;
+    Ok(match found {
+        Some((offset, _)) => offset.0,
+        None => part
+            .list_offset(-1, limit)
+            .ok()
+            .flatten()
+            .map_or(0, |(o, _)| o.0),
+    })
+}
+
+/// Writes `next`'s state and, once the coordinator has it, makes it the
+/// share-partition's. On a fenced write the share-partition is stale (a
+/// newer leader, or its offsets were reset): the caller gets the error and
+/// the next operation reloads it.
+async fn persist(
+    broker: &Broker,
+    group: &str,
+    loaded: &mut Loaded,
+    next: SharePartition,
+) -> Result<(), LeaderError> {
+    let key = SharePartitionKey {
+        group_id: group.to_string(),
+        topic_id: loaded.topic_id,
+        partition: loaded.partition_index,
+    };
+    let w = Write {
+        state_epoch: loaded.state_epoch,
+        leader_epoch: loaded.leader_epoch,
+        start_offset: next.start_offset(),
+        batches: next.state_batches(),
+    };
+    broker.share_persister.write(broker, &key, &w).await?;
+    loaded.partition = next;
+    Ok(())
+}
