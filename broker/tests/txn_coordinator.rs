@@ -148,6 +148,25 @@ async fn end_txn_v5(
     (resp.error_code, resp.producer_id.0, resp.producer_epoch)
 }
 
+/// EndTxn v5 until it stops answering CONCURRENT_TRANSACTIONS (the
+/// previous transaction's markers are still being written), as clients do.
+async fn end_txn_v5_retrying(
+    c: &mut Client,
+    id: &str,
+    pid: i64,
+    epoch: i16,
+    commit: bool,
+) -> (i16, i64, i16) {
+    for _ in 0..200 {
+        let r = end_txn_v5(c, id, pid, epoch, commit).await;
+        if r.0 != ResponseError::ConcurrentTransactions.code() {
+            return r;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    panic!("EndTxn kept answering CONCURRENT_TRANSACTIONS");
+}
+
 /// A TxnOffsetCommit at `version` of `offset` for partition 0 of `topic`,
 /// outside any group membership; the partition's error code.
 async fn txn_offset_commit(
@@ -581,7 +600,12 @@ async fn a_version_2_transaction_is_added_by_the_leader_and_bumps_the_epoch_when
         produce_at(tx.c, 12, &id, "v2", 0, txn_batch(&["b"], pid, 1, 0)).await,
         0
     );
-    assert_eq!(end_txn_v5(tx.c, &id, pid, 1, false).await, (0, pid, 2));
+    // Right after the commit's answer its markers may still be in flight:
+    // the abort waits (CONCURRENT_TRANSACTIONS) until they are written.
+    assert_eq!(
+        end_txn_v5_retrying(tx.c, &id, pid, 1, false).await,
+        (0, pid, 2)
+    );
     // A retry of that abort (its answer lost) succeeds with the same answer;
     // a commit at the old epoch is a different request and is fenced... by
     // state: the transaction it would retry was an abort.
@@ -728,4 +752,91 @@ async fn api_versions_finalizes_the_configured_transaction_version() {
         level(&[("transaction.version", "1")]).await.1,
         vec![(tv, 1)]
     );
+}
+
+/// franz-go ends an empty transaction with an abort at the new epoch right
+/// after a commit's answer, while that commit's markers may still be in
+/// flight. Kafka 4.4 answers CONCURRENT_TRANSACTIONS there (a state change
+/// is in progress) and the client retries; PRODUCER_FENCED would be fatal
+/// to it. Here the markers cannot be written until the partition's leader
+/// is back, so the window stays open as long as the test needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_end_at_the_new_epoch_waits_while_the_last_commits_markers_are_in_flight() {
+    use common::cluster::TestCluster;
+    let mut cluster = TestCluster::start(
+        3,
+        46740,
+        &[
+            ("transaction.state.log.num.partitions", "1"),
+            ("replica.fetch.wait.max.ms", "100"),
+        ],
+    )
+    .await;
+    let id = "tx-markers-in-flight";
+    let mut c = cluster.client(1).await;
+    let mut coordinator = -1;
+    for _ in 0..100 {
+        let found = find_coordinator(&mut c, id).await;
+        if found.error_code == 0 {
+            coordinator = found.node_id.0;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(coordinator > 0, "no transaction coordinator");
+    // The data partition lives on another node, alone.
+    let far = (1..=3).find(|&n| n != coordinator).unwrap();
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = TopicName(s("far"));
+    t.num_partitions = -1;
+    t.replication_factor = -1;
+    t.assignments = vec![create_topics_request::CreatableReplicaAssignment::default()
+        .with_partition_index(0)
+        .with_broker_ids(vec![BrokerId(far)])];
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![t])
+        .with_timeout_ms(10_000);
+    let resp: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0);
+    cluster
+        .wait_for_images("far everywhere", Duration::from_secs(10), |img| {
+            img.topics.contains_key("far")
+        })
+        .await;
+
+    let mut co = cluster.client(coordinator).await;
+    let r = init_retrying(&mut co, id, 60_000).await;
+    assert_eq!(r.error_code, 0);
+    let pid = r.producer_id.0;
+    let mut leader = cluster.client(far).await;
+    assert_eq!(
+        produce_at(&mut leader, 12, id, "far", 0, txn_batch(&["x"], pid, 0, 0)).await,
+        0
+    );
+    drop(leader);
+    cluster.stop(far).await;
+    // The commit is answered once PrepareCommit is written; its marker
+    // waits for the partition's leader.
+    assert_eq!(end_txn_v5(&mut co, id, pid, 0, true).await, (0, pid, 1));
+    assert_eq!(
+        describe(&mut co, id).await.transaction_state.as_str(),
+        "PrepareCommit"
+    );
+    for commit in [false, true] {
+        assert_eq!(
+            end_txn_v5(&mut co, id, pid, 1, commit).await.0,
+            ResponseError::ConcurrentTransactions.code(),
+            "commit {commit} at the new epoch"
+        );
+    }
+    // The leader comes back, the marker is written, and the same abort of
+    // an empty transaction goes through.
+    cluster.restart(far).await;
+    assert_eq!(
+        end_txn_v5_retrying(&mut co, id, pid, 1, false).await,
+        (0, pid, 2)
+    );
+    drop(co);
+    drop(c);
+    cluster.shutdown().await;
 }

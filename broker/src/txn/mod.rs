@@ -467,12 +467,20 @@ pub fn plan_end_v2(
         && producer_epoch == i16::MAX - 1
         && meta.producer_epoch == 0;
     let retry_on_bump = producer_epoch != i16::MAX && meta.producer_epoch == producer_epoch + 1;
+    // Kafka 4.4 checks for a state change in progress first, whatever the
+    // producer and epoch: a write, or a Prepare state, whose markers are
+    // always in flight (Kafka's pending CompleteCommit/CompleteAbort). The
+    // client retries, and by then the transaction is complete: an abort at
+    // the new epoch right after a commit's answer waits, rather than being
+    // told it is fenced.
+    if meta.pending || matches!(meta.state, TxnState::PrepareCommit | TxnState::PrepareAbort) {
+        return Err(TxnError::ConcurrentTransactions);
+    }
     if meta.producer_id != producer_id && !retry_on_overflow {
         return Err(TxnError::InvalidProducerIdMapping);
     }
     let current = meta.producer_id == producer_id && meta.producer_epoch == producer_epoch;
     let valid = match meta.state {
-        TxnState::PrepareCommit | TxnState::PrepareAbort => retry_on_bump,
         TxnState::CompleteCommit | TxnState::CompleteAbort => {
             retry_on_bump || retry_on_overflow || current
         }
@@ -480,9 +488,6 @@ pub fn plan_end_v2(
     };
     if !valid {
         return Err(TxnError::ProducerFenced);
-    }
-    if meta.pending {
-        return Err(TxnError::ConcurrentTransactions);
     }
     let retry = retry_on_bump || retry_on_overflow;
     let prepare = |empty: bool| {
@@ -502,9 +507,6 @@ pub fn plan_end_v2(
         }
         (TxnState::CompleteCommit | TxnState::CompleteAbort | TxnState::Empty, false) if !retry => {
             prepare(true)
-        }
-        (TxnState::PrepareCommit, true) | (TxnState::PrepareAbort, false) => {
-            Err(TxnError::ConcurrentTransactions)
         }
         _ => Err(TxnError::InvalidTxnState),
     }
@@ -697,16 +699,17 @@ mod tests {
             (TxnState::PrepareCommit, 1, 0)
         );
         assert_eq!(prep.continuation(), (100, 1));
-        // A retry while the markers are written waits; one at the new epoch
-        // is not a retry.
-        assert_eq!(
-            plan_end_v2(&prep, 100, 0, true, || None, 21),
-            Err(TxnError::ConcurrentTransactions)
-        );
-        assert_eq!(
-            plan_end_v2(&prep, 100, 1, true, || None, 21),
-            Err(TxnError::ProducerFenced)
-        );
+        // While the markers are written, every EndTxn waits, as in Kafka
+        // 4.4: a retry at the old epoch, and the next transaction's end at
+        // the new one (franz-go aborts an empty transaction right after a
+        // commit's answer; PRODUCER_FENCED there would be fatal to it).
+        for (epoch, commit) in [(0, true), (0, false), (1, true), (1, false), (7, true)] {
+            assert_eq!(
+                plan_end_v2(&prep, 100, epoch, commit, || None, 21),
+                Err(TxnError::ConcurrentTransactions),
+                "epoch {epoch}, commit {commit}"
+            );
+        }
         let done = prep.prepare_complete(30);
         assert_eq!(
             (done.state, done.producer_epoch),
