@@ -377,18 +377,27 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
     {
         // Share-partition acquisition locks: expired ones are written back
         // as available (or archived at the delivery limit), and
-        // share-partitions whose partition moved are dropped.
+        // share-partitions whose partition moved are dropped; the share
+        // coordinator's cold-partition snapshots on their own interval.
         let broker = broker.clone();
         let mut rx = shutdown_rx.clone();
         tasks.push(tokio::spawn(async move {
             let mut tick = tokio::time::interval(SHARE_LOCK_CHECK);
             tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            let cold_every = broker.config.share.cold_snapshot_interval_ms;
+            let mut next_cold =
+                tokio::time::Instant::now() + Duration::from_millis(cold_every.max(1) as u64);
             loop {
                 tokio::select! {
                     _ = rx.changed() => return,
                     _ = tick.tick() => {
                         broker.share_leaders.forget_moved(&broker);
                         broker.share_leaders.expire_locks(&broker).await;
+                        if tokio::time::Instant::now() >= next_cold {
+                            broker.share_state.snapshot_cold(cold_every).await;
+                            next_cold = tokio::time::Instant::now()
+                                + Duration::from_millis(cold_every.max(1) as u64);
+                        }
                     }
                 }
             }

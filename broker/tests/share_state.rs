@@ -646,3 +646,64 @@ async fn a_share_partition_leader_writes_acks_and_expired_locks_before_they_coun
     drop(b);
     running.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cold_share_partition_is_snapshotted_again_so_retention_never_takes_its_state() {
+    use broker::share::coordinator::{ShareCoordinator, SHARE_STATE_TOPIC};
+    use broker::types::TopicPartition;
+
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(
+        dir.path(),
+        &[
+            ("share.coordinator.state.topic.num.partitions", "1"),
+            (
+                "share.coordinator.cold.partition.snapshot.interval.ms",
+                "300",
+            ),
+        ],
+    );
+    let running = broker::start(cfg.clone()).await.unwrap();
+    let mut c = Client::connect(running.local_addr).await;
+    assert_eq!(c.create_topic("t", 1, &[]).await, 0);
+    let t = topic_id(&mut c, "t").await;
+    let key = broker::share::coordinator::coordinator_key(GROUP, t, 0);
+    assert_eq!(find(&mut c, &key).await.error_code, 0);
+    assert_eq!(initialize(&mut c, t, 0, 0, 0).await, 0);
+    assert_eq!(
+        write(&mut c, t, 0, (0, 1), -1, &[(0, 1, ACKNOWLEDGED, 1)]).await,
+        0
+    );
+    let b = running.broker.clone();
+    let tp = TopicPartition::new(SHARE_STATE_TOPIC, ShareCoordinator::partition_for(&b, &key));
+    let log_end = |b: &broker::broker::Broker| {
+        b.replicas
+            .get(&tp)
+            .unwrap()
+            .lock()
+            .unwrap()
+            .log_end_offset()
+            .0
+    };
+    let written = log_end(&b);
+    assert_eq!(written, 2, "the initialize snapshot and one update");
+    // Idle: within a few intervals a snapshot of the same state is appended.
+    let deadline = std::time::Instant::now() + Duration::from_secs(5);
+    while log_end(&b) == written {
+        assert!(std::time::Instant::now() < deadline, "no cold snapshot");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        read(&mut c, t, 0, 1).await,
+        (0, 0, 0, vec![(0, 1, ACKNOWLEDGED, 1)])
+    );
+    drop((c, b));
+    running.shutdown().await;
+    let running = broker::start(cfg).await.unwrap();
+    let mut c = Client::connect(running.local_addr).await;
+    assert_eq!(
+        read(&mut c, t, 0, 1).await,
+        (0, 0, 0, vec![(0, 1, ACKNOWLEDGED, 1)])
+    );
+    running.shutdown().await;
+}

@@ -24,6 +24,8 @@ pub struct ShareBrokerConfig {
     pub partition_max_record_locks: Bounded,
     pub max_share_sessions: usize,
     pub snapshot_updates_per_snapshot: u32,
+    /// `share.coordinator.cold.partition.snapshot.interval.ms`.
+    pub cold_snapshot_interval_ms: i64,
     pub state_topic_partitions: i32,
     pub state_topic_replication_factor: i16,
     pub state_topic_min_isr: i16,
@@ -52,6 +54,7 @@ impl Default for ShareBrokerConfig {
             partition_max_record_locks: bounded(2_000, 100, 4_000),
             max_share_sessions: 2_000,
             snapshot_updates_per_snapshot: 500,
+            cold_snapshot_interval_ms: 300_000,
             state_topic_partitions: 50,
             state_topic_replication_factor: 3,
             state_topic_min_isr: 2,
@@ -83,6 +86,10 @@ impl ShareBrokerConfig {
                     return Err(format!("{key} must be between 0 and 500, got {n}"));
                 }
                 self.snapshot_updates_per_snapshot = n as u32;
+                return Ok(true);
+            }
+            "share.coordinator.cold.partition.snapshot.interval.ms" => {
+                self.cold_snapshot_interval_ms = positive(key, num(value)?)?;
                 return Ok(true);
             }
             "share.coordinator.state.topic.num.partitions" => {

@@ -386,6 +386,36 @@ impl ShareCoordinator {
         self.append(&shard, store, records).await
     }
 
+    /// Writes a fresh snapshot of every share-partition whose last one is
+    /// at least `interval_ms` old (see [`ShareStateStore::cold_snapshots`]),
+    /// one batch per `__share_group_state` partition. Returns how many.
+    pub async fn snapshot_cold(&self, interval_ms: i64) -> usize {
+        let shards: Vec<Arc<Shard>> = self
+            .shards
+            .read()
+            .expect("poisoned")
+            .by_partition
+            .values()
+            .cloned()
+            .collect();
+        let mut written = 0;
+        for shard in shards {
+            let store = shard.store.lock().await;
+            let records = store.cold_snapshots(now_ms(), interval_ms);
+            if records.is_empty() {
+                continue;
+            }
+            let n = records.len();
+            match self.append(&shard, store, records).await {
+                Ok(()) => written += n,
+                Err(e) => {
+                    tracing::info!(partition = shard.partition, error = %e, "writing cold snapshots failed")
+                }
+            }
+        }
+        written
+    }
+
     /// Kafka's request checks: a nil topic id or a negative partition is
     /// INVALID_REQUEST; a topic or partition the metadata does not have is
     /// UNKNOWN_TOPIC_OR_PARTITION.

@@ -34,6 +34,8 @@ struct Stored {
     snapshot_epoch: i32,
     updates_since_snapshot: u32,
     create_timestamp: i64,
+    /// When the last snapshot was written (0: none was replayed).
+    write_timestamp: i64,
 }
 
 /// One write of a share-partition's state (WriteShareGroupState).
@@ -90,6 +92,7 @@ impl ShareStateStore {
                         snapshot_epoch: s.snapshot_epoch,
                         updates_since_snapshot: 0,
                         create_timestamp: s.create_timestamp,
+                        write_timestamp: s.write_timestamp,
                     },
                 );
             }
@@ -114,6 +117,7 @@ impl ShareStateStore {
                             snapshot_epoch: u.snapshot_epoch,
                             updates_since_snapshot: 1,
                             create_timestamp: 0,
+                            write_timestamp: 0,
                         },
                     );
                 }
@@ -228,6 +232,42 @@ impl ShareStateStore {
                 batches: Vec::new(),
             }),
         ))
+    }
+
+    /// Kafka's cold-partition snapshots
+    /// (`share.coordinator.cold.partition.snapshot.interval.ms`): a new
+    /// snapshot, same snapshot epoch, of every share-partition whose last
+    /// snapshot is at least `interval_ms` old. `__share_group_state` is a
+    /// delete-policy topic, so without them a share-partition left alone
+    /// past the topic's retention would lose the records it is rebuilt
+    /// from.
+    pub fn cold_snapshots(&self, now_ms: i64, interval_ms: i64) -> Vec<ShareRecord> {
+        let mut out: Vec<ShareRecord> = self
+            .states
+            .iter()
+            .filter(|(_, s)| now_ms.saturating_sub(s.write_timestamp) >= interval_ms)
+            .map(|(key, s)| {
+                ShareRecord::Snapshot(
+                    key.clone(),
+                    Some(Snapshot {
+                        snapshot_epoch: s.snapshot_epoch,
+                        state_epoch: s.state.state_epoch,
+                        leader_epoch: s.state.leader_epoch,
+                        start_offset: s.state.start_offset,
+                        delivery_complete_count: -1,
+                        create_timestamp: s.create_timestamp,
+                        write_timestamp: now_ms,
+                        batches: s.state.batches.clone(),
+                    }),
+                )
+            })
+            .collect();
+        // One order whatever the map's, so a batch of them is reproducible.
+        out.sort_by(|a, b| match (a, b) {
+            (ShareRecord::Snapshot(x, _), ShareRecord::Snapshot(y, _)) => x.cmp(y),
+            _ => std::cmp::Ordering::Equal,
+        });
+        out
     }
 
     /// The tombstones that delete a share-partition's state
@@ -387,6 +427,41 @@ mod tests {
         }
         assert_eq!(store.read(&key(), 0), Ok(None));
         assert!(store.delete(&key()).is_empty());
+    }
+
+    #[test]
+    fn cold_share_partitions_get_a_fresh_snapshot_of_the_same_state() {
+        let mut store = ShareStateStore::new(10);
+        let r = store.initialize(&key(), 0, 0, 1_000).unwrap();
+        store.replay(&r);
+        let r = store
+            .write(
+                &key(),
+                &Write {
+                    state_epoch: 0,
+                    leader_epoch: 2,
+                    start_offset: -1,
+                    batches: vec![batch(0, 3, RecordState::Acknowledged, 1)],
+                },
+                2_000,
+            )
+            .unwrap();
+        assert!(matches!(r, ShareRecord::Update(..)));
+        store.replay(&r);
+        let before = store.read(&key(), -1).unwrap().unwrap().clone();
+        // Not yet cold: snapshotted at 1000, interval 5000.
+        assert!(store.cold_snapshots(5_999, 5_000).is_empty());
+        let cold = store.cold_snapshots(6_000, 5_000);
+        assert_eq!(cold.len(), 1);
+        match &cold[0] {
+            ShareRecord::Snapshot(_, Some(s)) => {
+                assert_eq!((s.snapshot_epoch, s.write_timestamp), (0, 6_000));
+            }
+            other => panic!("{other:?}"),
+        }
+        store.replay(&cold[0]);
+        assert_eq!(store.read(&key(), -1).unwrap().unwrap(), &before);
+        assert!(store.cold_snapshots(6_000, 5_000).is_empty());
     }
 
     #[test]
