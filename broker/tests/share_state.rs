@@ -465,6 +465,12 @@ async fn the_persister_reaches_the_coordinator_from_any_node_and_follows_it() {
     // From a node that does not coordinate it: over the inter-broker
     // listener.
     let b = cluster.broker(other).clone();
+    // Before Initialize the coordinator's INVALID_REQUEST comes back as the
+    // one error a leader may initialize after.
+    assert_eq!(
+        b.share_persister.read(&b, &key, 1).await,
+        Err(broker::share::coordinator::ShareCoordError::Uninitialized)
+    );
     b.share_persister.initialize(&b, &key, 0, 0).await.unwrap();
     let batch = |first, last, state, count| StateBatch {
         first_offset: first,

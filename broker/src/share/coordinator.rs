@@ -41,6 +41,9 @@ const LOAD_READ_BYTES: usize = 5 << 20;
 /// `share.coordinator.write.timeout.ms`.
 const WRITE_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Kafka's message for a read before InitializeShareGroupState.
+pub const UNINITIALIZED_READ: &str = "Read operation on uninitialized share partition not allowed.";
+
 /// Why a share-state request failed, as the response's error code.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum ShareCoordError {
@@ -50,6 +53,11 @@ pub enum ShareCoordError {
     CoordinatorNotAvailable,
     #[error("{0}")]
     InvalidRequest(&'static str),
+    /// A read of a share-partition never initialized (or deleted): Kafka's
+    /// INVALID_REQUEST with this message, the one answer after which a
+    /// leader may initialize the state itself.
+    #[error("{UNINITIALIZED_READ}")]
+    Uninitialized,
     #[error("unknown topic or partition")]
     UnknownTopicOrPartition,
     #[error("the leader epoch is older than the stored one")]
@@ -66,7 +74,9 @@ impl ShareCoordError {
         match self {
             ShareCoordError::NotCoordinator => E::NotCoordinator.code(),
             ShareCoordError::CoordinatorNotAvailable => E::CoordinatorNotAvailable.code(),
-            ShareCoordError::InvalidRequest(_) => E::InvalidRequest.code(),
+            ShareCoordError::InvalidRequest(_) | ShareCoordError::Uninitialized => {
+                E::InvalidRequest.code()
+            }
             ShareCoordError::UnknownTopicOrPartition => E::UnknownTopicOrPartition.code(),
             ShareCoordError::FencedLeaderEpoch => E::FencedLeaderEpoch.code(),
             ShareCoordError::FencedStateEpoch => E::FencedStateEpoch.code(),
@@ -301,13 +311,10 @@ impl ShareCoordinator {
         self.check_key(key)?;
         let shard = self.shard(key)?;
         let store = shard.store.lock().await;
-        let state =
-            store
-                .read(key, leader_epoch)?
-                .cloned()
-                .ok_or(ShareCoordError::InvalidRequest(
-                    "Read operation on uninitialized share partition not allowed.",
-                ))?;
+        let state = store
+            .read(key, leader_epoch)?
+            .cloned()
+            .ok_or(ShareCoordError::Uninitialized)?;
         if leader_epoch > state.leader_epoch {
             let bump = Write {
                 state_epoch: state.state_epoch,

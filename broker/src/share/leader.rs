@@ -257,8 +257,10 @@ async fn load(
     };
     let s = settings(broker, group);
     let persister = &broker.share_persister;
+    // Only the coordinator's "uninitialized" answer leads to an
+    // initialize: any other refusal must not reset a state that exists.
     let state = match persister.read(broker, &key, epoch).await {
-        Err(ShareCoordError::InvalidRequest(_)) => {
+        Err(ShareCoordError::Uninitialized) => {
             let start = reset_offset(broker, tp, &s)?;
             persister.initialize(broker, &key, 0, start).await?;
             persister.read(broker, &key, epoch).await?

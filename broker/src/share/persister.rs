@@ -23,7 +23,7 @@ use kafka_protocol::ResponseError;
 
 use super::coordinator::{
     coordinator_key, ensure_state_topic, ShareCoordError, ShareCoordinator, StateSummary,
-    SHARE_STATE_TOPIC,
+    SHARE_STATE_TOPIC, UNINITIALIZED_READ,
 };
 use super::partition::{RecordState, StateBatch};
 use super::records::SharePartitionKey;
@@ -211,6 +211,11 @@ impl Persister {
                 let Some(p) = resp.results.first().and_then(|t| t.partitions.first()) else {
                     return Err(ShareCoordError::CoordinatorNotAvailable);
                 };
+                if p.error_code == ResponseError::InvalidRequest.code()
+                    && p.error_message.as_deref() == Some(UNINITIALIZED_READ)
+                {
+                    return Err(ShareCoordError::Uninitialized);
+                }
                 error_of(p.error_code)?;
                 let batches = p
                     .state_batches
