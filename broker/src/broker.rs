@@ -314,6 +314,47 @@ impl Broker {
         self.config.node_id
     }
 
+    /// The partition of internal topic `topic` that holds `key` (a group,
+    /// a transactional id, a share-partition): Kafka's hash over the
+    /// topic's actual partition count, or over `configured` while the topic
+    /// does not exist.
+    pub fn internal_partition_for(&self, topic: &str, key: &str, configured: i32) -> i32 {
+        let count = self
+            .metadata
+            .image()
+            .topics
+            .get(topic)
+            .map(|t| t.partitions.len() as i32)
+            .filter(|&n| n > 0)
+            .unwrap_or(configured);
+        crate::group::offsets::partition_for(key, count)
+    }
+
+    /// What a coordinator on internal topic `topic` follows: the topic's
+    /// partition count (0 while it does not exist) and the leader epoch of
+    /// each partition this node leads and has open.
+    pub fn led_partitions(&self, topic: &str) -> (i32, BTreeMap<i32, i32>) {
+        let image = self.metadata.image();
+        let me = self.node_id();
+        match image.topics.get(topic) {
+            Some(t) => (
+                t.partitions.len() as i32,
+                t.partitions
+                    .iter()
+                    .filter(|p| {
+                        p.leader == me
+                            && self
+                                .replicas
+                                .get(&crate::types::TopicPartition::new(topic, p.partition))
+                                .is_some()
+                    })
+                    .map(|p| (p.partition, p.leader_epoch.0))
+                    .collect(),
+            ),
+            None => (0, BTreeMap::new()),
+        }
+    }
+
     /// Applies the latest metadata image to the local partitions, on a
     /// blocking thread: opening a partition recovers its log, and deleting
     /// one removes its files, neither of which may stall an async worker.

@@ -259,28 +259,8 @@ impl GroupService {
     /// and its groups answer NOT_COORDINATOR until it is loaded.
     pub async fn sync_ownership(&self, broker: &Broker) -> Result<usize, StorageError> {
         let _serial = self.ownership.lock().await;
-        let image = broker.metadata.image();
-        let me = broker.node_id();
-        let (count, led): (i32, BTreeSet<i32>) = match image.topics.get(OFFSETS_TOPIC) {
-            Some(t) => (
-                t.partitions.len() as i32,
-                t.partitions
-                    .iter()
-                    .filter(|p| {
-                        p.leader == me
-                            && self
-                                .replicas
-                                .get(&crate::types::TopicPartition::new(
-                                    OFFSETS_TOPIC,
-                                    p.partition,
-                                ))
-                                .is_some()
-                    })
-                    .map(|p| p.partition)
-                    .collect(),
-            ),
-            None => (0, Default::default()),
-        };
+        let (count, led) = broker.led_partitions(OFFSETS_TOPIC);
+        let led: BTreeSet<i32> = led.into_keys().collect();
         let (gained, lost): (Vec<i32>, Vec<Arc<Shard>>) = {
             let mut shards = self.shards.write().expect("poisoned");
             let held: BTreeSet<i32> = shards.by_partition.keys().copied().collect();

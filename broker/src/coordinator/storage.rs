@@ -15,7 +15,6 @@ use protocol::record_batch::{BatchIter, BatchIterItem, RecordBatchView};
 
 use crate::broker::{now_ms, Broker};
 use crate::error::PartitionError;
-use crate::group::offsets::partition_for;
 use crate::group::records::{self, CoordinatorRecord};
 use crate::group::GroupError;
 use crate::partition::FetchLimit;
@@ -62,15 +61,11 @@ impl StorageError {
 /// actual partition count (Kafka falls back to the configured count only
 /// while the topic does not exist).
 pub fn partition_of(broker: &Broker, group_id: &str) -> i32 {
-    let count = broker
-        .metadata
-        .image()
-        .topics
-        .get(OFFSETS_TOPIC)
-        .map(|t| t.partitions.len() as i32)
-        .filter(|&n| n > 0)
-        .unwrap_or(broker.config.offsets_topic_num_partitions);
-    partition_for(group_id, count)
+    broker.internal_partition_for(
+        OFFSETS_TOPIC,
+        group_id,
+        broker.config.offsets_topic_num_partitions,
+    )
 }
 
 /// An appended batch whose acknowledgement is the high watermark passing

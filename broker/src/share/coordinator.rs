@@ -169,15 +169,11 @@ impl ShareCoordinator {
 
     /// The partition of `__share_group_state` that holds `coordinator_key`.
     pub fn partition_for(broker: &Broker, coordinator_key: &str) -> i32 {
-        let count = broker
-            .metadata
-            .image()
-            .topics
-            .get(SHARE_STATE_TOPIC)
-            .map(|t| t.partitions.len() as i32)
-            .filter(|&n| n > 0)
-            .unwrap_or(broker.config.share.state_topic_partitions);
-        crate::group::offsets::partition_for(coordinator_key, count)
+        broker.internal_partition_for(
+            SHARE_STATE_TOPIC,
+            coordinator_key,
+            broker.config.share.state_topic_partitions,
+        )
     }
 
     fn shard(&self, key: &SharePartitionKey) -> Result<Arc<Shard>, ShareCoordError> {
@@ -201,25 +197,7 @@ impl ShareCoordinator {
     /// Returns how many share-partitions it loaded.
     pub async fn sync_ownership(&self, broker: &Arc<Broker>) -> Result<usize, PartitionError> {
         let _serial = self.ownership.lock().await;
-        let image = broker.metadata.image();
-        let me = broker.node_id();
-        let (count, led): (i32, HashMap<i32, i32>) = match image.topics.get(SHARE_STATE_TOPIC) {
-            Some(t) => (
-                t.partitions.len() as i32,
-                t.partitions
-                    .iter()
-                    .filter(|p| {
-                        p.leader == me
-                            && broker
-                                .replicas
-                                .get(&TopicPartition::new(SHARE_STATE_TOPIC, p.partition))
-                                .is_some()
-                    })
-                    .map(|p| (p.partition, p.leader_epoch.0))
-                    .collect(),
-            ),
-            None => (0, HashMap::new()),
-        };
+        let (count, led) = broker.led_partitions(SHARE_STATE_TOPIC);
         let gained: Vec<(i32, i32)> = {
             let mut shards = self.shards.write().expect("poisoned");
             let same_count = shards.partitions == count;

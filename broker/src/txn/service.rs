@@ -191,15 +191,11 @@ impl TxnService {
 
     /// The partition of `__transaction_state` that holds `transactional_id`.
     pub fn partition_for(&self, broker: &Broker, transactional_id: &str) -> i32 {
-        let count = broker
-            .metadata
-            .image()
-            .topics
-            .get(TXN_TOPIC)
-            .map(|t| t.partitions.len() as i32)
-            .filter(|&n| n > 0)
-            .unwrap_or(broker.config.transaction_state_log_num_partitions);
-        crate::group::offsets::partition_for(transactional_id, count)
+        broker.internal_partition_for(
+            TXN_TOPIC,
+            transactional_id,
+            broker.config.transaction_state_log_num_partitions,
+        )
     }
 
     fn shard(&self, transactional_id: &str) -> Result<Arc<Shard>, TxnError> {
@@ -226,25 +222,7 @@ impl TxnService {
     /// found prepared) and drops those of partitions it no longer leads.
     pub async fn sync_ownership(&self, broker: &Arc<Broker>) -> Result<usize, PartitionError> {
         let _serial = self.ownership.lock().await;
-        let image = broker.metadata.image();
-        let me = broker.node_id();
-        let (count, led): (i32, BTreeMap<i32, i32>) = match image.topics.get(TXN_TOPIC) {
-            Some(t) => (
-                t.partitions.len() as i32,
-                t.partitions
-                    .iter()
-                    .filter(|p| {
-                        p.leader == me
-                            && broker
-                                .replicas
-                                .get(&TopicPartition::new(TXN_TOPIC, p.partition))
-                                .is_some()
-                    })
-                    .map(|p| (p.partition, p.leader_epoch.0))
-                    .collect(),
-            ),
-            None => (0, BTreeMap::new()),
-        };
+        let (count, led) = broker.led_partitions(TXN_TOPIC);
         let (gained, lost): (Vec<(i32, i32)>, Vec<Arc<Shard>>) = {
             let mut shards = self.shards.write().expect("poisoned");
             let same_count = shards.partitions == count;
