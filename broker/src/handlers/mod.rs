@@ -675,39 +675,21 @@ pub async fn dispatch(
         },
         // The share coordinator's APIs, between brokers: CLUSTER_ACTION.
         R::InitializeShareGroupState(r) => Reply::Respond(S::InitializeShareGroupState(
-            if authz.allows_cluster(Operation::ClusterAction) {
-                share_state::initialize(broker, r).await
-            } else {
-                share_state::denied::initialize(&r)
-            },
+            share_state::initialize(broker, authz.allows_cluster(Operation::ClusterAction), r)
+                .await,
         )),
         R::ReadShareGroupState(r) => Reply::Respond(S::ReadShareGroupState(
-            if authz.allows_cluster(Operation::ClusterAction) {
-                share_state::read(broker, r).await
-            } else {
-                share_state::denied::read(&r)
-            },
+            share_state::read(broker, authz.allows_cluster(Operation::ClusterAction), r).await,
         )),
         R::WriteShareGroupState(r) => Reply::Respond(S::WriteShareGroupState(
-            if authz.allows_cluster(Operation::ClusterAction) {
-                share_state::write(broker, r).await
-            } else {
-                share_state::denied::write(&r)
-            },
+            share_state::write(broker, authz.allows_cluster(Operation::ClusterAction), r).await,
         )),
         R::DeleteShareGroupState(r) => Reply::Respond(S::DeleteShareGroupState(
-            if authz.allows_cluster(Operation::ClusterAction) {
-                share_state::delete(broker, r).await
-            } else {
-                share_state::denied::delete(&r)
-            },
+            share_state::delete(broker, authz.allows_cluster(Operation::ClusterAction), r).await,
         )),
         R::ReadShareGroupStateSummary(r) => Reply::Respond(S::ReadShareGroupStateSummary(
-            if authz.allows_cluster(Operation::ClusterAction) {
-                share_state::read_summary(broker, r).await
-            } else {
-                share_state::denied::read_summary(&r)
-            },
+            share_state::read_summary(broker, authz.allows_cluster(Operation::ClusterAction), r)
+                .await,
         )),
         R::DescribeProducers(mut r) => {
             let denied = authorize::describe_producers(authz, &mut r);

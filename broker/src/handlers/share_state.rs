@@ -17,7 +17,6 @@ use kafka_protocol::messages::{
     ReadShareGroupStateSummaryResponse, WriteShareGroupStateRequest, WriteShareGroupStateResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::ResponseError;
 use uuid::Uuid;
 
 use crate::broker::Broker;
@@ -38,6 +37,16 @@ fn message(e: &ShareCoordError) -> Option<StrBytes> {
     Some(StrBytes::from_string(e.to_string()))
 }
 
+/// A caller without ClusterAction gets CLUSTER_AUTHORIZATION_FAILED for
+/// every partition.
+fn authorized(allowed: bool) -> Result<(), ShareCoordError> {
+    if allowed {
+        Ok(())
+    } else {
+        Err(ShareCoordError::ClusterAuthorizationFailed)
+    }
+}
+
 /// The response's error for a failed partition: its code and message.
 fn failed(e: Option<ShareCoordError>) -> (i16, Option<StrBytes>) {
     match e {
@@ -48,6 +57,7 @@ fn failed(e: Option<ShareCoordError>) -> (i16, Option<StrBytes>) {
 
 pub async fn initialize(
     broker: &Broker,
+    allowed: bool,
     req: InitializeShareGroupStateRequest,
 ) -> InitializeShareGroupStateResponse {
     use initialize_share_group_state_response::*;
@@ -56,13 +66,14 @@ pub async fn initialize(
         let mut result = InitializeStateResult::default().with_topic_id(t.topic_id);
         for p in t.partitions {
             let k = key(&req.group_id, t.topic_id, p.partition);
-            let (code, msg) = failed(
+            let outcome = async {
+                authorized(allowed)?;
                 broker
                     .share_state
                     .initialize(&k, p.state_epoch, p.start_offset)
                     .await
-                    .err(),
-            );
+            };
+            let (code, msg) = failed(outcome.await.err());
             result.partitions.push(
                 PartitionResult::default()
                     .with_partition(p.partition)
@@ -75,7 +86,11 @@ pub async fn initialize(
     resp
 }
 
-pub async fn read(broker: &Broker, req: ReadShareGroupStateRequest) -> ReadShareGroupStateResponse {
+pub async fn read(
+    broker: &Broker,
+    allowed: bool,
+    req: ReadShareGroupStateRequest,
+) -> ReadShareGroupStateResponse {
     use read_share_group_state_response::*;
     let mut resp = ReadShareGroupStateResponse::default();
     for t in req.topics {
@@ -83,7 +98,11 @@ pub async fn read(broker: &Broker, req: ReadShareGroupStateRequest) -> ReadShare
         for p in t.partitions {
             let k = key(&req.group_id, t.topic_id, p.partition);
             let mut out = PartitionResult::default().with_partition(p.partition);
-            match broker.share_state.read(&k, p.leader_epoch).await {
+            let outcome = async {
+                authorized(allowed)?;
+                broker.share_state.read(&k, p.leader_epoch).await
+            };
+            match outcome.await {
                 Ok(state) => {
                     out.state_epoch = state.state_epoch;
                     out.start_offset = state.start_offset;
@@ -113,6 +132,7 @@ pub async fn read(broker: &Broker, req: ReadShareGroupStateRequest) -> ReadShare
 
 pub async fn write(
     broker: &Broker,
+    allowed: bool,
     req: WriteShareGroupStateRequest,
 ) -> WriteShareGroupStateResponse {
     use write_share_group_state_response::*;
@@ -135,6 +155,7 @@ pub async fn write(
                 })
                 .collect();
             let outcome = match batches {
+                _ if !allowed => authorized(allowed),
                 None => Err(ShareCoordError::InvalidRequest(
                     "a state batch has an unknown delivery state or bad offsets",
                 )),
@@ -171,6 +192,7 @@ pub async fn write(
 
 pub async fn delete(
     broker: &Broker,
+    allowed: bool,
     req: DeleteShareGroupStateRequest,
 ) -> DeleteShareGroupStateResponse {
     use delete_share_group_state_response::*;
@@ -179,7 +201,11 @@ pub async fn delete(
         let mut result = DeleteStateResult::default().with_topic_id(t.topic_id);
         for p in t.partitions {
             let k = key(&req.group_id, t.topic_id, p.partition);
-            let (code, msg) = failed(broker.share_state.delete(&k).await.err());
+            let outcome = async {
+                authorized(allowed)?;
+                broker.share_state.delete(&k).await
+            };
+            let (code, msg) = failed(outcome.await.err());
             result.partitions.push(
                 PartitionResult::default()
                     .with_partition(p.partition)
@@ -194,6 +220,7 @@ pub async fn delete(
 
 pub async fn read_summary(
     broker: &Broker,
+    allowed: bool,
     req: ReadShareGroupStateSummaryRequest,
 ) -> ReadShareGroupStateSummaryResponse {
     use read_share_group_state_summary_response::*;
@@ -203,7 +230,11 @@ pub async fn read_summary(
         for p in t.partitions {
             let k = key(&req.group_id, t.topic_id, p.partition);
             let mut out = PartitionResult::default().with_partition(p.partition);
-            match broker.share_state.read_summary(&k).await {
+            let outcome = async {
+                authorized(allowed)?;
+                broker.share_state.read_summary(&k).await
+            };
+            match outcome.await {
                 Ok(s) => {
                     out.state_epoch = s.state_epoch;
                     out.leader_epoch = s.leader_epoch;
@@ -219,130 +250,4 @@ pub async fn read_summary(
         resp.results.push(result);
     }
     resp
-}
-
-/// Every partition of a request refused for want of CLUSTER_ACTION.
-pub mod denied {
-    use super::*;
-
-    const DENIED: ResponseError = ResponseError::ClusterAuthorizationFailed;
-
-    pub fn initialize(req: &InitializeShareGroupStateRequest) -> InitializeShareGroupStateResponse {
-        use initialize_share_group_state_response::*;
-        InitializeShareGroupStateResponse::default().with_results(
-            req.topics
-                .iter()
-                .map(|t| {
-                    InitializeStateResult::default()
-                        .with_topic_id(t.topic_id)
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    PartitionResult::default()
-                                        .with_partition(p.partition)
-                                        .with_error_code(DENIED.code())
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        )
-    }
-
-    pub fn read(req: &ReadShareGroupStateRequest) -> ReadShareGroupStateResponse {
-        use read_share_group_state_response::*;
-        ReadShareGroupStateResponse::default().with_results(
-            req.topics
-                .iter()
-                .map(|t| {
-                    ReadStateResult::default()
-                        .with_topic_id(t.topic_id)
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    PartitionResult::default()
-                                        .with_partition(p.partition)
-                                        .with_error_code(DENIED.code())
-                                        .with_start_offset(-1)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        )
-    }
-
-    pub fn write(req: &WriteShareGroupStateRequest) -> WriteShareGroupStateResponse {
-        use write_share_group_state_response::*;
-        WriteShareGroupStateResponse::default().with_results(
-            req.topics
-                .iter()
-                .map(|t| {
-                    WriteStateResult::default()
-                        .with_topic_id(t.topic_id)
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    PartitionResult::default()
-                                        .with_partition(p.partition)
-                                        .with_error_code(DENIED.code())
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        )
-    }
-
-    pub fn delete(req: &DeleteShareGroupStateRequest) -> DeleteShareGroupStateResponse {
-        use delete_share_group_state_response::*;
-        DeleteShareGroupStateResponse::default().with_results(
-            req.topics
-                .iter()
-                .map(|t| {
-                    DeleteStateResult::default()
-                        .with_topic_id(t.topic_id)
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    PartitionResult::default()
-                                        .with_partition(p.partition)
-                                        .with_error_code(DENIED.code())
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        )
-    }
-
-    pub fn read_summary(
-        req: &ReadShareGroupStateSummaryRequest,
-    ) -> ReadShareGroupStateSummaryResponse {
-        use read_share_group_state_summary_response::*;
-        ReadShareGroupStateSummaryResponse::default().with_results(
-            req.topics
-                .iter()
-                .map(|t| {
-                    ReadStateSummaryResult::default()
-                        .with_topic_id(t.topic_id)
-                        .with_partitions(
-                            t.partitions
-                                .iter()
-                                .map(|p| {
-                                    PartitionResult::default()
-                                        .with_partition(p.partition)
-                                        .with_error_code(DENIED.code())
-                                        .with_start_offset(-1)
-                                })
-                                .collect(),
-                        )
-                })
-                .collect(),
-        )
-    }
 }

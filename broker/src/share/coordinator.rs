@@ -66,6 +66,8 @@ pub enum ShareCoordError {
     FencedStateEpoch,
     #[error("the write was not replicated in time")]
     RequestTimedOut,
+    #[error("the caller may not act on the cluster (ClusterAction)")]
+    ClusterAuthorizationFailed,
 }
 
 impl ShareCoordError {
@@ -81,6 +83,7 @@ impl ShareCoordError {
             ShareCoordError::FencedLeaderEpoch => E::FencedLeaderEpoch.code(),
             ShareCoordError::FencedStateEpoch => E::FencedStateEpoch.code(),
             ShareCoordError::RequestTimedOut => E::RequestTimedOut.code(),
+            ShareCoordError::ClusterAuthorizationFailed => E::ClusterAuthorizationFailed.code(),
         }
     }
 }

@@ -187,12 +187,12 @@ impl Persister {
                     )
                     .await
                     .map_err(unavailable)?;
-                let code = resp
-                    .results
-                    .first()
-                    .and_then(|t| t.partitions.first())
-                    .map_or(ResponseError::UnknownServerError.code(), |p| p.error_code);
-                error_of(code).map(|()| Answer::Done)
+                done(
+                    resp.results
+                        .first()
+                        .and_then(|t| t.partitions.first())
+                        .map(|p| p.error_code),
+                )
             }
             Op::Read { leader_epoch } => {
                 use read_share_group_state_request::*;
@@ -267,12 +267,12 @@ impl Persister {
                     .call(broker, node, PURPOSE, ApiKey::WriteShareGroupState, 0, &req)
                     .await
                     .map_err(unavailable)?;
-                let code = resp
-                    .results
-                    .first()
-                    .and_then(|t| t.partitions.first())
-                    .map_or(ResponseError::UnknownServerError.code(), |p| p.error_code);
-                error_of(code).map(|()| Answer::Done)
+                done(
+                    resp.results
+                        .first()
+                        .and_then(|t| t.partitions.first())
+                        .map(|p| p.error_code),
+                )
             }
             Op::Delete => {
                 use delete_share_group_state_request::*;
@@ -295,12 +295,12 @@ impl Persister {
                     )
                     .await
                     .map_err(unavailable)?;
-                let code = resp
-                    .results
-                    .first()
-                    .and_then(|t| t.partitions.first())
-                    .map_or(ResponseError::UnknownServerError.code(), |p| p.error_code);
-                error_of(code).map(|()| Answer::Done)
+                done(
+                    resp.results
+                        .first()
+                        .and_then(|t| t.partitions.first())
+                        .map(|p| p.error_code),
+                )
             }
             Op::Summary => {
                 use read_share_group_state_summary_request::*;
@@ -381,6 +381,12 @@ async fn local(
     }
 }
 
+/// The answer to a call that returns no state, from its one partition's
+/// error code (`None`: the coordinator answered no partition).
+fn done(code: Option<i16>) -> Result<Answer, ShareCoordError> {
+    error_of(code.unwrap_or(ResponseError::UnknownServerError.code())).map(|()| Answer::Done)
+}
+
 /// A coordinator's error code as this side's error.
 fn error_of(code: i16) -> Result<(), ShareCoordError> {
     if code == 0 {
@@ -395,6 +401,9 @@ fn error_of(code: i16) -> Result<(), ShareCoordError> {
         Some(ResponseError::FencedLeaderEpoch) => ShareCoordError::FencedLeaderEpoch,
         Some(ResponseError::FencedStateEpoch) => ShareCoordError::FencedStateEpoch,
         Some(ResponseError::RequestTimedOut) => ShareCoordError::RequestTimedOut,
+        Some(ResponseError::ClusterAuthorizationFailed) => {
+            ShareCoordError::ClusterAuthorizationFailed
+        }
         _ => ShareCoordError::InvalidRequest("refused by the share coordinator"),
     })
 }
