@@ -96,6 +96,38 @@ pub struct InternalAppend {
     pub events: tokio::sync::watch::Receiver<()>,
 }
 
+/// The records of one coordinator batch for [`append_internal`]: offsets
+/// 0, 1, ... and, for a transactional batch, `producer`'s (id, epoch, base
+/// sequence). kafka-protocol keeps records in one batch only while offset -
+/// sequence stays the same, so sequences follow the base one (-1 without a
+/// producer).
+pub fn coordinator_records(
+    entries: impl IntoIterator<Item = (bytes::Bytes, Option<bytes::Bytes>)>,
+    producer: Option<(i64, i16, i32)>,
+    now_ms: i64,
+) -> Vec<kafka_protocol::records::Record> {
+    let base_sequence = producer.map_or(-1, |p| p.2);
+    entries
+        .into_iter()
+        .enumerate()
+        .map(|(i, (key, value))| kafka_protocol::records::Record {
+            transactional: producer.is_some(),
+            control: false,
+            partition_leader_epoch: -1,
+            producer_id: producer.map_or(-1, |p| p.0),
+            producer_epoch: producer.map_or(-1, |p| p.1),
+            timestamp_type: kafka_protocol::records::TimestampType::Creation,
+            offset: i as i64,
+            sequence: base_sequence.wrapping_add(i as i32),
+            timestamp: now_ms,
+            key: Some(key),
+            value,
+            headers: Default::default(),
+            delete_horizon: false,
+        })
+        .collect()
+}
+
 /// Encodes `records` as one uncompressed batch and appends it to `part` as
 /// its leader with acks=all (refused below `min.insync.replicas`), the way
 /// the group and transaction coordinators write their internal topics.

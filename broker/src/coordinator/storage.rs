@@ -9,7 +9,7 @@
 //! marker (a control batch) is written later by WriteTxnMarkers.
 
 use bytes::Bytes;
-use kafka_protocol::records::{Record, RecordBatchDecoder, TimestampType};
+use kafka_protocol::records::RecordBatchDecoder;
 
 use protocol::record_batch::{BatchIter, BatchIterItem, RecordBatchView};
 
@@ -122,33 +122,15 @@ pub fn append_acked(
         .get(&tp)
         .ok_or(StorageError::PartitionNotLocal(partition))?;
     let now = now_ms();
-    let batch: Vec<Record> = records
+    let entries = records
         .iter()
-        .enumerate()
-        .map(|(i, r)| {
-            let (key, value) =
-                records::encode(r).map_err(|e| StorageError::Encode(e.to_string()))?;
-            // Without a producer there is no sequence: the encoder keeps
-            // records in one batch while offset - sequence is constant, and
-            // writes the first record's sequence as the base sequence.
-            let base_sequence = producer.map_or(-1, |p| p.base_sequence);
-            Ok(Record {
-                transactional: producer.is_some(),
-                control: false,
-                partition_leader_epoch: -1,
-                producer_id: producer.map_or(-1, |p| p.producer_id),
-                producer_epoch: producer.map_or(-1, |p| p.producer_epoch),
-                timestamp_type: TimestampType::Creation,
-                offset: i as i64,
-                sequence: base_sequence.wrapping_add(i as i32),
-                timestamp: now,
-                key: Some(key),
-                value,
-                headers: Default::default(),
-                delete_horizon: false,
-            })
-        })
-        .collect::<Result<_, StorageError>>()?;
+        .map(|r| records::encode(r).map_err(|e| StorageError::Encode(e.to_string())))
+        .collect::<Result<Vec<_>, StorageError>>()?;
+    let batch = crate::replica_manager::coordinator_records(
+        entries,
+        producer.map(|p| (p.producer_id, p.producer_epoch, p.base_sequence)),
+        now,
+    );
     crate::slow_io::pause(
         OFFSETS_TOPIC,
         partition,
@@ -341,7 +323,9 @@ mod tests {
     use super::*;
     use crate::group::offsets::OffsetAndMetadata;
     use bytes::BytesMut;
-    use kafka_protocol::records::{Compression, RecordBatchEncoder, RecordEncodeOptions};
+    use kafka_protocol::records::{
+        Compression, Record, RecordBatchEncoder, RecordEncodeOptions, TimestampType,
+    };
 
     fn encode(records: &[Record]) -> Bytes {
         let mut buf = BytesMut::new();

@@ -23,7 +23,6 @@ use std::sync::{Arc, OnceLock, RwLock, Weak};
 use std::time::Duration;
 
 use bytes::Bytes;
-use kafka_protocol::records::{Record, TimestampType};
 use uuid::Uuid;
 
 use super::records::{self, SharePartitionKey, ShareRecord};
@@ -447,10 +446,10 @@ impl ShareCoordinator {
         let now = now_ms();
         let encoded = records
             .iter()
-            .enumerate()
-            .map(|(i, r)| encode(r, i as i64, now))
+            .map(encode)
             .collect::<Result<Vec<_>, _>>()
             .map_err(|_| ShareCoordError::InvalidRequest("the state cannot be encoded"))?;
+        let encoded = crate::replica_manager::coordinator_records(encoded, None, now);
         let replicas = broker.replicas.clone();
         let partition = shard.partition;
         let appended = tokio::task::spawn_blocking(move || {
@@ -537,14 +536,11 @@ pub async fn ensure_state_topic(broker: &Broker) -> Result<(), String> {
     Ok(())
 }
 
-/// One record of `__share_group_state` as a log record, `offset` within its
-/// batch.
+/// One record of `__share_group_state` as its key and value.
 fn encode(
     r: &ShareRecord,
-    offset: i64,
-    now: i64,
-) -> Result<Record, crate::group::records::RecordFormatError> {
-    let (key, value): (Bytes, Option<Bytes>) = match r {
+) -> Result<(Bytes, Option<Bytes>), crate::group::records::RecordFormatError> {
+    Ok(match r {
         ShareRecord::Snapshot(k, Some(v)) => {
             let (k, v) = records::encode_snapshot(k, v)?;
             (k, Some(v))
@@ -560,24 +556,6 @@ fn encode(
         ShareRecord::Other { .. } => {
             unreachable!("the coordinator writes only its own record types")
         }
-    };
-    Ok(Record {
-        transactional: false,
-        control: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset,
-        // No producer, so the batch's base sequence is -1; kafka-protocol
-        // keeps records in one batch only while offset - sequence stays
-        // the same.
-        sequence: offset as i32 - 1,
-        timestamp: now,
-        key: Some(key),
-        value,
-        headers: Default::default(),
-        delete_horizon: false,
     })
 }
 

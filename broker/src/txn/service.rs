@@ -44,7 +44,6 @@ use kafka_protocol::messages::{
     TransactionalId, WriteTxnMarkersRequest, WriteTxnMarkersResponse,
 };
 use kafka_protocol::protocol::StrBytes;
-use kafka_protocol::records::{Record, TimestampType};
 use kafka_protocol::ResponseError;
 use tokio::sync::watch;
 
@@ -1086,22 +1085,8 @@ fn append_record(
         .get(&tp)
         .ok_or(PartitionError::NotLeaderOrFollower)?;
     let now = now_ms();
-    let record = Record {
-        transactional: false,
-        control: false,
-        partition_leader_epoch: -1,
-        producer_id: -1,
-        producer_epoch: -1,
-        timestamp_type: TimestampType::Creation,
-        offset: 0,
-        sequence: -1,
-        timestamp: now,
-        key: Some(key),
-        value,
-        headers: Default::default(),
-        delete_horizon: false,
-    };
-    crate::replica_manager::append_internal(replicas, part, &[record], now)
+    let record = crate::replica_manager::coordinator_records([(key, value)], None, now);
+    crate::replica_manager::append_internal(replicas, part, &record, now)
 }
 
 /// Every transactional id stored in one local partition, as of its log end
