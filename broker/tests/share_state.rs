@@ -352,11 +352,13 @@ async fn coordinator(cluster: &TestCluster, via: i32, key: &str) -> i32 {
     panic!("no coordinator for {key}");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn acked_share_state_survives_the_loss_of_its_coordinator() {
-    let mut cluster = TestCluster::start(
+/// A 3-node cluster whose `__share_group_state` is one partition on all
+/// three nodes (min ISR 2), with topic `t` (one partition, three replicas)
+/// known to every node; `t`'s id.
+async fn cluster_with_topic(base_port: u16) -> (TestCluster, Uuid) {
+    let cluster = TestCluster::start(
         3,
-        46700,
+        base_port,
         &[
             ("share.coordinator.state.topic.num.partitions", "1"),
             ("share.coordinator.state.topic.replication.factor", "3"),
@@ -375,12 +377,18 @@ async fn acked_share_state_survives_the_loss_of_its_coordinator() {
         .with_timeout_ms(10_000);
     let resp: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req).await;
     assert_eq!(resp.topics[0].error_code, 0);
+    let t = topic_id(&mut c, "t").await;
     cluster
         .wait_for_images("t everywhere", Duration::from_secs(10), |img| {
-            img.topics.contains_key("t")
+            img.topic_by_id(t).is_some()
         })
         .await;
-    let t = topic_id(&mut c, "t").await;
+    (cluster, t)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn acked_share_state_survives_the_loss_of_its_coordinator() {
+    let (mut cluster, t) = cluster_with_topic(46700).await;
     let key = broker::share::coordinator::coordinator_key(GROUP, t, 0);
 
     // The coordinator acks only what its in-sync replicas have.
@@ -426,33 +434,7 @@ async fn the_persister_reaches_the_coordinator_from_any_node_and_follows_it() {
     use broker::share::records::SharePartitionKey;
     use broker::share::store::Write;
 
-    let mut cluster = TestCluster::start(
-        3,
-        46720,
-        &[
-            ("share.coordinator.state.topic.num.partitions", "1"),
-            ("share.coordinator.state.topic.replication.factor", "3"),
-            ("share.coordinator.state.topic.min.isr", "2"),
-            ("replica.fetch.wait.max.ms", "100"),
-        ],
-    )
-    .await;
-    let mut c = cluster.client(1).await;
-    let mut t = create_topics_request::CreatableTopic::default();
-    t.name = TopicName(s("t"));
-    t.num_partitions = 1;
-    t.replication_factor = 3;
-    let req = CreateTopicsRequest::default()
-        .with_topics(vec![t])
-        .with_timeout_ms(10_000);
-    let resp: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req).await;
-    assert_eq!(resp.topics[0].error_code, 0);
-    let t = topic_id(&mut c, "t").await;
-    cluster
-        .wait_for_images("t everywhere", Duration::from_secs(10), |img| {
-            img.topic_by_id(t).is_some()
-        })
-        .await;
+    let (mut cluster, t) = cluster_with_topic(46720).await;
     let key = SharePartitionKey {
         group_id: GROUP.into(),
         topic_id: t,
