@@ -45,6 +45,8 @@ pub struct Broker {
     pub share_persister: crate::share::persister::Persister,
     /// The share-partitions of the partitions this node leads.
     pub share_leaders: crate::share::leader::ShareLeaders,
+    /// The share sessions of the members fetching from this node.
+    pub share_sessions: Mutex<crate::share::session::ShareSessions>,
     /// How this broker dials its peers' inter-broker listener.
     pub inter_broker_security: Arc<crate::security::peer::PeerSecurity>,
     producer_ids: Mutex<(i64, i64)>,
@@ -296,6 +298,9 @@ impl Broker {
             share_state,
             share_persister: Default::default(),
             share_leaders: Default::default(),
+            share_sessions: Mutex::new(crate::share::session::ShareSessions::new(
+                config.share.max_share_sessions,
+            )),
             config,
             metadata,
             replicas,

@@ -461,6 +461,30 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             ReadShareGroupStateSummaryRequest::default().with_group_id(s("g")),
             version,
         ),
+        // A member's first heartbeat, a describe of no group, and share
+        // requests without a session (each answers with an error).
+        ApiKey::ShareGroupHeartbeat => enc(
+            ShareGroupHeartbeatRequest::default()
+                .with_group_id(GroupId(s("g")))
+                .with_member_id(s("m"))
+                .with_subscribed_topic_names(Some(vec![TopicName(s("t"))])),
+            version,
+        ),
+        ApiKey::ShareGroupDescribe => enc(ShareGroupDescribeRequest::default(), version),
+        ApiKey::ShareFetch => enc(
+            ShareFetchRequest::default()
+                .with_group_id(Some(GroupId(s("g"))))
+                .with_member_id(Some(s("m")))
+                .with_share_session_epoch(5),
+            version,
+        ),
+        ApiKey::ShareAcknowledge => enc(
+            ShareAcknowledgeRequest::default()
+                .with_group_id(Some(GroupId(s("g"))))
+                .with_member_id(Some(s("m")))
+                .with_share_session_epoch(5),
+            version,
+        ),
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

@@ -111,6 +111,13 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     // users/clients/ips).
     ApiRange::new(ApiKey::DescribeClientQuotas, 0, 1),
     ApiRange::new(ApiKey::AlterClientQuotas, 0, 1),
+    // Share groups (KIP-932): KafkaShareConsumer. Kafka 4.4 serves
+    // ShareFetch and ShareAcknowledge up to v2 (v2 adds RENEW and the
+    // acquire mode), which kafka-protocol 0.18 cannot decode yet.
+    ApiRange::new(ApiKey::ShareGroupHeartbeat, 1, 1),
+    ApiRange::new(ApiKey::ShareGroupDescribe, 1, 1),
+    ApiRange::new(ApiKey::ShareFetch, 1, 1),
+    ApiRange::new(ApiKey::ShareAcknowledge, 1, 1),
     // The share coordinator's APIs (KIP-932), between brokers. Kafka 4.4
     // serves WriteShareGroupState and ReadShareGroupStateSummary up to v1
     // (v1 adds the delivery-complete count), which kafka-protocol 0.18

@@ -17,6 +17,7 @@
 //! maintenance) makes the groups of that one partition wait, never an async
 //! worker, nor the groups of other partitions.
 
+pub mod share;
 mod storage;
 
 use std::collections::{BTreeSet, HashMap};
@@ -111,6 +112,10 @@ struct State {
     producers: ProducerSequences,
     parked_joins: HashMap<(String, MemberId), oneshot::Sender<JoinResponse>>,
     parked_syncs: HashMap<(String, MemberId), oneshot::Sender<SyncResponse>>,
+    /// The share groups (KIP-932). Their membership lives here only: after
+    /// a coordinator change members rejoin (UNKNOWN_MEMBER_ID), and what
+    /// they consumed is in the share coordinator's state, not here.
+    share: std::collections::BTreeMap<String, crate::share::group::ShareGroup>,
     /// When the last offsets-retention pass ran.
     last_expiry_ms: i64,
     /// When group metrics were last published.
@@ -449,6 +454,9 @@ impl GroupService {
         let shard = self.shard(group_id)?;
         let mut st = shard.lock().await?;
         let now = now_ms();
+        if st.is_share_group(group_id) {
+            return Err(GroupError::GroupIdNotFound);
+        }
         let State {
             classic, consumer, ..
         } = &mut *st;
@@ -915,6 +923,12 @@ impl GroupService {
                         group_type: "consumer",
                     }),
             );
+            out.extend(st.share.values().map(|g| GroupSummary {
+                group_id: g.group_id.clone(),
+                protocol_type: "share".to_string(),
+                state: g.state(),
+                group_type: "share",
+            }));
         }
         out.sort_by(|a, b| a.group_id.cmp(&b.group_id));
         out
@@ -967,6 +981,13 @@ impl GroupService {
         let mut st = shard.lock().await?;
         let now = now_ms();
         let consumer_group = st.consumer.group(group_id).is_some();
+        if let Some(g) = st.share.get(group_id) {
+            if !g.members.is_empty() {
+                return Err(GroupError::NonEmptyGroup);
+            }
+            st.share.remove(group_id);
+            return Ok(());
+        }
         match (st.classic.group(group_id), st.consumer.group(group_id)) {
             (Some(g), _) => g.validate_delete()?,
             (None, Some(g)) if g.state() != ConsumerGroupState::Empty => {
@@ -1029,6 +1050,7 @@ impl State {
             producers: ProducerSequences::default(),
             parked_joins: HashMap::new(),
             parked_syncs: HashMap::new(),
+            share: Default::default(),
             last_expiry_ms: now_ms(),
             last_metrics_ms: 0,
             unloaded: false,
@@ -1266,9 +1288,10 @@ impl Shard {
                 let expiry = (st.last_expiry_ms
                     + self.settings.offsets_retention_check_interval_ms)
                     .min(st.last_metrics_ms + METRICS_INTERVAL_MS);
-                st.classic
-                    .next_deadline_ms()
-                    .map_or(expiry, |d| d.min(expiry))
+                [st.classic.next_deadline_ms(), st.next_share_deadline_ms()]
+                    .into_iter()
+                    .flatten()
+                    .fold(expiry, i64::min)
             };
             let wait_ms = (next - now_ms()).clamp(0, 60_000) as u64;
             tokio::select! {
@@ -1284,6 +1307,7 @@ impl Shard {
             for (group_id, completed) in st.classic.tick(now) {
                 self.complete(&mut st, &group_id, completed).await;
             }
+            st.expire_share_members(now);
             for group_id in st.consumer.tick(now) {
                 if let Err(e) = self.persist_consumer_group(&mut st, &group_id).await {
                     tracing::error!(group = %group_id, error = %e, "storing a consumer group failed");

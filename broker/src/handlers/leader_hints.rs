@@ -6,6 +6,7 @@
 use std::collections::BTreeSet;
 
 use kafka_protocol::messages::{fetch_response, produce_response, BrokerId};
+use kafka_protocol::protocol::StrBytes;
 
 use super::str_bytes;
 use crate::metadata::image::NO_LEADER;
@@ -46,21 +47,39 @@ impl LeaderHints {
         })
     }
 
+    /// The named leaders' endpoints on `listener`, in the response's own
+    /// `NodeEndpoint` type (each API has one): `make` gets the node id,
+    /// host, port and rack.
+    pub fn endpoints_as<E>(
+        &self,
+        image: &MetadataImage,
+        listener: &str,
+        make: impl Fn(i32, StrBytes, i32, Option<StrBytes>) -> E,
+    ) -> Vec<E> {
+        self.endpoints(image, listener)
+            .map(|(b, host, port)| {
+                make(
+                    b.node_id.0,
+                    str_bytes(host.to_string()),
+                    port as i32,
+                    b.rack.clone().map(str_bytes),
+                )
+            })
+            .collect()
+    }
+
     pub fn fetch_endpoints(
         &self,
         image: &MetadataImage,
         listener: &str,
     ) -> Vec<fetch_response::NodeEndpoint> {
-        self.endpoints(image, listener)
-            .map(|(b, host, port)| {
-                let mut e = fetch_response::NodeEndpoint::default();
-                e.node_id = BrokerId(b.node_id.0);
-                e.host = str_bytes(host.to_string());
-                e.port = port as i32;
-                e.rack = b.rack.clone().map(str_bytes);
-                e
-            })
-            .collect()
+        self.endpoints_as(image, listener, |id, host, port, rack| {
+            fetch_response::NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(host)
+                .with_port(port)
+                .with_rack(rack)
+        })
     }
 
     pub fn produce_endpoints(
@@ -68,15 +87,12 @@ impl LeaderHints {
         image: &MetadataImage,
         listener: &str,
     ) -> Vec<produce_response::NodeEndpoint> {
-        self.endpoints(image, listener)
-            .map(|(b, host, port)| {
-                let mut e = produce_response::NodeEndpoint::default();
-                e.node_id = BrokerId(b.node_id.0);
-                e.host = str_bytes(host.to_string());
-                e.port = port as i32;
-                e.rack = b.rack.clone().map(str_bytes);
-                e
-            })
-            .collect()
+        self.endpoints_as(image, listener, |id, host, port, rack| {
+            produce_response::NodeEndpoint::default()
+                .with_node_id(BrokerId(id))
+                .with_host(host)
+                .with_port(port)
+                .with_rack(rack)
+        })
     }
 }

@@ -35,6 +35,8 @@ mod offset_fetch;
 mod offset_for_leader_epoch;
 mod produce;
 mod scram;
+mod share_fetch;
+mod share_group;
 mod share_state;
 mod sync_group;
 mod txn;
@@ -673,6 +675,52 @@ pub async fn dispatch(
                 write_txn_markers::handle(broker, version, r).await,
             )),
         },
+        // Share groups (KIP-932).
+        R::ShareGroupHeartbeat(r) => {
+            if !group_ok(authz, Operation::Read, r.group_id.0.as_str()) {
+                return Reply::Respond(S::ShareGroupHeartbeat(
+                    kafka_protocol::messages::ShareGroupHeartbeatResponse::default()
+                        .with_error_code(GROUP_DENIED)
+                        .with_error_message(Some(str_bytes(
+                            ResponseError::GroupAuthorizationFailed.to_string(),
+                        ))),
+                ));
+            }
+            Reply::Respond(S::ShareGroupHeartbeat(
+                share_group::heartbeat(broker, ctx, r).await,
+            ))
+        }
+        R::ShareGroupDescribe(mut r) => {
+            use kafka_protocol::messages::share_group_describe_response::DescribedGroup;
+            let requested = r.include_authorized_operations;
+            let (ok, denied): (Vec<_>, Vec<_>) = std::mem::take(&mut r.group_ids)
+                .into_iter()
+                .partition(|g| group_ok(authz, Operation::Describe, g.0.as_str()));
+            r.group_ids = ok;
+            let mut resp = share_group::describe(broker, r).await;
+            if requested && authz.enabled() {
+                for g in &mut resp.groups {
+                    g.authorized_operations = authz.operations(
+                        ResourceType::Group,
+                        g.group_id.0.as_str(),
+                        GROUP_OPERATIONS,
+                    );
+                }
+            }
+            resp.groups.extend(denied.into_iter().map(|g| {
+                DescribedGroup::default()
+                    .with_error_code(GROUP_DENIED)
+                    .with_group_id(g)
+                    .with_authorized_operations(AUTHORIZED_OPERATIONS_OMITTED)
+            }));
+            Reply::Respond(S::ShareGroupDescribe(resp))
+        }
+        R::ShareFetch(r) => Reply::Respond(S::ShareFetch(
+            share_fetch::fetch(broker, ctx, authz, r).await,
+        )),
+        R::ShareAcknowledge(r) => Reply::Respond(S::ShareAcknowledge(
+            share_fetch::acknowledge(broker, ctx, authz, r).await,
+        )),
         // The share coordinator's APIs, between brokers: CLUSTER_ACTION.
         R::InitializeShareGroupState(r) => Reply::Respond(S::InitializeShareGroupState(
             share_state::initialize(broker, authz.allows_cluster(Operation::ClusterAction), r)

@@ -230,6 +230,14 @@ impl ShareGroup {
         gone
     }
 
+    /// [`Self::expire`] against the topics as last assigned (the timer has
+    /// no metadata image): the members left get the departed members'
+    /// partitions; a topic change is picked up at the next heartbeat.
+    pub fn expire_members(&mut self, now_ms: i64) -> Vec<String> {
+        let topics = self.topics.clone();
+        self.expire(|name| topics.get(name).copied(), now_ms)
+    }
+
     fn topics_changed(&self, topic: &impl Fn(&str) -> Option<(Uuid, i32)>) -> bool {
         let now: BTreeMap<String, (Uuid, i32)> = self
             .subscribed_topics()

@@ -23,12 +23,18 @@ use uuid::Uuid;
 
 use super::config::{AutoOffsetReset, ShareGroupSettings};
 use super::coordinator::ShareCoordError;
-use super::partition::{AckBatch, AckError, Limits, SharePartition};
+use bytes::{Bytes, BytesMut};
+
+use super::partition::{
+    AckBatch, AckError, AcquireMode, Acquired, Limits, LogBatch, SharePartition,
+};
 use super::records::SharePartitionKey;
 use super::store::Write;
 use crate::broker::{now_ms, Broker};
+use crate::error::PartitionError;
+use crate::partition::producer_state::AbortedTxn;
 use crate::partition::FetchLimit;
-use crate::types::TopicPartition;
+use crate::types::{Offset, TopicPartition};
 
 /// Why a share-partition operation failed.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
@@ -41,6 +47,27 @@ pub enum LeaderError {
     Ack(AckError),
     #[error("share state: {0}")]
     State(#[from] ShareCoordError),
+}
+
+impl LeaderError {
+    /// The error code a ShareFetch or ShareAcknowledge partition gets.
+    pub fn code(&self) -> i16 {
+        use kafka_protocol::ResponseError as E;
+        match self {
+            LeaderError::NotLeaderOrFollower => E::NotLeaderOrFollower.code(),
+            LeaderError::UnknownTopicOrPartition => E::UnknownTopicOrPartition.code(),
+            LeaderError::Ack(AckError::InvalidRequest) => E::InvalidRequest.code(),
+            LeaderError::Ack(AckError::InvalidRecordState) => E::InvalidRecordState.code(),
+            // A write the share coordinator refused or did not take in
+            // time: the acknowledgement did not happen; the records stay
+            // where they were and are delivered again.
+            LeaderError::State(ShareCoordError::FencedLeaderEpoch) => E::NotLeaderOrFollower.code(),
+            LeaderError::State(e) => match e.code() {
+                c if c == E::InvalidRequest.code() => E::UnknownServerError.code(),
+                c => c,
+            },
+        }
+    }
 }
 
 /// One loaded share-partition.
@@ -107,6 +134,75 @@ impl ShareLeaders {
         next.acknowledge(member, batches, now_ms())
             .map_err(LeaderError::Ack)?;
         persist(broker, group, loaded, next).await
+    }
+
+    /// Acquires records of `tp` for `member`: reads the log from the
+    /// share-partition's next fetch offset (at most `max_bytes`, at least
+    /// one batch) and locks what is available, at most `max_records`.
+    /// Returns the batches that hold acquired records and the acquired
+    /// runs; `None` when nothing was acquired. Acquisitions are not written
+    /// (a new leader makes them available again).
+    pub async fn fetch(
+        &self,
+        broker: &Broker,
+        group: &str,
+        tp: &TopicPartition,
+        member: &Arc<str>,
+        max_bytes: usize,
+        max_records: usize,
+    ) -> Result<Option<(Bytes, Vec<Acquired>)>, LeaderError> {
+        let read_committed = settings(broker, group).read_committed;
+        let mut guard = self.get(broker, group, tp).await?;
+        let loaded = guard.as_mut().expect("loaded by get");
+        let part = broker
+            .replicas
+            .get(tp)
+            .ok_or(LeaderError::NotLeaderOrFollower)?;
+        let read = {
+            let part = part.lock().expect("partition poisoned");
+            loaded.partition.move_log_start(part.log_start_offset().0);
+            if !loaded.partition.can_acquire() {
+                return Ok(None);
+            }
+            let limit = if read_committed {
+                FetchLimit::LastStableOffset
+            } else {
+                FetchLimit::HighWatermark
+            };
+            let from = loaded.partition.next_fetch_offset();
+            match part.read_up_to(Offset(from), max_bytes, true, limit) {
+                Ok(read) => read,
+                // Past the high watermark (a truncated log): nothing yet.
+                Err(PartitionError::OffsetOutOfRange { .. }) => return Ok(None),
+                Err(_) => return Err(LeaderError::NotLeaderOrFollower),
+            }
+        };
+        let batches = log_batches(&read.records, read.aborted_transactions.as_deref());
+        if batches.is_empty() {
+            return Ok(None);
+        }
+        let bounds: Vec<LogBatch> = batches.iter().map(|(b, _)| *b).collect();
+        let acquired = loaded.partition.acquire(
+            member,
+            &bounds,
+            max_records,
+            AcquireMode::BatchOptimized,
+            now_ms(),
+        );
+        if acquired.is_empty() {
+            return Ok(None);
+        }
+        // Only the batches that hold an acquired record go to the member.
+        let mut out = BytesMut::new();
+        for (b, range) in &batches {
+            if acquired
+                .iter()
+                .any(|a| a.first_offset <= b.last_offset && b.first_offset <= a.last_offset)
+            {
+                out.extend_from_slice(&read.records[range.clone()]);
+            }
+        }
+        Ok(Some((out.freeze(), acquired)))
     }
 
     /// Ends every lock `member` holds in `group` (its share session closed
@@ -204,6 +300,61 @@ impl ShareLeaders {
             .map(|((_, tp), e)| (tp.clone(), e.clone()))
             .collect()
     }
+}
+
+/// The batches of `records` (whole batches, as the log returns them) with
+/// where each lies in it. A data batch of an aborted transaction counts as a
+/// control batch: it is archived, never delivered (read_committed; the
+/// aborted transactions are `None` for read_uncommitted).
+fn log_batches(
+    records: &[u8],
+    aborted: Option<&[AbortedTxn]>,
+) -> Vec<(LogBatch, std::ops::Range<usize>)> {
+    const ATTRIBUTES: usize = 21;
+    const LAST_OFFSET_DELTA: usize = 23;
+    const PRODUCER_ID: usize = 43;
+    const HEADER: usize = 61;
+    let mut out = Vec::new();
+    let mut pos = 0usize;
+    while records.len() - pos >= HEADER {
+        let b = &records[pos..];
+        let base = i64::from_be_bytes(b[0..8].try_into().expect("8 bytes"));
+        let len = i32::from_be_bytes(b[8..12].try_into().expect("4 bytes"));
+        let Some(total) = usize::try_from(len).ok().and_then(|l| l.checked_add(12)) else {
+            break;
+        };
+        if total < HEADER || total > b.len() {
+            break;
+        }
+        let attributes = i16::from_be_bytes([b[ATTRIBUTES], b[ATTRIBUTES + 1]]);
+        let delta = i32::from_be_bytes(
+            b[LAST_OFFSET_DELTA..LAST_OFFSET_DELTA + 4]
+                .try_into()
+                .expect("4 bytes"),
+        );
+        let producer_id =
+            i64::from_be_bytes(b[PRODUCER_ID..PRODUCER_ID + 8].try_into().expect("8 bytes"));
+        let last = base + i64::from(delta.max(0));
+        let transactional = attributes & 0x10 != 0;
+        let aborted_data = transactional
+            && aborted.is_some_and(|txns| {
+                txns.iter().any(|t| {
+                    t.producer_id == producer_id
+                        && t.first_offset.0 <= base
+                        && last <= t.last_offset.0
+                })
+            });
+        out.push((
+            LogBatch {
+                first_offset: base,
+                last_offset: last,
+                control: attributes & 0x20 != 0 || aborted_data,
+            },
+            pos..pos + total,
+        ));
+        pos += total;
+    }
+    out
 }
 
 /// The topic id and leader epoch of `tp`, if this node leads it.

@@ -750,6 +750,89 @@ const SASL_AUTHENTICATE_BODY: &[Field] = &[
     field("auth_bytes", 0, MAX, BYTES),
 ];
 
+pub(crate) const SHARE_GROUP_HEARTBEAT: Message = Message {
+    versions: (1, 1),
+    flexible_from: 0,
+    body: SHARE_GROUP_HEARTBEAT_BODY,
+};
+const SHARE_GROUP_HEARTBEAT_BODY: &[Field] = &[
+    field("group_id", 1, MAX, STRING),
+    field("member_id", 1, MAX, STRING),
+    field("member_epoch", 1, MAX, INT32),
+    field("rack_id", 1, MAX, STRING),
+    field("subscribed_topic_names", 1, MAX, array(&STRING)),
+];
+
+pub(crate) const SHARE_GROUP_DESCRIBE: Message = Message {
+    versions: (1, 1),
+    flexible_from: 0,
+    body: SHARE_GROUP_DESCRIBE_BODY,
+};
+const SHARE_GROUP_DESCRIBE_BODY: &[Field] = &[
+    field("group_ids", 1, MAX, array(&STRING)),
+    field("include_authorized_operations", 1, MAX, BOOL),
+];
+
+pub(crate) const SHARE_FETCH: Message = Message {
+    versions: (1, 1),
+    flexible_from: 0,
+    body: SHARE_FETCH_BODY,
+};
+const SHARE_FETCH_BODY: &[Field] = &[
+    field("group_id", 1, MAX, STRING),
+    field("member_id", 1, MAX, STRING),
+    field("share_session_epoch", 1, MAX, INT32),
+    field("max_wait_ms", 1, MAX, INT32),
+    field("min_bytes", 1, MAX, INT32),
+    field("max_bytes", 1, MAX, INT32),
+    field("max_records", 1, MAX, INT32),
+    field("batch_size", 1, MAX, INT32),
+    field("topics", 1, MAX, array_of(&Ty::Struct(SHARE_FETCH_FETCH_TOPIC), size_of::<km::share_fetch_request::FetchTopic>())),
+    field("forgotten_topics_data", 1, MAX, array_of(&Ty::Struct(SHARE_FETCH_FORGOTTEN_TOPIC), size_of::<km::share_fetch_request::ForgottenTopic>())),
+];
+const SHARE_FETCH_FETCH_TOPIC: &[Field] = &[
+    field("topic_id", 1, MAX, UUID),
+    field("partitions", 1, MAX, array_of(&Ty::Struct(SHARE_FETCH_FETCH_PARTITION), size_of::<km::share_fetch_request::FetchPartition>())),
+];
+const SHARE_FETCH_FORGOTTEN_TOPIC: &[Field] = &[
+    field("topic_id", 1, MAX, UUID),
+    field("partitions", 1, MAX, array(&INT32)),
+];
+const SHARE_FETCH_FETCH_PARTITION: &[Field] = &[
+    field("partition_index", 1, MAX, INT32),
+    field("acknowledgement_batches", 1, MAX, array_of(&Ty::Struct(SHARE_FETCH_ACKNOWLEDGEMENT_BATCH), size_of::<km::share_fetch_request::AcknowledgementBatch>())),
+];
+const SHARE_FETCH_ACKNOWLEDGEMENT_BATCH: &[Field] = &[
+    field("first_offset", 1, MAX, INT64),
+    field("last_offset", 1, MAX, INT64),
+    field("acknowledge_types", 1, MAX, array(&INT8)),
+];
+
+pub(crate) const SHARE_ACKNOWLEDGE: Message = Message {
+    versions: (1, 1),
+    flexible_from: 0,
+    body: SHARE_ACKNOWLEDGE_BODY,
+};
+const SHARE_ACKNOWLEDGE_BODY: &[Field] = &[
+    field("group_id", 1, MAX, STRING),
+    field("member_id", 1, MAX, STRING),
+    field("share_session_epoch", 1, MAX, INT32),
+    field("topics", 1, MAX, array_of(&Ty::Struct(SHARE_ACKNOWLEDGE_ACKNOWLEDGE_TOPIC), size_of::<km::share_acknowledge_request::AcknowledgeTopic>())),
+];
+const SHARE_ACKNOWLEDGE_ACKNOWLEDGE_TOPIC: &[Field] = &[
+    field("topic_id", 1, MAX, UUID),
+    field("partitions", 1, MAX, array_of(&Ty::Struct(SHARE_ACKNOWLEDGE_ACKNOWLEDGE_PARTITION), size_of::<km::share_acknowledge_request::AcknowledgePartition>())),
+];
+const SHARE_ACKNOWLEDGE_ACKNOWLEDGE_PARTITION: &[Field] = &[
+    field("partition_index", 1, MAX, INT32),
+    field("acknowledgement_batches", 1, MAX, array_of(&Ty::Struct(SHARE_ACKNOWLEDGE_ACKNOWLEDGEMENT_BATCH), size_of::<km::share_acknowledge_request::AcknowledgementBatch>())),
+];
+const SHARE_ACKNOWLEDGE_ACKNOWLEDGEMENT_BATCH: &[Field] = &[
+    field("first_offset", 1, MAX, INT64),
+    field("last_offset", 1, MAX, INT64),
+    field("acknowledge_types", 1, MAX, array(&INT8)),
+];
+
 pub(crate) const DESCRIBE_USER_SCRAM_CREDENTIALS: Message = Message {
     versions: (0, 0),
     flexible_from: 0,

@@ -878,6 +878,61 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                         .with_leader_epoch(2)])])
                 .into()
         }
+        ApiKey::ShareGroupHeartbeat => {
+            use kafka_protocol::messages::share_group_heartbeat_request::*;
+            ShareGroupHeartbeatRequest::default()
+                .with_group_id(kafka_protocol::messages::GroupId(s("g")))
+                .with_member_id(StrBytes::from_static_str("m"))
+                .with_rack_id(Some(StrBytes::from_static_str("r")))
+                .with_subscribed_topic_names(Some(vec![kafka_protocol::messages::TopicName(s("t")), kafka_protocol::messages::TopicName(s("u"))]))
+                .into()
+        }
+        ApiKey::ShareGroupDescribe => {
+            use kafka_protocol::messages::share_group_describe_request::*;
+            ShareGroupDescribeRequest::default()
+                .with_group_ids(vec![kafka_protocol::messages::GroupId(s("g")), kafka_protocol::messages::GroupId(s("h"))])
+                .with_include_authorized_operations(true)
+                .into()
+        }
+        ApiKey::ShareFetch => {
+            use kafka_protocol::messages::share_fetch_request::*;
+            ShareFetchRequest::default()
+                .with_group_id(Some(kafka_protocol::messages::GroupId(s("g"))))
+                .with_member_id(Some(StrBytes::from_static_str("m")))
+                .with_share_session_epoch(3)
+                .with_max_wait_ms(500)
+                .with_max_bytes(1 << 20)
+                .with_max_records(500)
+                .with_batch_size(500)
+                .with_topics(vec![FetchTopic::default()
+                    .with_topic_id(uuid::Uuid::from_u128(7))
+                    .with_partitions(vec![FetchPartition::default()
+                        .with_partition_index(3)
+                        .with_acknowledgement_batches(vec![AcknowledgementBatch::default()
+                            .with_first_offset(10)
+                            .with_last_offset(12)
+                            .with_acknowledge_types(vec![1, 2, 3])])])])
+                .with_forgotten_topics_data(vec![ForgottenTopic::default()
+                    .with_topic_id(uuid::Uuid::from_u128(8))
+                    .with_partitions(vec![0, 1])])
+                .into()
+        }
+        ApiKey::ShareAcknowledge => {
+            use kafka_protocol::messages::share_acknowledge_request::*;
+            ShareAcknowledgeRequest::default()
+                .with_group_id(Some(kafka_protocol::messages::GroupId(s("g"))))
+                .with_member_id(Some(StrBytes::from_static_str("m")))
+                .with_share_session_epoch(4)
+                .with_topics(vec![AcknowledgeTopic::default()
+                    .with_topic_id(uuid::Uuid::from_u128(7))
+                    .with_partitions(vec![AcknowledgePartition::default()
+                        .with_partition_index(3)
+                        .with_acknowledgement_batches(vec![AcknowledgementBatch::default()
+                            .with_first_offset(10)
+                            .with_last_offset(10)
+                            .with_acknowledge_types(vec![1])])])])
+                .into()
+        }
         other => panic!("no test builder for {other:?}"),
     }
 }

@@ -1,0 +1,148 @@
+//! Share groups in the group coordinator (KIP-932): ShareGroupHeartbeat and
+//! ShareGroupDescribe on the shard that holds the group, and the members'
+//! session expiry in the shard's timer. The membership rules are in
+//! `share::group`; what members consumed is the share coordinator's.
+//!
+//! A group id names one kind of group: a share heartbeat for a classic or
+//! consumer group, or a consumer heartbeat for a share group, gets
+//! GROUP_ID_NOT_FOUND, as Kafka answers "Group {} is not a share group."
+
+use super::{GroupService, ImageTopics, State};
+use crate::broker::{now_ms, Broker};
+use crate::group::GroupError;
+use crate::share::config::ShareGroupSettings;
+use crate::share::group::{GroupLimits, Heartbeat, HeartbeatError, HeartbeatResponse, ShareGroup};
+
+/// A ShareGroupHeartbeat's answer without error.
+pub struct ShareHeartbeatReply {
+    pub member_id: String,
+    pub heartbeat_interval_ms: i32,
+    pub response: HeartbeatResponse,
+}
+
+/// Kafka's error for each refusal of a share heartbeat, with its message.
+pub fn heartbeat_error(e: HeartbeatError) -> (GroupError, Option<&'static str>) {
+    match e {
+        HeartbeatError::InvalidRequest(why) => (GroupError::InvalidRequest, Some(why)),
+        HeartbeatError::UnknownMemberId => (GroupError::UnknownMemberId, None),
+        HeartbeatError::FencedMemberEpoch => (GroupError::FencedMemberEpoch, None),
+        HeartbeatError::GroupMaxSizeReached => (GroupError::GroupMaxSizeReached, None),
+    }
+}
+
+pub enum ShareHeartbeatError {
+    Group(GroupError),
+    Member(HeartbeatError),
+}
+
+impl From<GroupError> for ShareHeartbeatError {
+    fn from(e: GroupError) -> Self {
+        ShareHeartbeatError::Group(e)
+    }
+}
+
+fn settings(broker: &Broker, group_id: &str) -> ShareGroupSettings {
+    let image = broker.metadata.image();
+    let empty = Default::default();
+    ShareGroupSettings::resolve(
+        &broker.config.share,
+        image.group_configs.get(group_id).unwrap_or(&empty),
+    )
+}
+
+/// Whether `group_id` is a classic or consumer group in this shard.
+fn other_kind(st: &State, group_id: &str) -> bool {
+    st.classic.group(group_id).is_some() || st.consumer.group(group_id).is_some()
+}
+
+impl GroupService {
+    /// ShareGroupHeartbeat. A join (epoch 0) creates the group.
+    pub async fn share_heartbeat(
+        &self,
+        broker: &Broker,
+        group_id: &str,
+        heartbeat: Heartbeat,
+    ) -> Result<ShareHeartbeatReply, ShareHeartbeatError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId.into());
+        }
+        let image = ImageTopics(broker.metadata.image());
+        let s = settings(broker, group_id);
+        let limits = GroupLimits {
+            max_size: broker.config.share.max_size,
+            session_timeout_ms: s.session_timeout_ms,
+        };
+        let shard = self.shard(group_id)?;
+        let mut st = shard.lock().await?;
+        if other_kind(&st, group_id) {
+            return Err(GroupError::GroupIdNotFound.into());
+        }
+        if heartbeat.member_epoch != 0 && !st.share.contains_key(group_id) {
+            return Err(ShareHeartbeatError::Member(HeartbeatError::UnknownMemberId));
+        }
+        let member_id = heartbeat.member_id.clone();
+        let group = st
+            .share
+            .entry(group_id.to_string())
+            .or_insert_with(|| ShareGroup::new(group_id));
+        let topic = |name: &str| {
+            image
+                .0
+                .topics
+                .get(name)
+                .map(|t| (t.topic_id, t.partitions.len() as i32))
+        };
+        let r = group.heartbeat(heartbeat, topic, limits, now_ms());
+        if group.members.is_empty() && group.group_epoch == 0 {
+            // A join that failed leaves no group behind.
+            st.share.remove(group_id);
+        }
+        drop(st);
+        // The timer must see the new member's deadline.
+        shard.wake.notify_one();
+        let response = r.map_err(ShareHeartbeatError::Member)?;
+        Ok(ShareHeartbeatReply {
+            member_id,
+            heartbeat_interval_ms: s.heartbeat_interval_ms.clamp(0, i32::MAX as i64) as i32,
+            response,
+        })
+    }
+
+    /// ShareGroupDescribe: the group as it is now.
+    pub async fn share_describe(&self, group_id: &str) -> Result<ShareGroup, GroupError> {
+        let shard = self.shard(group_id)?;
+        let st = shard.lock().await?;
+        if other_kind(&st, group_id) {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        st.share
+            .get(group_id)
+            .cloned()
+            .ok_or(GroupError::GroupIdNotFound)
+    }
+}
+
+impl State {
+    /// Whether `group_id` is a share group here (so no other kind may take
+    /// the id).
+    pub(super) fn is_share_group(&self, group_id: &str) -> bool {
+        self.share.contains_key(group_id)
+    }
+
+    /// Ends the sessions of share-group members that stopped heartbeating.
+    pub(super) fn expire_share_members(&mut self, now: i64) {
+        for group in self.share.values_mut() {
+            for member in group.expire_members(now) {
+                tracing::info!(group = %group.group_id, member = %member, "share group member's session expired");
+            }
+        }
+    }
+
+    /// The earliest share member deadline, for the timer.
+    pub(super) fn next_share_deadline_ms(&self) -> Option<i64> {
+        self.share
+            .values()
+            .flat_map(|g| g.members.values().map(|m| m.deadline_ms))
+            .min()
+    }
+}

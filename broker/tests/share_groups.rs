@@ -1,0 +1,393 @@
+//! Share groups over the wire, as KafkaShareConsumer drives them (KIP-932):
+//! ShareGroupHeartbeat and ShareGroupDescribe on the group coordinator,
+//! ShareFetch and ShareAcknowledge with their share sessions on the
+//! partition's leader, and the records' states kept across a restart.
+
+mod common;
+
+use bytes::Bytes;
+use common::Client;
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::Compression;
+use kafka_protocol::ResponseError;
+use uuid::Uuid;
+
+const GROUP: &str = "sg";
+const ACCEPT: i8 = 1;
+const RELEASE: i8 = 2;
+const REJECT: i8 = 3;
+
+fn s(v: &str) -> StrBytes {
+    StrBytes::from_string(v.to_string())
+}
+
+fn code(e: ResponseError) -> i16 {
+    e.code()
+}
+
+async fn topic_id(c: &mut Client, topic: &str) -> Uuid {
+    let mut t = metadata_request::MetadataRequestTopic::default();
+    t.name = Some(TopicName(s(topic)));
+    let req = MetadataRequest::default().with_topics(Some(vec![t]));
+    let resp: MetadataResponse = c.call(ApiKey::Metadata, 12, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0);
+    resp.topics[0].topic_id
+}
+
+/// The group reads from the log start, as the scenarios set it.
+async fn earliest(c: &mut Client) {
+    const GROUP_RESOURCE: i8 = 32;
+    let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
+        incremental_alter_configs_request::AlterConfigsResource::default()
+            .with_resource_type(GROUP_RESOURCE)
+            .with_resource_name(s(GROUP))
+            .with_configs(vec![
+                incremental_alter_configs_request::AlterableConfig::default()
+                    .with_name(s("share.auto.offset.reset"))
+                    .with_config_operation(0)
+                    .with_value(Some(s("earliest"))),
+            ]),
+    ]);
+    let r: IncrementalAlterConfigsResponse = c.call(ApiKey::IncrementalAlterConfigs, 1, &req).await;
+    assert_eq!(r.responses[0].error_code, 0, "{r:?}");
+}
+
+/// Finds the group's coordinator, as a client does first: the lookup
+/// creates `__consumer_offsets`, and the group is served once it is loaded.
+async fn find_coordinator(c: &mut Client) {
+    let req = FindCoordinatorRequest::default().with_coordinator_keys(vec![s(GROUP)]);
+    for _ in 0..100 {
+        let r: FindCoordinatorResponse = c.call(ApiKey::FindCoordinator, 6, &req).await;
+        if r.coordinators[0].error_code == 0 {
+            let hb = heartbeat(c, "probe", 4, None).await;
+            if hb.error_code == code(ResponseError::UnknownMemberId) {
+                return;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    panic!("no group coordinator");
+}
+
+async fn heartbeat(
+    c: &mut Client,
+    member: &str,
+    epoch: i32,
+    topics: Option<&[&str]>,
+) -> ShareGroupHeartbeatResponse {
+    let req = ShareGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_member_id(s(member))
+        .with_member_epoch(epoch)
+        .with_subscribed_topic_names(topics.map(|ts| ts.iter().map(|t| TopicName(s(t))).collect()));
+    c.call(ApiKey::ShareGroupHeartbeat, 1, &req).await
+}
+
+/// (first, last, acknowledge types)
+type Ack<'a> = (i64, i64, &'a [i8]);
+
+fn ack_batches(acks: &[Ack<'_>]) -> Vec<share_fetch_request::AcknowledgementBatch> {
+    acks.iter()
+        .map(|(first, last, types)| {
+            share_fetch_request::AcknowledgementBatch::default()
+                .with_first_offset(*first)
+                .with_last_offset(*last)
+                .with_acknowledge_types(types.to_vec())
+        })
+        .collect()
+}
+
+/// One ShareFetch of partition 0 of `topic` (none when `topic` is None).
+async fn share_fetch(
+    c: &mut Client,
+    member: &str,
+    epoch: i32,
+    topic: Option<Uuid>,
+    acks: &[Ack<'_>],
+    max_wait_ms: i32,
+) -> ShareFetchResponse {
+    let topics = topic
+        .map(|t| {
+            vec![share_fetch_request::FetchTopic::default()
+                .with_topic_id(t)
+                .with_partitions(vec![share_fetch_request::FetchPartition::default()
+                    .with_partition_index(0)
+                    .with_acknowledgement_batches(ack_batches(acks))])]
+        })
+        .unwrap_or_default();
+    let req = ShareFetchRequest::default()
+        .with_group_id(Some(GroupId(s(GROUP))))
+        .with_member_id(Some(s(member)))
+        .with_share_session_epoch(epoch)
+        .with_max_wait_ms(max_wait_ms)
+        .with_min_bytes(1)
+        .with_max_bytes(1 << 20)
+        .with_max_records(500)
+        .with_batch_size(500)
+        .with_topics(topics);
+    c.call(ApiKey::ShareFetch, 1, &req).await
+}
+
+async fn share_ack(
+    c: &mut Client,
+    member: &str,
+    epoch: i32,
+    topic: Uuid,
+    acks: &[Ack<'_>],
+) -> ShareAcknowledgeResponse {
+    let batches = acks
+        .iter()
+        .map(|(first, last, types)| {
+            share_acknowledge_request::AcknowledgementBatch::default()
+                .with_first_offset(*first)
+                .with_last_offset(*last)
+                .with_acknowledge_types(types.to_vec())
+        })
+        .collect();
+    let req = ShareAcknowledgeRequest::default()
+        .with_group_id(Some(GroupId(s(GROUP))))
+        .with_member_id(Some(s(member)))
+        .with_share_session_epoch(epoch)
+        .with_topics(vec![share_acknowledge_request::AcknowledgeTopic::default()
+            .with_topic_id(topic)
+            .with_partitions(vec![
+                share_acknowledge_request::AcknowledgePartition::default()
+                    .with_partition_index(0)
+                    .with_acknowledgement_batches(batches),
+            ])]);
+    c.call(ApiKey::ShareAcknowledge, 1, &req).await
+}
+
+/// The acquired runs (first, last, delivery count) of a fetch's only
+/// partition, and the values of the records it delivered in them.
+fn acquired(resp: &ShareFetchResponse) -> (Vec<(i64, i64, i16)>, Vec<String>) {
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    let Some(p) = resp.responses.first().and_then(|t| t.partitions.first()) else {
+        return (vec![], vec![]);
+    };
+    assert_eq!(p.error_code, 0, "{p:?}");
+    let runs: Vec<(i64, i64, i16)> = p
+        .acquired_records
+        .iter()
+        .map(|a| (a.first_offset, a.last_offset, a.delivery_count))
+        .collect();
+    let values = common::values(&p.records)
+        .into_iter()
+        .filter(|(o, _)| runs.iter().any(|(f, l, _)| f <= o && o <= l))
+        .map(|(_, v)| v)
+        .collect();
+    (runs, values)
+}
+
+fn ack_code(resp: &ShareFetchResponse) -> i16 {
+    assert_eq!(resp.error_code, 0, "{resp:?}");
+    resp.responses[0].partitions[0].acknowledge_error_code
+}
+
+async fn produce(c: &mut Client, values: &[&str]) {
+    let batch: Bytes = common::batch(values, Compression::None, None);
+    assert_eq!(c.produce("t", 0, -1, batch).await.error_code, 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_acquire_acknowledge_and_release_records_and_their_states_survive_a_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(
+        dir.path(),
+        &[("share.coordinator.state.topic.num.partitions", "2")],
+    );
+    let running = broker::start(cfg.clone()).await.unwrap();
+    let mut c = Client::connect(running.local_addr).await;
+    assert_eq!(c.create_topic("t", 1, &[]).await, 0);
+    let t = topic_id(&mut c, "t").await;
+    earliest(&mut c).await;
+    find_coordinator(&mut c).await;
+    produce(&mut c, &["a0", "a1", "a2", "a3", "a4"]).await;
+    produce(&mut c, &["b5", "b6", "b7", "b8", "b9"]).await;
+
+    // The coordinator assigns the partition to the member.
+    let hb = heartbeat(&mut c, "m1", 0, Some(&["t"])).await;
+    assert_eq!((hb.error_code, hb.member_epoch), (0, 1), "{hb:?}");
+    let assigned = hb.assignment.expect("an assignment");
+    assert_eq!(assigned.topic_partitions[0].topic_id, t);
+    assert_eq!(assigned.topic_partitions[0].partitions, vec![0]);
+
+    // Opening a session acquires everything, delivered once.
+    let r = share_fetch(&mut c, "m1", 0, Some(t), &[], 500).await;
+    assert_eq!(r.acquisition_lock_timeout_ms, 30_000);
+    let (runs, values) = acquired(&r);
+    assert_eq!(runs, vec![(0, 9, 1)]);
+    assert_eq!(values.len(), 10);
+
+    // Session errors are the whole request's.
+    let r = share_fetch(&mut c, "m1", 7, Some(t), &[], 0).await;
+    assert_eq!(r.error_code, code(ResponseError::InvalidShareSessionEpoch));
+    let r = share_fetch(&mut c, "nobody", 3, Some(t), &[], 0).await;
+    assert_eq!(r.error_code, code(ResponseError::ShareSessionNotFound));
+    let r = share_fetch(&mut c, "m1", 0, Some(t), &[(0, 0, &[ACCEPT])], 0).await;
+    assert_eq!(r.error_code, code(ResponseError::InvalidRequest));
+    // A refused request leaves m1's session (at epoch 1) as it was.
+
+    // Accept 0-2, release 3-4, reject 5.
+    let r = share_ack(
+        &mut c,
+        "m1",
+        1,
+        t,
+        &[(0, 2, &[ACCEPT]), (3, 4, &[RELEASE]), (5, 5, &[REJECT])],
+    )
+    .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+    // A record no longer held cannot be acknowledged again; nothing of the
+    // request is applied.
+    let r = share_ack(&mut c, "m1", 2, t, &[(0, 0, &[ACCEPT]), (6, 6, &[ACCEPT])]).await;
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        code(ResponseError::InvalidRecordState)
+    );
+
+    // The released records come back, delivered twice; 6-9 are still m1's.
+    let (runs, values) = acquired(&share_fetch(&mut c, "m1", 3, Some(t), &[], 500).await);
+    assert_eq!(runs, vec![(3, 4, 2)]);
+    assert_eq!(values, vec!["a3", "a4"]);
+
+    // Another member finds nothing to acquire and waits its max_wait_ms.
+    let started = std::time::Instant::now();
+    let (runs, _) = acquired(&share_fetch(&mut c, "m2", 0, Some(t), &[], 300).await);
+    assert!(runs.is_empty());
+    assert!(started.elapsed() >= std::time::Duration::from_millis(250));
+
+    // m1 accepts 3 with its next fetch, then closes its session: what it
+    // still held (4, 6-9) is available again, and m2 takes it.
+    let r = share_fetch(&mut c, "m1", 4, Some(t), &[(3, 3, &[ACCEPT])], 0).await;
+    assert_eq!(ack_code(&r), 0);
+    let r = share_fetch(&mut c, "m1", -1, None, &[], 0).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    let (runs, values) = acquired(&share_fetch(&mut c, "m2", 1, Some(t), &[], 500).await);
+    assert_eq!(runs, vec![(4, 4, 3), (6, 9, 2)]);
+    assert_eq!(values, vec!["a4", "b6", "b7", "b8", "b9"]);
+    let r = share_ack(&mut c, "m2", 2, t, &[(4, 4, &[ACCEPT]), (6, 9, &[ACCEPT])]).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+    drop(c);
+    running.shutdown().await;
+
+    // After a restart no accepted or rejected record comes back: only new
+    // ones.
+    let running = broker::start(cfg).await.unwrap();
+    let mut c = Client::connect(running.local_addr).await;
+    produce(&mut c, &["c10", "c11"]).await;
+    let mut runs = vec![];
+    for _ in 0..50 {
+        let r = share_fetch(&mut c, "m3", 0, Some(t), &[], 500).await;
+        let p = r.responses.first().and_then(|t| t.partitions.first());
+        // The partition's leadership and the share coordinator come back
+        // after the start; until then the answer is retriable.
+        if p.is_some_and(|p| p.error_code != 0) {
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            continue;
+        }
+        runs = acquired(&r).0;
+        break;
+    }
+    assert_eq!(runs, vec![(10, 11, 1)]);
+    running.shutdown().await;
+}
+
+async fn describe(c: &mut Client, groups: &[&str]) -> ShareGroupDescribeResponse {
+    let req = ShareGroupDescribeRequest::default()
+        .with_group_ids(groups.iter().map(|g| GroupId(s(g))).collect());
+    c.call(ApiKey::ShareGroupDescribe, 1, &req).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn members_join_share_partitions_and_leave_and_the_group_is_listed_and_deleted() {
+    let b = common::start(&[]).await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("t", 2, &[]).await, 0);
+    assert_eq!(c.create_topic("u", 1, &[]).await, 0);
+    find_coordinator(&mut c).await;
+
+    let r = heartbeat(&mut c, "m1", 0, Some(&["t", "u"])).await;
+    assert_eq!((r.error_code, r.member_epoch), (0, 1));
+    assert_eq!(r.heartbeat_interval_ms, 5_000);
+    let r = heartbeat(&mut c, "m2", 0, Some(&["t", "u"])).await;
+    assert_eq!((r.error_code, r.member_epoch), (0, 2));
+    // m1 is told the new epoch and its new assignment.
+    let r = heartbeat(&mut c, "m1", 1, None).await;
+    assert_eq!(r.member_epoch, 2);
+    let parts: Vec<usize> = r
+        .assignment
+        .expect("new assignment")
+        .topic_partitions
+        .iter()
+        .map(|tp| tp.partitions.len())
+        .collect();
+    assert_eq!(parts, vec![1, 1], "t split, u shared");
+    assert_eq!(
+        heartbeat(&mut c, "m1", 1, None).await.error_code,
+        code(ResponseError::FencedMemberEpoch)
+    );
+    assert_eq!(
+        heartbeat(&mut c, "ghost", 4, None).await.error_code,
+        code(ResponseError::UnknownMemberId)
+    );
+    assert_eq!(
+        heartbeat(&mut c, "m3", 0, None).await.error_code,
+        code(ResponseError::InvalidRequest)
+    );
+
+    let d = describe(&mut c, &[GROUP, "missing"]).await;
+    let g = &d.groups[0];
+    assert_eq!((g.error_code, g.group_state.as_str()), (0, "Stable"));
+    assert_eq!((g.group_epoch, g.assignment_epoch), (2, 2));
+    assert_eq!(g.members.len(), 2);
+    assert_eq!(g.members[0].assignment.topic_partitions.len(), 2);
+    assert!(g.members[0]
+        .assignment
+        .topic_partitions
+        .iter()
+        .any(|tp| tp.topic_name.as_str() == "u"));
+    assert_eq!(d.groups[1].error_code, code(ResponseError::GroupIdNotFound));
+
+    // Listed as a share group, and only when share groups are asked for.
+    let list = |types: Vec<&str>| {
+        ListGroupsRequest::default().with_types_filter(types.into_iter().map(s).collect())
+    };
+    let r: ListGroupsResponse = c.call(ApiKey::ListGroups, 5, &list(vec!["share"])).await;
+    assert_eq!(r.groups.len(), 1);
+    assert_eq!(
+        (
+            r.groups[0].group_type.as_str(),
+            r.groups[0].group_state.as_str()
+        ),
+        ("share", "Stable")
+    );
+    let r: ListGroupsResponse = c.call(ApiKey::ListGroups, 5, &list(vec!["classic"])).await;
+    assert!(r.groups.is_empty());
+
+    // A share group's id is not a consumer group's.
+    let cg = ConsumerGroupHeartbeatRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_member_id(s("c1"))
+        .with_member_epoch(0)
+        .with_rebalance_timeout_ms(30_000)
+        .with_subscribed_topic_names(Some(vec![TopicName(s("t"))]))
+        .with_topic_partitions(Some(vec![]));
+    let r: ConsumerGroupHeartbeatResponse = c.call(ApiKey::ConsumerGroupHeartbeat, 0, &cg).await;
+    assert_eq!(r.error_code, code(ResponseError::GroupIdNotFound));
+
+    // Not deleted while members remain; deleted once they left.
+    let delete = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(GROUP))]);
+    let r: DeleteGroupsResponse = c.call(ApiKey::DeleteGroups, 2, &delete).await;
+    assert_eq!(r.results[0].error_code, code(ResponseError::NonEmptyGroup));
+    assert_eq!(heartbeat(&mut c, "m1", -1, None).await.member_epoch, -1);
+    assert_eq!(heartbeat(&mut c, "m2", -1, None).await.member_epoch, -1);
+    let d = describe(&mut c, &[GROUP, "missing"]).await;
+    assert_eq!(d.groups[0].group_state.as_str(), "Empty");
+    let r: DeleteGroupsResponse = c.call(ApiKey::DeleteGroups, 2, &delete).await;
+    assert_eq!(r.results[0].error_code, 0);
+    let d = describe(&mut c, &[GROUP, "missing"]).await;
+    assert_eq!(d.groups[0].error_code, code(ResponseError::GroupIdNotFound));
+}
