@@ -10,6 +10,7 @@ usage() {
   echo "       kafka-get-offsets kafka-consumer-groups kafka-delete-records" >&2
   echo "       kafka-producer-perf-test kafka-consumer-perf-test kafka-e2e-latency kafka-storage" >&2
   echo "       kafka-broker-api-versions kafka-metadata-quorum kafka-transactions kafka-acls" >&2
+  echo "       kafka-share-groups kafka-console-share-consumer" >&2
   exit 2
 }
 [[ $# -ge 1 ]] || usage
@@ -31,6 +32,8 @@ case "$tool" in
   kafka-metadata-quorum) main=org.apache.kafka.tools.MetadataQuorumCommand ;;
   kafka-transactions) main=org.apache.kafka.tools.TransactionsCommand ;;
   kafka-acls) main=org.apache.kafka.tools.AclCommand ;;
+  kafka-share-groups) main=org.apache.kafka.tools.consumer.group.ShareGroupCommand ;;
+  kafka-console-share-consumer) main=org.apache.kafka.tools.consumer.ConsoleShareConsumer ;;
   *) usage ;;
 esac
 compgen -G "$KAFKA_LIBS/*.jar" >/dev/null || die "no Kafka jars in $KAFKA_LIBS; run install.sh kafka"

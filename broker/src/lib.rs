@@ -391,7 +391,9 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
                 tokio::select! {
                     _ = rx.changed() => return,
                     _ = tick.tick() => {
-                        broker.share_leaders.forget_moved(&broker);
+                        broker.share_leaders.expire_sessions(&broker).await;
+                        let in_use = broker.share_sessions.lock().expect("poisoned").in_use();
+                        broker.share_leaders.unload(&broker, &in_use);
                         broker.share_leaders.expire_locks(&broker).await;
                         if tokio::time::Instant::now() >= next_cold {
                             broker.share_state.snapshot_cold(cold_every).await;

@@ -391,3 +391,144 @@ async fn members_join_share_partitions_and_leave_and_the_group_is_listed_and_del
     let d = describe(&mut c, &[GROUP, "missing"]).await;
     assert_eq!(d.groups[0].error_code, code(ResponseError::GroupIdNotFound));
 }
+
+async fn describe_offsets(
+    c: &mut Client,
+    topics: Option<&[&str]>,
+) -> describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup {
+    use describe_share_group_offsets_request::*;
+    let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(GroupId(s(GROUP)))
+            .with_topics(topics.map(|ts| {
+                ts.iter()
+                    .map(|t| {
+                        DescribeShareGroupOffsetsRequestTopic::default()
+                            .with_topic_name(TopicName(s(t)))
+                            .with_partitions(vec![0])
+                    })
+                    .collect()
+            })),
+    ]);
+    let mut r: DescribeShareGroupOffsetsResponse =
+        c.call(ApiKey::DescribeShareGroupOffsets, 0, &req).await;
+    r.groups.remove(0)
+}
+
+/// (topic, partition 0's start offset) of a described group.
+fn starts(
+    g: &describe_share_group_offsets_response::DescribeShareGroupOffsetsResponseGroup,
+) -> Vec<(String, i64)> {
+    assert_eq!(g.error_code, 0, "{g:?}");
+    g.topics
+        .iter()
+        .map(|t| {
+            assert_eq!(t.partitions[0].error_code, 0, "{t:?}");
+            (t.topic_name.to_string(), t.partitions[0].start_offset)
+        })
+        .collect()
+}
+
+async fn alter_offsets(c: &mut Client, topic: &str, start: i64) -> AlterShareGroupOffsetsResponse {
+    use alter_share_group_offsets_request::*;
+    let req = AlterShareGroupOffsetsRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_topics(vec![AlterShareGroupOffsetsRequestTopic::default()
+            .with_topic_name(TopicName(s(topic)))
+            .with_partitions(vec![
+                AlterShareGroupOffsetsRequestPartition::default()
+                    .with_partition_index(0)
+                    .with_start_offset(start),
+            ])]);
+    c.call(ApiKey::AlterShareGroupOffsets, 0, &req).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_closed_connection_releases_its_records_and_offsets_are_described_reset_and_deleted() {
+    let b = common::start(&[("share.coordinator.state.topic.num.partitions", "2")]).await;
+    let addr = b.running.local_addr;
+    let mut c = Client::connect(addr).await;
+    assert_eq!(c.create_topic("t", 1, &[]).await, 0);
+    let t = topic_id(&mut c, "t").await;
+    earliest(&mut c).await;
+    find_coordinator(&mut c).await;
+    produce(&mut c, &["a0", "a1", "a2", "a3", "a4"]).await;
+
+    // m1, on a connection of its own, takes everything and accepts 0-1.
+    assert_eq!(heartbeat(&mut c, "m1", 0, Some(&["t"])).await.error_code, 0);
+    let mut m1 = Client::connect(addr).await;
+    let (runs, _) = acquired(&share_fetch(&mut m1, "m1", 0, Some(t), &[], 500).await);
+    assert_eq!(runs, vec![(0, 4, 1)]);
+    let r = share_ack(&mut m1, "m1", 1, t, &[(0, 1, &[ACCEPT])]).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    let (runs, _) = acquired(&share_fetch(&mut c, "m2", 0, Some(t), &[], 100).await);
+    assert!(runs.is_empty());
+    // Its connection closes: 2-4 are m2's long before their locks (30 s)
+    // would have run out.
+    drop(m1);
+    let started = std::time::Instant::now();
+    let (runs, _) = acquired(&share_fetch(&mut c, "m2", 1, Some(t), &[], 5_000).await);
+    assert_eq!(runs, vec![(2, 4, 2)]);
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
+    let r = share_ack(&mut c, "m2", 2, t, &[(2, 4, &[ACCEPT])]).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    assert_eq!(
+        share_fetch(&mut c, "m2", -1, None, &[], 0).await.error_code,
+        0
+    );
+
+    // The group's offsets: every partition it was assigned, or those named.
+    let g = describe_offsets(&mut c, None).await;
+    assert_eq!(starts(&g), vec![("t".to_string(), 5)]);
+    assert!(g.topics[0].partitions[0].leader_epoch >= 0);
+    let g = describe_offsets(&mut c, Some(&["missing"])).await;
+    assert_eq!(
+        g.topics[0].partitions[0].error_code,
+        code(ResponseError::UnknownTopicOrPartition)
+    );
+
+    // Reset while m1 is a member: refused; once it left, records from 1 on
+    // are delivered again, as never delivered.
+    let r = alter_offsets(&mut c, "t", 1).await;
+    assert_eq!(r.error_code, code(ResponseError::NonEmptyGroup));
+    assert_eq!(heartbeat(&mut c, "m1", -1, None).await.member_epoch, -1);
+    let r = alter_offsets(&mut c, "t", 1).await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+    assert_eq!(r.responses[0].topic_id, t);
+    assert_eq!(
+        starts(&describe_offsets(&mut c, None).await),
+        vec![("t".to_string(), 1)]
+    );
+    let (runs, values) = acquired(&share_fetch(&mut c, "m3", 0, Some(t), &[], 500).await);
+    assert_eq!(runs, vec![(1, 4, 1)]);
+    assert_eq!(values, vec!["a1", "a2", "a3", "a4"]);
+    assert_eq!(
+        share_fetch(&mut c, "m3", -1, None, &[], 0).await.error_code,
+        0
+    );
+
+    // Deleting the offsets forgets the topic's state.
+    use delete_share_group_offsets_request::*;
+    let req = DeleteShareGroupOffsetsRequest::default()
+        .with_group_id(GroupId(s(GROUP)))
+        .with_topics(vec![
+            DeleteShareGroupOffsetsRequestTopic::default().with_topic_name(TopicName(s("t")))
+        ]);
+    let r: DeleteShareGroupOffsetsResponse = c.call(ApiKey::DeleteShareGroupOffsets, 0, &req).await;
+    assert_eq!((r.error_code, r.responses[0].error_code), (0, 0), "{r:?}");
+    assert!(starts(&describe_offsets(&mut c, None).await).is_empty());
+    assert_eq!(
+        starts(&describe_offsets(&mut c, Some(&["t"])).await),
+        vec![("t".to_string(), -1)]
+    );
+
+    // Deleting the group: its offsets are gone with it.
+    let delete = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(GROUP))]);
+    let r: DeleteGroupsResponse = c.call(ApiKey::DeleteGroups, 2, &delete).await;
+    assert_eq!(r.results[0].error_code, 0);
+    assert_eq!(
+        describe_offsets(&mut c, None).await.error_code,
+        code(ResponseError::GroupIdNotFound)
+    );
+}

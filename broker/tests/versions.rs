@@ -485,6 +485,17 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
                 .with_share_session_epoch(5),
             version,
         ),
+        ApiKey::DescribeShareGroupOffsets => {
+            enc(DescribeShareGroupOffsetsRequest::default(), version)
+        }
+        ApiKey::AlterShareGroupOffsets => enc(
+            AlterShareGroupOffsetsRequest::default().with_group_id(GroupId(s("g"))),
+            version,
+        ),
+        ApiKey::DeleteShareGroupOffsets => enc(
+            DeleteShareGroupOffsetsRequest::default().with_group_id(GroupId(s("g"))),
+            version,
+        ),
         other => panic!("no sweep request for {other:?}: add one when adding the API"),
     }
 }

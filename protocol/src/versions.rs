@@ -118,6 +118,11 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::ShareGroupDescribe, 1, 1),
     ApiRange::new(ApiKey::ShareFetch, 1, 1),
     ApiRange::new(ApiKey::ShareAcknowledge, 1, 1),
+    // kafka-share-groups.sh --describe / --reset-offsets / --delete-offsets.
+    // Kafka 4.4 serves DescribeShareGroupOffsets up to v1 (v1 adds the lag).
+    ApiRange::new(ApiKey::DescribeShareGroupOffsets, 0, 0),
+    ApiRange::new(ApiKey::AlterShareGroupOffsets, 0, 0),
+    ApiRange::new(ApiKey::DeleteShareGroupOffsets, 0, 0),
     // The share coordinator's APIs (KIP-932), between brokers. Kafka 4.4
     // serves WriteShareGroupState and ReadShareGroupStateSummary up to v1
     // (v1 adds the delivery-complete count), which kafka-protocol 0.18

@@ -122,6 +122,84 @@ impl GroupService {
     }
 }
 
+/// The share-partitions of a group, by topic id.
+pub type SharePartitions = std::collections::BTreeMap<uuid::Uuid, std::collections::BTreeSet<i32>>;
+
+impl GroupService {
+    /// The share-partitions whose state `group_id` may have
+    /// (DescribeShareGroupOffsets for every topic, DeleteGroups).
+    pub async fn share_partitions(&self, group_id: &str) -> Result<SharePartitions, GroupError> {
+        let shard = self.shard(group_id)?;
+        let st = shard.lock().await?;
+        if other_kind(&st, group_id) {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        st.share
+            .get(group_id)
+            .map(|g| g.initialized.clone())
+            .ok_or(GroupError::GroupIdNotFound)
+    }
+
+    /// Before AlterShareGroupOffsets: the group must have no members (it is
+    /// created if it does not exist, so offsets can be set before anyone
+    /// consumes); `partitions` become the group's.
+    pub async fn share_alter_offsets(
+        &self,
+        group_id: &str,
+        partitions: &[(uuid::Uuid, i32)],
+    ) -> Result<(), GroupError> {
+        if group_id.is_empty() {
+            return Err(GroupError::InvalidGroupId);
+        }
+        let shard = self.shard(group_id)?;
+        let mut st = shard.lock().await?;
+        if other_kind(&st, group_id) {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        let group = st
+            .share
+            .entry(group_id.to_string())
+            .or_insert_with(|| ShareGroup::new(group_id));
+        if !group.members.is_empty() {
+            return Err(GroupError::NonEmptyGroup);
+        }
+        for (topic_id, partition) in partitions {
+            group
+                .initialized
+                .entry(*topic_id)
+                .or_default()
+                .insert(*partition);
+        }
+        Ok(())
+    }
+
+    /// Before DeleteShareGroupOffsets: the group must exist and have no
+    /// members; the topics stop being the group's. Returns their
+    /// share-partitions, whose state the caller deletes.
+    pub async fn share_delete_offsets(
+        &self,
+        group_id: &str,
+        topics: &[uuid::Uuid],
+    ) -> Result<SharePartitions, GroupError> {
+        let shard = self.shard(group_id)?;
+        let mut st = shard.lock().await?;
+        if other_kind(&st, group_id) {
+            return Err(GroupError::GroupIdNotFound);
+        }
+        let group = st
+            .share
+            .get_mut(group_id)
+            .ok_or(GroupError::GroupIdNotFound)?;
+        if !group.members.is_empty() {
+            return Err(GroupError::NonEmptyGroup);
+        }
+        Ok(topics
+            .iter()
+            .filter_map(|t| group.initialized.remove(t).map(|p| (*t, p)))
+            .collect())
+    }
+}
+
 impl State {
     /// Whether `group_id` is a share group here (so no other kind may take
     /// the id).

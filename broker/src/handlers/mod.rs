@@ -37,6 +37,7 @@ mod produce;
 mod scram;
 mod share_fetch;
 mod share_group;
+mod share_offsets;
 mod share_state;
 mod sync_group;
 mod txn;
@@ -81,6 +82,9 @@ pub struct RequestContext {
     /// Who the connection authenticated as: `User:<name>`, or
     /// `User:ANONYMOUS`.
     pub principal: std::sync::Arc<str>,
+    /// This connection's number, unique in the process (share sessions end
+    /// with the connection that opened them).
+    pub connection_id: u64,
 }
 
 pub async fn dispatch(
@@ -720,6 +724,15 @@ pub async fn dispatch(
         )),
         R::ShareAcknowledge(r) => Reply::Respond(S::ShareAcknowledge(
             share_fetch::acknowledge(broker, ctx, authz, r).await,
+        )),
+        R::DescribeShareGroupOffsets(r) => Reply::Respond(S::DescribeShareGroupOffsets(
+            share_offsets::describe(broker, authz, r).await,
+        )),
+        R::AlterShareGroupOffsets(r) => Reply::Respond(S::AlterShareGroupOffsets(
+            share_offsets::alter(broker, authz, r).await,
+        )),
+        R::DeleteShareGroupOffsets(r) => Reply::Respond(S::DeleteShareGroupOffsets(
+            share_offsets::delete(broker, authz, r).await,
         )),
         // The share coordinator's APIs, between brokers: CLUSTER_ACTION.
         R::InitializeShareGroupState(r) => Reply::Respond(S::InitializeShareGroupState(

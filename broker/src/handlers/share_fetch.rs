@@ -222,6 +222,13 @@ pub async fn fetch(
         !acks.is_empty(),
         now_ms(),
     );
+    if req.share_session_epoch == crate::share::session::INITIAL_EPOCH && context.is_ok() {
+        broker
+            .share_sessions
+            .lock()
+            .expect("poisoned")
+            .bind(&group, &member, ctx.connection_id);
+    }
     let context = match context {
         Ok(c) => c,
         Err(e) => {

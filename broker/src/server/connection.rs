@@ -275,6 +275,15 @@ pub async fn run(
     .await
 }
 
+/// The connection as each of its requests names it.
+struct ClientAddr {
+    /// `/` + IP, as Kafka reports a client's host.
+    host: String,
+    ip: Option<IpAddr>,
+    /// Unique in the process.
+    connection_id: u64,
+}
+
 /// Who is on the other end, as the transport knows it.
 struct Peer {
     ip: Option<IpAddr>,
@@ -294,8 +303,12 @@ async fn serve<R: ReadSource, W: ResponseSink>(
     limits: ReadLimits,
     mut shutdown: watch::Receiver<bool>,
 ) -> Result<(), ConnectionError> {
-    let client_ip = peer.ip;
-    let client_host = client_ip.map(|ip| format!("/{ip}")).unwrap_or_default();
+    static NEXT_CONNECTION_ID: AtomicU64 = AtomicU64::new(0);
+    let client = ClientAddr {
+        host: peer.ip.map(|ip| format!("/{ip}")).unwrap_or_default(),
+        ip: peer.ip,
+        connection_id: NEXT_CONNECTION_ID.fetch_add(1, Ordering::Relaxed),
+    };
     let mut session = Session::new(&broker, listener.clone(), peer.tls_principal);
     let authenticated = Arc::new(AtomicBool::new(session.authenticated()));
     let (tx, mut rx) =
@@ -363,8 +376,7 @@ async fn serve<R: ReadSource, W: ResponseSink>(
                     &broker,
                     &listener,
                     session.principal(),
-                    &client_host,
-                    client_ip,
+                    &client,
                     *request,
                     frame_bytes,
                 )
@@ -424,6 +436,10 @@ async fn serve<R: ReadSource, W: ResponseSink>(
         }
     };
     reader.abort();
+    broker
+        .share_leaders
+        .close_connection(&broker, client.connection_id)
+        .await;
     result
 }
 
@@ -680,8 +696,7 @@ async fn handle_request(
     broker: &Broker,
     listener: &ListenerContext,
     principal: &Arc<str>,
-    client_host: &str,
-    client_ip: Option<IpAddr>,
+    client: &ClientAddr,
     request: Request,
     frame_bytes: usize,
 ) -> Result<Handled, ConnectionError> {
@@ -697,10 +712,11 @@ async fn handle_request(
             .as_ref()
             .map(|c| c.to_string())
             .unwrap_or_default(),
-        client_host: client_host.to_string(),
-        client_ip,
+        client_host: client.host.clone(),
+        client_ip: client.ip,
         listener: listener.name.clone(),
         principal: principal.clone(),
+        connection_id: client.connection_id,
     };
     let quota_usage = crate::quota::usage::before(broker, api_key, version, &request.body);
     // With quotas on, the handler's busy time is measured for request_percentage.

@@ -86,6 +86,11 @@ pub struct ShareGroup {
     pub members: BTreeMap<String, Member>,
     /// The subscribed topics as last assigned: name to (id, partitions).
     topics: BTreeMap<String, (Uuid, i32)>,
+    /// Every share-partition ever assigned (or whose offsets were altered),
+    /// by topic id: those whose state the share coordinator may hold
+    /// (Kafka's `ShareGroupStatePartitionMetadata`), which
+    /// DescribeShareGroupOffsets lists and DeleteGroups deletes.
+    pub initialized: BTreeMap<Uuid, BTreeSet<i32>>,
 }
 
 impl ShareGroup {
@@ -266,6 +271,10 @@ impl ShareGroup {
                 .collect();
             for (member, parts) in assign_topic(&subscribers, partitions) {
                 if !parts.is_empty() {
+                    self.initialized
+                        .entry(topic_id)
+                        .or_default()
+                        .extend(parts.iter().copied());
                     self.members
                         .get_mut(&member)
                         .expect("a subscriber")
@@ -438,6 +447,9 @@ mod tests {
         assert_eq!(g.members["m3"].assignment, parts(&[0, 1], &[]));
         assert_eq!(g.expire(topics, 1_500), vec!["m3".to_string()]);
         assert_eq!(g.state(), "Empty");
+        // What was assigned stays the group's, members or not.
+        assert_eq!(g.initialized.get(&id("a")), Some(&BTreeSet::from([0, 1])));
+        assert_eq!(g.initialized.get(&id("b")), None);
     }
 
     #[test]

@@ -133,7 +133,16 @@ impl ShareLeaders {
         let mut next = loaded.partition.clone();
         next.acknowledge(member, batches, now_ms())
             .map_err(LeaderError::Ack)?;
-        persist(broker, group, loaded, next).await
+        let written = persist(broker, group, loaded, next).await;
+        if let Err(LeaderError::State(
+            ShareCoordError::FencedStateEpoch | ShareCoordError::FencedLeaderEpoch,
+        )) = written
+        {
+            // Stale (the offsets were altered, or a newer leader wrote):
+            // the next operation loads the coordinator's state.
+            *guard = None;
+        }
+        written
     }
 
     /// Acquires records of `tp` for `member`: reads the log from the
@@ -272,22 +281,77 @@ impl ShareLeaders {
         expired
     }
 
-    /// Drops the share-partitions of partitions this node no longer leads
-    /// at the epoch they were loaded at.
-    pub fn forget_moved(&self, broker: &Broker) {
+    /// Ends the share sessions unused for a share session timeout (their
+    /// member stopped fetching without closing them): what their members
+    /// held is available again.
+    pub async fn expire_sessions(&self, broker: &Broker) {
+        let idle_before = now_ms() - broker.config.share.session_timeout_ms.default;
+        let idle = broker
+            .share_sessions
+            .lock()
+            .expect("poisoned")
+            .expire(idle_before);
+        for (group, member, _) in idle {
+            tracing::info!(group, member, "share session expired");
+            if let Err(e) = self.release_member(broker, &group, &member).await {
+                tracing::info!(group, member, error = %e, "releasing an expired session's records failed");
+            }
+        }
+    }
+
+    /// Forgets the loaded share-partition of `group` on `tp` (its state was
+    /// reset or deleted): the next fetch loads the coordinator's.
+    pub fn forget(&self, group: &str, tp: &TopicPartition) {
+        self.parts
+            .lock()
+            .expect("poisoned")
+            .remove(&(group.to_string(), tp.clone()));
+    }
+
+    /// Ends the share sessions `connection` opened, which closed (as Kafka
+    /// does on a disconnect): what their members held is available again
+    /// at once, not when the locks run out.
+    pub async fn close_connection(&self, broker: &Broker, connection: u64) {
+        let gone = broker
+            .share_sessions
+            .lock()
+            .expect("poisoned")
+            .close_connection(connection);
+        for (group, member) in gone {
+            if let Err(e) = self.release_member(broker, &group, &member).await {
+                tracing::info!(group, member, error = %e, "releasing a disconnected member's records failed");
+            }
+        }
+    }
+
+    /// Drops the share-partitions that need not stay loaded: those of
+    /// partitions this node no longer leads at the epoch they were loaded
+    /// at, and those no share session fetches and with nothing acquired
+    /// (reloaded from the share coordinator when fetched again, so an
+    /// AlterShareGroupOffsets or a deletion is seen). `in_use` are the
+    /// (group, (topic id, partition)) the sessions fetch.
+    pub fn unload(
+        &self,
+        broker: &Broker,
+        in_use: &std::collections::HashSet<(String, (Uuid, i32))>,
+    ) {
         let mut parts = self.parts.lock().expect("poisoned");
-        parts.retain(|(_, tp), entry| {
+        parts.retain(|(group, tp), entry| {
             let Ok(mut guard) = entry.try_lock() else {
                 return true;
             };
-            match (guard.as_ref(), leadership(broker, tp)) {
-                (Some(l), Ok((_, epoch))) if l.leader_epoch == epoch => true,
-                (None, Ok(_)) => true,
-                _ => {
-                    *guard = None;
-                    false
+            let keep = match (guard.as_ref(), leadership(broker, tp)) {
+                (Some(l), Ok((_, epoch))) => {
+                    l.leader_epoch == epoch
+                        && (l.partition.acquired_count() > 0
+                            || in_use.contains(&(group.clone(), (l.topic_id, l.partition_index))))
                 }
+                _ => false,
+            };
+            if !keep {
+                *guard = None;
             }
+            keep
         });
     }
 

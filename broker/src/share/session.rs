@@ -54,6 +54,8 @@ struct Session {
     epoch: i32,
     partitions: Vec<SessionPartition>,
     last_used_ms: i64,
+    /// The connection that opened it: the session ends when it closes.
+    connection: Option<u64>,
 }
 
 #[derive(Debug)]
@@ -134,6 +136,7 @@ impl ShareSessions {
                         epoch: next_epoch(INITIAL_EPOCH),
                         partitions: partitions.clone(),
                         last_used_ms: now_ms,
+                        connection: None,
                     },
                 );
                 Ok(FetchContext::Fetch(partitions))
@@ -189,6 +192,38 @@ impl ShareSessions {
         self.sessions
             .remove(&(group.to_string(), member.to_string()))
             .map(|s| s.partitions)
+    }
+
+    /// Ties the member's session to the connection that opened it.
+    pub fn bind(&mut self, group: &str, member: &str, connection: u64) {
+        if let Some(s) = self
+            .sessions
+            .get_mut(&(group.to_string(), member.to_string()))
+        {
+            s.connection = Some(connection);
+        }
+    }
+
+    /// Drops the sessions `connection` opened (it closed); returns them.
+    pub fn close_connection(&mut self, connection: u64) -> Vec<(String, String)> {
+        let gone: Vec<(String, String)> = self
+            .sessions
+            .iter()
+            .filter(|(_, s)| s.connection == Some(connection))
+            .map(|(k, _)| k.clone())
+            .collect();
+        for k in &gone {
+            self.sessions.remove(k);
+        }
+        gone
+    }
+
+    /// Every (group, share-partition) some session fetches.
+    pub fn in_use(&self) -> std::collections::HashSet<(String, SessionPartition)> {
+        self.sessions
+            .iter()
+            .flat_map(|((group, _), s)| s.partitions.iter().map(move |p| (group.clone(), *p)))
+            .collect()
     }
 
     /// Drops sessions unused since `idle_before_ms`; returns them.

@@ -833,6 +833,54 @@ const SHARE_ACKNOWLEDGE_ACKNOWLEDGEMENT_BATCH: &[Field] = &[
     field("acknowledge_types", 1, MAX, array(&INT8)),
 ];
 
+pub(crate) const DESCRIBE_SHARE_GROUP_OFFSETS: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: DESCRIBE_SHARE_GROUP_OFFSETS_BODY,
+};
+const DESCRIBE_SHARE_GROUP_OFFSETS_BODY: &[Field] = &[
+    field("groups", 0, MAX, array_of(&Ty::Struct(DESCRIBE_SHARE_GROUP_OFFSETS_DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_GROUP), size_of::<km::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestGroup>())),
+];
+const DESCRIBE_SHARE_GROUP_OFFSETS_DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_GROUP: &[Field] = &[
+    field("group_id", 0, MAX, STRING),
+    field("topics", 0, MAX, array_of(&Ty::Struct(DESCRIBE_SHARE_GROUP_OFFSETS_DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC), size_of::<km::describe_share_group_offsets_request::DescribeShareGroupOffsetsRequestTopic>())),
+];
+const DESCRIBE_SHARE_GROUP_OFFSETS_DESCRIBE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC: &[Field] = &[
+    field("topic_name", 0, MAX, STRING),
+    field("partitions", 0, MAX, array(&INT32)),
+];
+
+pub(crate) const ALTER_SHARE_GROUP_OFFSETS: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: ALTER_SHARE_GROUP_OFFSETS_BODY,
+};
+const ALTER_SHARE_GROUP_OFFSETS_BODY: &[Field] = &[
+    field("group_id", 0, MAX, STRING),
+    field("topics", 0, MAX, array_of(&Ty::Struct(ALTER_SHARE_GROUP_OFFSETS_ALTER_SHARE_GROUP_OFFSETS_REQUEST_TOPIC), size_of::<km::alter_share_group_offsets_request::AlterShareGroupOffsetsRequestTopic>())),
+];
+const ALTER_SHARE_GROUP_OFFSETS_ALTER_SHARE_GROUP_OFFSETS_REQUEST_TOPIC: &[Field] = &[
+    field("topic_name", 0, MAX, STRING),
+    field("partitions", 0, MAX, array_of(&Ty::Struct(ALTER_SHARE_GROUP_OFFSETS_ALTER_SHARE_GROUP_OFFSETS_REQUEST_PARTITION), size_of::<km::alter_share_group_offsets_request::AlterShareGroupOffsetsRequestPartition>())),
+];
+const ALTER_SHARE_GROUP_OFFSETS_ALTER_SHARE_GROUP_OFFSETS_REQUEST_PARTITION: &[Field] = &[
+    field("partition_index", 0, MAX, INT32),
+    field("start_offset", 0, MAX, INT64),
+];
+
+pub(crate) const DELETE_SHARE_GROUP_OFFSETS: Message = Message {
+    versions: (0, 0),
+    flexible_from: 0,
+    body: DELETE_SHARE_GROUP_OFFSETS_BODY,
+};
+const DELETE_SHARE_GROUP_OFFSETS_BODY: &[Field] = &[
+    field("group_id", 0, MAX, STRING),
+    field("topics", 0, MAX, array_of(&Ty::Struct(DELETE_SHARE_GROUP_OFFSETS_DELETE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC), size_of::<km::delete_share_group_offsets_request::DeleteShareGroupOffsetsRequestTopic>())),
+];
+const DELETE_SHARE_GROUP_OFFSETS_DELETE_SHARE_GROUP_OFFSETS_REQUEST_TOPIC: &[Field] = &[
+    field("topic_name", 0, MAX, STRING),
+];
+
 pub(crate) const DESCRIBE_USER_SCRAM_CREDENTIALS: Message = Message {
     versions: (0, 0),
     flexible_from: 0,

@@ -933,6 +933,35 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                             .with_acknowledge_types(vec![1])])])])
                 .into()
         }
+        ApiKey::DescribeShareGroupOffsets => {
+            use kafka_protocol::messages::describe_share_group_offsets_request::*;
+            DescribeShareGroupOffsetsRequest::default()
+                .with_groups(vec![DescribeShareGroupOffsetsRequestGroup::default()
+                    .with_group_id(kafka_protocol::messages::GroupId(s("g")))
+                    .with_topics(Some(vec![DescribeShareGroupOffsetsRequestTopic::default()
+                        .with_topic_name(kafka_protocol::messages::TopicName(s("t")))
+                        .with_partitions(vec![0, 1])]))])
+                .into()
+        }
+        ApiKey::AlterShareGroupOffsets => {
+            use kafka_protocol::messages::alter_share_group_offsets_request::*;
+            AlterShareGroupOffsetsRequest::default()
+                .with_group_id(kafka_protocol::messages::GroupId(s("g")))
+                .with_topics(vec![AlterShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(kafka_protocol::messages::TopicName(s("t")))
+                    .with_partitions(vec![AlterShareGroupOffsetsRequestPartition::default()
+                        .with_partition_index(1)
+                        .with_start_offset(42)])])
+                .into()
+        }
+        ApiKey::DeleteShareGroupOffsets => {
+            use kafka_protocol::messages::delete_share_group_offsets_request::*;
+            DeleteShareGroupOffsetsRequest::default()
+                .with_group_id(kafka_protocol::messages::GroupId(s("g")))
+                .with_topics(vec![DeleteShareGroupOffsetsRequestTopic::default()
+                    .with_topic_name(kafka_protocol::messages::TopicName(s("t")))])
+                .into()
+        }
         other => panic!("no test builder for {other:?}"),
     }
 }
