@@ -532,3 +532,102 @@ async fn a_closed_connection_releases_its_records_and_offsets_are_described_rese
         code(ResponseError::GroupIdNotFound)
     );
 }
+
+/// The leader of `t`-0 as node `via` sees it.
+fn leader_of_t(cluster: &common::cluster::TestCluster, via: i32) -> i32 {
+    cluster.image(via).topics["t"].partitions[0].leader.0
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_new_partition_leader_keeps_every_acknowledgement_and_redelivers_what_was_held() {
+    use std::time::Duration;
+    let mut cluster = common::cluster::TestCluster::start(
+        3,
+        46780,
+        &[
+            ("share.coordinator.state.topic.num.partitions", "1"),
+            ("share.coordinator.state.topic.replication.factor", "3"),
+            ("share.coordinator.state.topic.min.isr", "2"),
+            ("replica.fetch.wait.max.ms", "100"),
+        ],
+    )
+    .await;
+    let mut c = cluster.client(1).await;
+    let mut topic = create_topics_request::CreatableTopic::default();
+    topic.name = TopicName(s("t"));
+    topic.num_partitions = 1;
+    topic.replication_factor = 3;
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![topic])
+        .with_timeout_ms(10_000);
+    let resp: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0);
+    let t = topic_id(&mut c, "t").await;
+    earliest(&mut c).await;
+    cluster
+        .wait_for_images(
+            "t and the group config everywhere",
+            Duration::from_secs(10),
+            |img| img.topic_by_id(t).is_some() && img.group_configs.contains_key(GROUP),
+        )
+        .await;
+
+    let first = leader_of_t(&cluster, 1);
+    let mut c = cluster.client(first).await;
+    let values: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
+    let values: Vec<&str> = values.iter().map(String::as_str).collect();
+    produce(&mut c, &values).await;
+
+    // m1 takes everything from the leader (the share coordinator's topic is
+    // created on the way), accepts 0-4, rejects 5 and still holds 6-9.
+    let mut runs = vec![];
+    for _ in 0..100 {
+        let r = share_fetch(&mut c, "m1", 0, Some(t), &[], 500).await;
+        if r.responses
+            .first()
+            .is_some_and(|t| t.partitions[0].error_code == 0)
+        {
+            runs = acquired(&r).0;
+            if !runs.is_empty() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(runs, vec![(0, 9, 1)]);
+    let r = share_ack(&mut c, "m1", 1, t, &[(0, 4, &[ACCEPT]), (5, 5, &[REJECT])]).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+    drop(c);
+
+    // The leader goes; on the new one, only what m1 held comes back, with
+    // its delivery counted.
+    cluster.stop(first).await;
+    let other = cluster.running_ids()[0];
+    cluster
+        .wait_until("a new leader of t-0", Duration::from_secs(20), |cl| {
+            let l = leader_of_t(cl, other);
+            l >= 1 && l != first
+        })
+        .await;
+    let next = leader_of_t(&cluster, other);
+    let mut c = cluster.client(next).await;
+    let mut runs = vec![];
+    for _ in 0..100 {
+        let r = share_fetch(&mut c, "m2", 0, Some(t), &[], 500).await;
+        if r.responses
+            .first()
+            .is_some_and(|t| t.partitions[0].error_code == 0)
+        {
+            runs = acquired(&r).0;
+            if !runs.is_empty() {
+                break;
+            }
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(runs, vec![(6, 9, 2)]);
+    let r = share_fetch(&mut c, "m2", 1, Some(t), &[(6, 9, &[ACCEPT])], 300).await;
+    assert_eq!(ack_code(&r), 0);
+    assert!(acquired(&r).0.is_empty(), "nothing else to deliver");
+    cluster.shutdown().await;
+}
