@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Dispatcher vs Kafka share groups (issue 7):
+# Dispatcher vs share groups, on Kafka and on our broker:
 #   bench/dispatcher.sh [--smoke] [--workers N] [--messages M] [--partitions P] [--batch B] [--record-bytes S]
 #                       [--rounds K] [--warmup W] [--share-commit sync|async] [--api http|grpc]
 #                       [--worker-mode receive-ack|prefetch] [--skip-lease-figures]
@@ -7,6 +7,7 @@
 # Leased + acked messages/s with N pull workers, three ways, on this machine:
 #   share       Apache Kafka 4.4's KafkaShareConsumer, explicit acknowledgement,
 #               N consumers in one share group (bench/dispatcher/share-bench)
+#   share-ours  the same share-group workers against our broker
 #   dispatcher  our dispatcher in front of our broker, N pull workers doing
 #               receive -> ack (bench/dispatcher/loadgen) over the HTTP/JSON
 #               API, or the gRPC API with --api grpc. --worker-mode prefetch:
@@ -360,9 +361,9 @@ note kafka_java_opts "$KAFKA_JAVA_OPTS"
 note loadgen_gogc "$LOADGEN_GOGC"
 note clk_tck "$clk_tck"
 
-# Each run keeps its pre-loaded topic until the end: 3 x (rounds + warm-up)
+# Each run keeps its pre-loaded topic until the end: 4 x (rounds + warm-up)
 # topics of M x S bytes (and Kafka's and our broker's indexes), plus a margin.
-need_kib=$((3 * (rounds + warmup) * messages * (record_bytes + 100) / 1024 + 1024 * 1024))
+need_kib=$((4 * (rounds + warmup) * messages * (record_bytes + 100) / 1024 + 1024 * 1024))
 free_kib=$(df -Pk "$tmp" | awk 'NR == 2 {print $4}')
 ((free_kib > need_kib)) || die "$((free_kib / 1024)) MiB free in $tmp, the run needs about $((need_kib / 1024)) MiB"
 
@@ -416,20 +417,21 @@ measured() {
 
 # --- side 1: the share group on Kafka ------------------------------------------------
 
-# run_share <name>: <name> is the topic, the share group and the file prefix.
+# run_share <name> <port> <broker pid>: <name> is the topic, the share group
+# and the file prefix.
 run_share() {
-  local name=$1
-  preload "$name" "127.0.0.1:$KAFKA_PORT" "$KAFKA_PORT" "$name" || return 1
+  local name=$1 port=$2 broker=$3
+  preload "$name" "127.0.0.1:$port" "$port" "$name" || return 1
   # The records are there before the group exists: it must start at the
   # earliest offset (the default, latest, would skip them all). The record
   # lock gets the dispatcher's lease.
   bounded "$name.group-config" "$admin_timeout_s" "$COMPAT_DIR/kafka-cli.sh" kafka-configs \
-    --bootstrap-server "127.0.0.1:$KAFKA_PORT" --alter --entity-type groups --entity-name "$name" \
+    --bootstrap-server "127.0.0.1:$port" --alter --entity-type groups --entity-name "$name" \
     --add-config "share.auto.offset.reset=earliest,share.record.lock.duration.ms=$((LEASE_S * 1000))" \
     || { echo "setting the share group's configs failed: see $name.group-config.err" >"$run_dir/$name.why"; return 1; }
   blog "$name: $workers KafkaShareConsumer workers, explicit acknowledgement, until $messages acks"
-  measured "$name" "$((run_timeout_s + 30))" "$kafka_pid" "${pin_workers[@]}" java -Xmx1g -cp "$share_dir/target/classes:$share_dir/target/lib/*" \
-    bench.ShareBench --bootstrap "127.0.0.1:$KAFKA_PORT" --topic "$name" --group "$name" \
+  measured "$name" "$((run_timeout_s + 30))" "$broker" "${pin_workers[@]}" java -Xmx1g -cp "$share_dir/target/classes:$share_dir/target/lib/*" \
+    bench.ShareBench --bootstrap "127.0.0.1:$port" --topic "$name" --group "$name" \
     --workers "$workers" --messages "$messages" --batch "$batch" --timeout-s "$run_timeout_s" --commit "$share_commit"
 }
 
@@ -502,7 +504,15 @@ run_dispatcher() {
 run_side() {
   local side=$1 name="$1-$2"
   if [[ $side == share ]]; then
-    run_share "$name"
+    run_share "$name" "$KAFKA_PORT" "$kafka_pid"
+    return
+  fi
+  if [[ $side == share-ours ]]; then
+    if [[ -z $ours_pid ]]; then
+      echo "our broker is not running (no binary, or it did not start: see ours-broker.log)" >"$run_dir/$name.why"
+      return 1
+    fi
+    run_share "$name" "$OURS_PORT" "$ours_pid"
     return
   fi
   if [[ -z ${DISPATCHER_BIN:-} || ! -x ${DISPATCHER_BIN:-} ]]; then
@@ -533,8 +543,8 @@ for ((k = 1; k <= rounds; k++)); do tags+=("r$k"); done
 i=0
 for tag in "${tags[@]}"; do
   i=$((i + 1))
-  order=(share dispatcher-ours dispatcher-kafka)
-  ((i % 2 == 0)) && order=(dispatcher-kafka dispatcher-ours share)
+  order=(share share-ours dispatcher-ours dispatcher-kafka)
+  ((i % 2 == 0)) && order=(dispatcher-kafka dispatcher-ours share-ours share)
   for side in "${order[@]}"; do
     run_side "$side" "$tag" || status=1
   done

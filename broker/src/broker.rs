@@ -45,6 +45,8 @@ pub struct Broker {
     pub share_persister: crate::share::persister::Persister,
     /// The share-partitions of the partitions this node leads.
     pub share_leaders: crate::share::leader::ShareLeaders,
+    /// The share groups' dead-letter queue writer.
+    pub share_dlq: crate::share::dlq::ShareDlq,
     /// The share sessions of the members fetching from this node.
     pub share_sessions: Mutex<crate::share::session::ShareSessions>,
     /// How this broker dials its peers' inter-broker listener.
@@ -298,6 +300,7 @@ impl Broker {
             share_state,
             share_persister: Default::default(),
             share_leaders: Default::default(),
+            share_dlq: Default::default(),
             share_sessions: Mutex::new(crate::share::session::ShareSessions::new(
                 config.share.max_share_sessions,
             )),

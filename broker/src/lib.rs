@@ -374,6 +374,11 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
             }
         }));
     }
+    // The share groups' dead-letter queue writer.
+    tasks.push(tokio::spawn(crate::share::dlq::ShareDlq::run(
+        broker.clone(),
+        shutdown_rx.clone(),
+    )));
     {
         // Share-partition acquisition locks: expired ones are written back
         // as available (or archived at the delivery limit), and

@@ -35,22 +35,32 @@ async fn topic_id(c: &mut Client, topic: &str) -> Uuid {
     resp.topics[0].topic_id
 }
 
-/// The group reads from the log start, as the scenarios set it.
-async fn earliest(c: &mut Client) {
+/// Sets the group's configs (IncrementalAlterConfigs on the GROUP resource).
+async fn group_configs(c: &mut Client, configs: &[(&str, &str)]) {
     const GROUP_RESOURCE: i8 = 32;
     let req = IncrementalAlterConfigsRequest::default().with_resources(vec![
         incremental_alter_configs_request::AlterConfigsResource::default()
             .with_resource_type(GROUP_RESOURCE)
             .with_resource_name(s(GROUP))
-            .with_configs(vec![
-                incremental_alter_configs_request::AlterableConfig::default()
-                    .with_name(s("share.auto.offset.reset"))
-                    .with_config_operation(0)
-                    .with_value(Some(s("earliest"))),
-            ]),
+            .with_configs(
+                configs
+                    .iter()
+                    .map(|(k, v)| {
+                        incremental_alter_configs_request::AlterableConfig::default()
+                            .with_name(s(k))
+                            .with_config_operation(0)
+                            .with_value(Some(s(v)))
+                    })
+                    .collect(),
+            ),
     ]);
     let r: IncrementalAlterConfigsResponse = c.call(ApiKey::IncrementalAlterConfigs, 1, &req).await;
     assert_eq!(r.responses[0].error_code, 0, "{r:?}");
+}
+
+/// The group reads from the log start, as the scenarios set it.
+async fn earliest(c: &mut Client) {
+    group_configs(c, &[("share.auto.offset.reset", "earliest")]).await;
 }
 
 /// Finds the group's coordinator, as a client does first: the lookup
@@ -630,4 +640,149 @@ async fn a_new_partition_leader_keeps_every_acknowledgement_and_redelivers_what_
     assert_eq!(ack_code(&r), 0);
     assert!(acquired(&r).0.is_empty(), "nothing else to deliver");
     cluster.shutdown().await;
+}
+
+/// The records of a fetched partition: (value, headers as text).
+fn records_with_headers(records: &Option<Bytes>) -> Vec<(String, Vec<(String, String)>)> {
+    let Some(r) = records else { return vec![] };
+    let mut b = r.clone();
+    kafka_protocol::records::RecordBatchDecoder::decode_all(&mut b)
+        .unwrap()
+        .into_iter()
+        .flat_map(|set| set.records)
+        .map(|r| {
+            let text = |b: &Option<Bytes>| {
+                b.as_ref()
+                    .map(|b| String::from_utf8_lossy(b).to_string())
+                    .unwrap_or_default()
+            };
+            (
+                text(&r.value),
+                r.headers
+                    .iter()
+                    .map(|(k, v)| (k.to_string(), text(v)))
+                    .collect(),
+            )
+        })
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rejected_and_exhausted_records_are_copied_to_the_dead_letter_queue() {
+    let b = common::start(&[
+        ("share.coordinator.state.topic.num.partitions", "2"),
+        ("errors.deadletterqueue.auto.create.topics.enable", "true"),
+    ])
+    .await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("t", 1, &[]).await, 0);
+    let t = topic_id(&mut c, "t").await;
+    // First a DLQ topic without the required prefix ("dlq."): nothing is
+    // written there.
+    group_configs(
+        &mut c,
+        &[
+            ("share.auto.offset.reset", "earliest"),
+            ("share.delivery.count.limit", "2"),
+            ("errors.deadletterqueue.topic.name", "nodlq.t"),
+            ("errors.deadletterqueue.copy.record.enable", "true"),
+        ],
+    )
+    .await;
+    find_coordinator(&mut c).await;
+    produce(&mut c, &["a0", "a1", "a2", "a3"]).await;
+    let (runs, _) = acquired(&share_fetch(&mut c, "m1", 0, Some(t), &[], 500).await);
+    assert_eq!(runs, vec![(0, 3, 1)]);
+    let r = share_ack(&mut c, "m1", 1, t, &[(0, 0, &[REJECT])]).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+
+    // Then "dlq.t", created on first use: 1 rejected, 2 released at the
+    // delivery limit go there; 3 accepted does not.
+    group_configs(&mut c, &[("errors.deadletterqueue.topic.name", "dlq.t")]).await;
+    // The answer comes once the quorum has the change; the broker applies
+    // it from its metadata image (as Kafka's brokers do).
+    for _ in 0..100 {
+        let image = b.running.broker.metadata.image();
+        let dlq = image
+            .group_configs
+            .get(GROUP)
+            .and_then(|g| g.get("errors.deadletterqueue.topic.name").cloned());
+        if dlq.as_deref() == Some("dlq.t") {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let r = share_ack(
+        &mut c,
+        "m1",
+        2,
+        t,
+        &[(1, 1, &[REJECT]), (2, 2, &[RELEASE]), (3, 3, &[ACCEPT])],
+    )
+    .await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+    let (runs, _) = acquired(&share_fetch(&mut c, "m1", 3, Some(t), &[], 500).await);
+    assert_eq!(runs, vec![(2, 2, 2)]);
+    let r = share_ack(&mut c, "m1", 4, t, &[(2, 2, &[RELEASE])]).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0);
+
+    let mut dead = vec![];
+    for _ in 0..100 {
+        if b.running
+            .broker
+            .metadata
+            .image()
+            .topics
+            .contains_key("dlq.t")
+        {
+            let p = c.fetch("dlq.t", 0, 0, 200).await;
+            dead = records_with_headers(&p.records);
+            if dead.len() >= 2 {
+                break;
+            }
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    let header = |h: &[(String, String)], k: &str| {
+        h.iter()
+            .find(|(name, _)| name == k)
+            .map(|(_, v)| v.clone())
+            .unwrap_or_default()
+    };
+    let summary: Vec<(String, String, String, String)> = dead
+        .iter()
+        .map(|(value, h)| {
+            assert_eq!(header(h, "__dlq.errors.topic"), "t");
+            assert_eq!(header(h, "__dlq.errors.partition"), "0");
+            assert_eq!(header(h, "__dlq.errors.group"), GROUP);
+            (
+                value.clone(),
+                header(h, "__dlq.errors.offset"),
+                header(h, "__dlq.errors.delivery.count"),
+                header(h, "__dlq.errors.message"),
+            )
+        })
+        .collect();
+    let row = |v: &str, o: &str, n: &str, m: &str| (v.into(), o.into(), n.into(), m.into());
+    assert_eq!(
+        summary,
+        vec![
+            row("a1", "1", "1", "Offset rejected by client."),
+            row(
+                "a2",
+                "2",
+                "2",
+                "Offset delivery count exceeded the threshold."
+            ),
+        ]
+    );
+    let image = b.running.broker.metadata.image();
+    assert_eq!(
+        image.topics["dlq.t"]
+            .configs
+            .get("errors.deadletterqueue.group.enable")
+            .map(String::as_str),
+        Some("true")
+    );
+    assert!(!image.topics.contains_key("nodlq.t"));
 }

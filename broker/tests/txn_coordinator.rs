@@ -723,7 +723,7 @@ async fn txn_offset_commit_v5_adds_the_groups_partition_and_v3_must_find_it_adde
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn api_versions_finalizes_the_configured_transaction_version() {
+async fn api_versions_finalizes_share_groups_and_the_configured_transaction_version() {
     async fn level(extra: &[(&str, &str)]) -> (Vec<(String, i16, i16)>, Vec<(String, i16)>) {
         let b = common::start(extra).await;
         let mut c = Client::connect(b.running.local_addr).await;
@@ -744,13 +744,22 @@ async fn api_versions_finalizes_the_configured_transaction_version() {
         )
     }
     let tv = "transaction.version".to_string();
+    // share.version 2: share groups with their DLQ, as a new Kafka 4.4 cluster.
+    let sv = "share.version".to_string();
     assert_eq!(
         level(&[]).await,
-        (vec![(tv.clone(), 0, 2)], vec![(tv.clone(), 2)])
+        (
+            vec![(sv.clone(), 0, 2), (tv.clone(), 0, 2)],
+            vec![(sv.clone(), 2), (tv.clone(), 2)]
+        )
     );
     assert_eq!(
         level(&[("transaction.version", "1")]).await.1,
-        vec![(tv, 1)]
+        vec![(sv.clone(), 2), (tv, 1)]
+    );
+    assert_eq!(
+        level(&[("transaction.version", "0")]).await.1,
+        vec![(sv, 2)]
     );
 }
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The fault suite against a local 3-node cluster: run.sh <ours|kafka> [--short|--duration S]
 #   [--only a,b,...] [--keep] [--secure]
-# Default (and --short): scenarios a-e, each a few seconds of faults under produce load,
+# Default (and --short): scenarios a-f, s and t, each a few seconds of faults under produce load,
 # each ending with the checker (compat.Faults check). --duration S: one mixed random-fault
 # loop for S seconds instead. Prints a final table and exits non-zero when a verdict is FAIL.
 # Scenarios (README.md has the details):
@@ -13,6 +13,9 @@
 #   e  kill -9 the active (Raft/KRaft) controller: a topic creation succeeds after re-election
 #   f  rolling restart: SIGTERM (controlled shutdown) and restart each node in turn: the
 #      producer sees no error it does not retry, and no partition stalls > 10 s
+#   s  share groups: three KafkaShareConsumers (compat.ShareFaults) under kill -9 of the
+#      partition leader, the share coordinator and the group coordinator: every record
+#      accepted at least once, none delivered again after its acceptance was confirmed
 #   t  transactions: a read-process-write loop (compat.TxnFaults) under kill -9 of a leader
 #      of the output topic, kill -9 of the transaction coordinator, SIGSTOP and a network
 #      partition; the checker counts lost committed, aborted reads, torn transactions,
@@ -30,7 +33,7 @@ kind=$1
 shift
 [[ $kind == ours || $kind == kafka ]] || usage
 duration=0
-only="a,b,c,d,e,f,t"
+only="a,b,c,d,e,f,s,t"
 txn_duration=0
 keep=0
 while [[ $# -gt 0 ]]; do
@@ -64,6 +67,10 @@ TXN_JAVA=("${FAULTS_JAVA[@]}")
 TXN_JAVA[${#TXN_JAVA[@]}-1]=compat.TxnFaults
 txnf() { "${TXN_JAVA[@]}" "$@"; }
 txnf selftest >"$workdir/txn-selftest.out" || { cat "$workdir/txn-selftest.out"; die "transaction checker selftest failed"; }
+SHARE_JAVA=("${FAULTS_JAVA[@]}")
+SHARE_JAVA[${#SHARE_JAVA[@]}-1]=compat.ShareFaults
+sharef() { "${SHARE_JAVA[@]}" "$@"; }
+sharef selftest >"$workdir/share-selftest.out" || { cat "$workdir/share-selftest.out"; die "share checker selftest failed"; }
 
 # Failure detection sped up for both brokers (our broker ignores keys it does not know):
 # a follower leaves the ISR after 5 s without catching up, Kafka fences a broker after
@@ -536,6 +543,63 @@ txn_run() {
 }
 
 scenario_t() { txn_run "${FAULTS_TXN_S:-75}" fixed; }
+
+# ---------------------------------------------------------------- share groups
+
+# accepted_count <log>: distinct records whose acceptance was confirmed.
+accepted_count() { awk -F'\t' '$2 == "ACCEPTED" { a[$4] = 1 } END { print length(a) }' "$1" 2>/dev/null || echo 0; }
+
+# s: three share consumers (about 600 records/s in all) under kill -9 of partition 0's
+# leader, of its share coordinator and of the group's coordinator, each held 8 s; then they
+# drain the rest. Every record must be accepted at least once and none delivered again after
+# its acceptance was confirmed.
+scenario_s() {
+  local topic=fa-s group=fa-s-group logf="$workdir/s.log" n=${FAULTS_SHARE_RECORDS:-20000}
+  local kind_ n_ c v=PASS done_="" notes="" deadline
+  new_topic "$topic" || { check_line="CHECK FAIL"; row FAIL - "create-topic failed"; return; }
+  txnf seed "$BOOTSTRAP" "$topic" "$n" >"$logf.seed" 2>&1 \
+    || { check_line="CHECK FAIL"; row FAIL - "seeding failed: $(tail -1 "$logf.seed")"; return; }
+  rm -f "$workdir/s.stop" "$workdir/s.stop.drain"
+  sharef consume "$BOOTSTRAP" "$topic" "$group" 3 "$logf" "$workdir/s.stop" 900 >"$logf.out" 2>"$logf.err" &
+  process_pid=$!
+  deadline=$((SECONDS + 60))
+  until grep -q $'\tACCEPTED\t' "$logf" 2>/dev/null || ((SECONDS > deadline)); do sleep 1; done
+  sleep 3
+  for kind_ in kill-leader kill-share-coordinator kill-group-coordinator; do
+    case $kind_ in
+      kill-leader) n_=$(leader0 "$topic") || n_=1 ;;
+      kill-share-coordinator) n_=$(sharef coordinator "$BOOTSTRAP" "$group" "$topic" share 2>>"$logf.coordinator.err") ;;
+      kill-group-coordinator) n_=$(sharef coordinator "$BOOTSTRAP" "$group" "$topic" group 2>>"$logf.coordinator.err") ;;
+    esac
+    [[ $n_ =~ ^[1-9]$ ]] || { notes+="no node found for $kind_; "; n_=$((RANDOM % N + 1)); }
+    node kill "$n_"
+    say "fault: $kind_ node $n_ (accepted so far: $(accepted_count "$logf"))"
+    done_+="${done_:+, }$kind_ $n_"
+    sleep 8
+    restore_cluster || notes+="cluster did not recover after $kind_ $n_; "
+    faults await-isr "$BOOTSTRAP" "$topic" full 90 >/dev/null 2>&1 || notes+="ISR not full 90 s after $kind_ $n_; "
+    sleep 3
+  done
+  touch "$workdir/s.stop.drain"
+  deadline=$((SECONDS + 180))
+  while (($(accepted_count "$logf") < n && SECONDS < deadline)); do sleep 2; done
+  # A few seconds more: a record delivered again after its acceptance would show now.
+  sleep 5
+  touch "$workdir/s.stop"
+  wait "$process_pid"
+  process_pid=
+  sharef check "$logf" "$n" >"$logf.check" 2>"$logf.check.err"
+  c=$(grep -m1 '^SHARECHECK ' "$logf.check")
+  [[ -n $c ]] || c="SHARECHECK FAIL (checker crashed: $(tail -1 "$logf.check.err"))"
+  say "$c"
+  [[ $c == "SHARECHECK PASS"* ]] || v=FAIL
+  # Columns: acked = records accepted, lost = never accepted, duplicated = delivered again
+  # after their acceptance was confirmed.
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$scenario" \
+    "$(field accepted "$c")" "$(field missing "$c")" "$(field redelivered_after_accept "$c")" - - - "$v" \
+    "${notes}deliveries=$(field deliveries "$c") ack_failures=$(field ack_failures "$c") consumer_errors=$(field errors "$c"); 3 faults: $done_" >>"$results"
+  say "verdict $v"
+}
 scenario_txnmixed() { txn_run "$txn_duration" random; }
 
 # ---------------------------------------------------------------- run

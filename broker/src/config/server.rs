@@ -951,7 +951,10 @@ impl ServerConfig {
             "connection.failed.authentication.delay.ms" => {
                 self.connection_failed_authentication_delay_ms = parse_num(key, v)?
             }
-            k if k.starts_with("group.share.") || k.starts_with("share.coordinator.") => {
+            k if k.starts_with("group.share.")
+                || k.starts_with("share.coordinator.")
+                || k.starts_with("errors.deadletterqueue.") =>
+            {
                 match self.share.set(k, v) {
                     Ok(true) => {}
                     Ok(false) => tracing::warn!(key = k, "ignoring unknown config key"),

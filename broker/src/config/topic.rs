@@ -37,6 +37,13 @@ pub const TOPIC_CONFIGS: &[TopicConfigEntry] = &[
         "log.cleaner.delete.retention.ms",
         Kind::Long { min: 0 },
     ),
+    // KIP-1191: whether share groups may use the topic as their dead-letter
+    // queue. No broker key supplies its default (false).
+    entry(
+        "errors.deadletterqueue.group.enable",
+        "errors.deadletterqueue.group.enable",
+        Kind::Bool,
+    ),
     entry(
         "flush.messages",
         "log.flush.interval.messages",
@@ -170,6 +177,7 @@ impl TopicConfigEntry {
             "cleanup.policy" => server.log_cleanup_policy.clone(),
             "compression.type" => "producer".into(),
             "delete.retention.ms" => server.log_cleaner_delete_retention_ms.to_string(),
+            "errors.deadletterqueue.group.enable" => "false".into(),
             "flush.messages" => never_u64(server.log_flush_interval_messages),
             "flush.ms" => server.log_flush_interval_ms.to_string(),
             "index.interval.bytes" => server.log_index_interval_bytes.to_string(),

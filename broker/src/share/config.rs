@@ -29,6 +29,12 @@ pub struct ShareBrokerConfig {
     pub state_topic_partitions: i32,
     pub state_topic_replication_factor: i16,
     pub state_topic_min_isr: i16,
+    /// `errors.deadletterqueue.auto.create.topics.enable`: a group's DLQ
+    /// topic is created when it does not exist.
+    pub dlq_auto_create: bool,
+    /// `errors.deadletterqueue.topic.name.prefix`: every DLQ topic's name
+    /// must start with it ("" allows any).
+    pub dlq_topic_prefix: String,
 }
 
 /// A default and the range a group's own value must lie in.
@@ -58,6 +64,8 @@ impl Default for ShareBrokerConfig {
             state_topic_partitions: 50,
             state_topic_replication_factor: 3,
             state_topic_min_isr: 2,
+            dlq_auto_create: false,
+            dlq_topic_prefix: "dlq.".to_string(),
         }
     }
 }
@@ -98,6 +106,18 @@ impl ShareBrokerConfig {
             }
             "share.coordinator.state.topic.replication.factor" => {
                 self.state_topic_replication_factor = positive(key, num(value)?)? as i16;
+                return Ok(true);
+            }
+            "errors.deadletterqueue.auto.create.topics.enable" => {
+                self.dlq_auto_create = match value.trim().to_ascii_lowercase().as_str() {
+                    "true" => true,
+                    "false" => false,
+                    _ => return Err(format!("{key}: not a boolean: {value:?}")),
+                };
+                return Ok(true);
+            }
+            "errors.deadletterqueue.topic.name.prefix" => {
+                self.dlq_topic_prefix = value.trim().to_string();
                 return Ok(true);
             }
             "share.coordinator.state.topic.min.isr" => {
@@ -493,6 +513,23 @@ mod tests {
         b.validate().unwrap();
         b.set("group.share.delivery.count.limit", "11").unwrap();
         assert!(b.validate().is_err());
+        // The dead-letter queue's broker keys (KIP-1191).
+        assert_eq!(
+            (b.dlq_auto_create, b.dlq_topic_prefix.as_str()),
+            (false, "dlq.")
+        );
+        assert_eq!(
+            b.set("errors.deadletterqueue.auto.create.topics.enable", "TRUE"),
+            Ok(true)
+        );
+        assert_eq!(
+            b.set("errors.deadletterqueue.topic.name.prefix", ""),
+            Ok(true)
+        );
+        assert_eq!((b.dlq_auto_create, b.dlq_topic_prefix.as_str()), (true, ""));
+        assert!(b
+            .set("errors.deadletterqueue.auto.create.topics.enable", "yes")
+            .is_err());
     }
 
     #[test]

@@ -23,6 +23,7 @@ use uuid::Uuid;
 
 use super::config::{AutoOffsetReset, ShareGroupSettings};
 use super::coordinator::ShareCoordError;
+use super::dlq::DlqRecord;
 use bytes::{Bytes, BytesMut};
 
 use super::partition::{
@@ -134,6 +135,9 @@ impl ShareLeaders {
         next.acknowledge(member, batches, now_ms())
             .map_err(LeaderError::Ack)?;
         let written = persist(broker, group, loaded, next).await;
+        if written.is_ok() {
+            send_dead(broker, group, tp, &mut loaded.partition);
+        }
         if let Err(LeaderError::State(
             ShareCoordError::FencedStateEpoch | ShareCoordError::FencedLeaderEpoch,
         )) = written
@@ -198,6 +202,7 @@ impl ShareLeaders {
             AcquireMode::BatchOptimized,
             now_ms(),
         );
+        send_dead(broker, group, tp, &mut loaded.partition);
         if acquired.is_empty() {
             return Ok(None);
         }
@@ -236,6 +241,7 @@ impl ShareLeaders {
                     *guard = None;
                     continue;
                 }
+                send_dead(broker, group, &tp, &mut loaded.partition);
                 released += n;
             }
         }
@@ -271,7 +277,10 @@ impl ShareLeaders {
                 continue;
             }
             match persist(broker, &group, loaded, next).await {
-                Ok(()) => expired += n,
+                Ok(()) => {
+                    send_dead(broker, &group, &tp, &mut loaded.partition);
+                    expired += n
+                }
                 Err(e) => {
                     tracing::info!(group, %tp, error = %e, "writing expired locks failed");
                     *guard = None;
@@ -419,6 +428,28 @@ fn log_batches(
         pos += total;
     }
     out
+}
+
+/// Sends what the last operation on `partition` archived undelivered to
+/// the group's dead-letter queue, if it has one.
+fn send_dead(broker: &Broker, group: &str, tp: &TopicPartition, partition: &mut SharePartition) {
+    let dead = partition.take_dead();
+    if dead.is_empty() {
+        return;
+    }
+    let s = settings(broker, group);
+    let Some(topic) = s.dlq_topic else {
+        return;
+    };
+    broker
+        .share_dlq
+        .enqueue(dead.into_iter().map(|dead| DlqRecord {
+            group: group.to_string(),
+            dlq_topic: topic.clone(),
+            copy_record: s.dlq_copy_record,
+            source: tp.clone(),
+            dead,
+        }));
 }
 
 /// The topic id and leader epoch of `tp`, if this node leads it.

@@ -19,15 +19,20 @@
 //! - `persister`: how a share-partition leader reaches the coordinator of a
 //!   share-partition, on this node or another;
 //! - `leader`: the share-partitions on their partition's leader, loaded
-//!   through the persister and written back before a change takes effect.
+//!   through the persister and written back before a change takes effect;
+//! - `dlq`: the dead-letter queue (KIP-1191) that rejected and exhausted
+//!   records are copied to.
 //!
-//! The client-facing share-group APIs (ShareGroupHeartbeat, ShareFetch,
-//! ShareAcknowledge, ...) are not in ApiVersions yet: the share-partition
-//! leaders and the group coordinator's share groups that would serve them
-//! do not exist, and until they do those APIs stay absent.
+//! The client-facing APIs are in `handlers/`: ShareGroupHeartbeat and
+//! ShareGroupDescribe on the group coordinator (`coordinator/share.rs`
+//! holds the share groups beside classic and consumer groups), ShareFetch
+//! and ShareAcknowledge on the partition leaders (`leader`), and the
+//! share-group offset APIs (Describe/Alter/DeleteShareGroupOffsets) through
+//! the persister.
 
 pub mod config;
 pub mod coordinator;
+pub mod dlq;
 pub mod group;
 pub mod leader;
 pub mod partition;

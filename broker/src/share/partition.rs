@@ -181,6 +181,34 @@ impl Slot {
     }
 }
 
+/// Why a delivered record was archived, which sends it to the group's
+/// dead-letter queue (KIP-1191), with Kafka's message for it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DeadReason {
+    /// A member acknowledged it REJECT.
+    Rejected,
+    /// It was delivered `share.delivery.count.limit` times.
+    DeliveryLimit,
+}
+
+impl DeadReason {
+    /// Kafka's `__dlq.errors.message` for it.
+    pub fn message(self) -> &'static str {
+        match self {
+            DeadReason::Rejected => "Offset rejected by client.",
+            DeadReason::DeliveryLimit => "Offset delivery count exceeded the threshold.",
+        }
+    }
+}
+
+/// A record archived undelivered, for the dead-letter queue.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Dead {
+    pub offset: i64,
+    pub delivery_count: i16,
+    pub reason: DeadReason,
+}
+
 #[derive(Clone, Debug)]
 pub struct SharePartition {
     limits: Limits,
@@ -190,6 +218,8 @@ pub struct SharePartition {
     acquired: usize,
     /// No lock expires before this (a lower bound; 0 when none is held).
     earliest_deadline_ms: i64,
+    /// Records archived by the last operations, until [`Self::take_dead`].
+    dead: Vec<Dead>,
 }
 
 impl SharePartition {
@@ -202,7 +232,14 @@ impl SharePartition {
             window: VecDeque::new(),
             acquired: 0,
             earliest_deadline_ms: 0,
+            dead: Vec::new(),
         }
+    }
+
+    /// The records archived undelivered (rejected, or at the delivery
+    /// limit) since the last call, in the order they were.
+    pub fn take_dead(&mut self) -> Vec<Dead> {
+        std::mem::take(&mut self.dead)
     }
 
     /// A share-partition as persisted: its SPSO and the state batches at or
@@ -360,9 +397,15 @@ impl SharePartition {
     /// delivered as often as allowed. Returns whether it was acquired.
     fn take_slot(&mut self, i: usize, member: &Arc<str>, deadline_ms: i64) -> bool {
         let limit = self.limits.delivery_limit;
+        let start = self.start;
         let slot = &mut self.window[i];
         if slot.delivery_count >= limit {
             slot.state = RecordState::Archived;
+            self.dead.push(Dead {
+                offset: start + i as i64,
+                delivery_count: slot.delivery_count,
+                reason: DeadReason::DeliveryLimit,
+            });
             return false;
         }
         slot.state = RecordState::Acquired;
@@ -419,7 +462,15 @@ impl SharePartition {
                 let i = (offset - self.start) as usize;
                 match kind {
                     AckType::Accept => self.finish(i, RecordState::Acknowledged),
-                    AckType::Reject | AckType::Gap => self.finish(i, RecordState::Archived),
+                    AckType::Reject => {
+                        self.dead.push(Dead {
+                            offset,
+                            delivery_count: self.window[i].delivery_count,
+                            reason: DeadReason::Rejected,
+                        });
+                        self.finish(i, RecordState::Archived)
+                    }
+                    AckType::Gap => self.finish(i, RecordState::Archived),
                     AckType::Release => self.release_slot(i),
                     AckType::Renew => self.window[i].deadline_ms = renewed,
                 }
@@ -440,7 +491,13 @@ impl SharePartition {
     /// been delivered as often as allowed.
     fn release_slot(&mut self, i: usize) {
         let limit = self.limits.delivery_limit;
-        let state = if self.window[i].delivery_count >= limit {
+        let count = self.window[i].delivery_count;
+        let state = if count >= limit {
+            self.dead.push(Dead {
+                offset: self.start + i as i64,
+                delivery_count: count,
+                reason: DeadReason::DeliveryLimit,
+            });
             RecordState::Archived
         } else {
             RecordState::Available

@@ -455,3 +455,70 @@ fn restore_fills_gaps_as_undelivered_and_skips_what_is_below_the_start() {
     assert_eq!(p.record(15), Some((RecordState::Available, 2)));
     assert_eq!(p.next_fetch_offset(), 13);
 }
+
+#[test]
+fn rejected_and_exhausted_records_are_reported_for_the_dead_letter_queue_once() {
+    let dead = |offset, delivery_count, reason| Dead {
+        offset,
+        delivery_count,
+        reason,
+    };
+    let mut p = SharePartition::new(0, LIMITS);
+    let a = member("a");
+    p.acquire(&a, &log_from(0, 4, 1), 10, AcquireMode::BatchOptimized, 0);
+    // Reject 0; release 1-3 (count 1, under the limit of 3): only 0 is dead.
+    p.acknowledge(
+        "a",
+        &[ack(0, 0, AckType::Reject), ack(1, 3, AckType::Release)],
+        0,
+    )
+    .unwrap();
+    assert_eq!(p.take_dead(), vec![dead(0, 1, DeadReason::Rejected)]);
+    assert_eq!(p.take_dead(), vec![], "taken once");
+    // Second delivery of 1-3: 1 released, 2 expires, 3 is accepted.
+    p.acquire(&a, &log_from(1, 4, 1), 10, AcquireMode::BatchOptimized, 0);
+    p.acknowledge(
+        "a",
+        &[ack(1, 1, AckType::Release), ack(3, 3, AckType::Accept)],
+        0,
+    )
+    .unwrap();
+    assert_eq!(p.expire_locks(5_000), 1);
+    assert_eq!(p.take_dead(), vec![]);
+    // Third delivery, the last allowed: a release and an expiry are dead.
+    p.acquire(
+        &a,
+        &log_from(1, 4, 1),
+        10,
+        AcquireMode::BatchOptimized,
+        6_000,
+    );
+    p.acknowledge("a", &[ack(1, 1, AckType::Release)], 6_000)
+        .unwrap();
+    assert_eq!(p.expire_locks(20_000), 1);
+    assert_eq!(
+        p.take_dead(),
+        vec![
+            dead(1, 3, DeadReason::DeliveryLimit),
+            dead(2, 3, DeadReason::DeliveryLimit)
+        ]
+    );
+    // A restored record at the limit dies when it would be acquired again;
+    // a GAP acknowledgement is not a dead record.
+    let mut p = SharePartition::restore(
+        0,
+        &[StateBatch {
+            first_offset: 0,
+            last_offset: 0,
+            state: RecordState::Available,
+            delivery_count: 3,
+        }],
+        LIMITS,
+    );
+    assert_eq!(
+        p.acquire(&a, &log_from(0, 2, 1), 10, AcquireMode::BatchOptimized, 0),
+        vec![run(1, 1, 1)]
+    );
+    p.acknowledge("a", &[ack(1, 1, AckType::Gap)], 0).unwrap();
+    assert_eq!(p.take_dead(), vec![dead(0, 3, DeadReason::DeliveryLimit)]);
+}

@@ -102,7 +102,8 @@ public final class Scenarios {
           "share.lock_expiry",
           "share.members.2",
           "share.members.5",
-          "share.delivery_limit");
+          "share.delivery_limit",
+          "share.dlq");
 
   /** A scenario either returns its PASS detail or throws; Na marks a check this API cannot express. */
   interface Scenario {
@@ -221,6 +222,7 @@ public final class Scenarios {
       case "share.members.2" -> () -> new ShareScenarios(this).members(2);
       case "share.members.5" -> () -> new ShareScenarios(this).members(5);
       case "share.delivery_limit" -> () -> new ShareScenarios(this).deliveryLimit();
+      case "share.dlq" -> () -> new ShareScenarios(this).dlq();
       default -> null;
     };
   }

@@ -15,6 +15,7 @@ import java.util.concurrent.atomic.AtomicReference;
 import org.apache.kafka.clients.admin.Admin;
 import org.apache.kafka.clients.admin.AlterConfigOp;
 import org.apache.kafka.clients.admin.ConfigEntry;
+import org.apache.kafka.clients.admin.NewTopic;
 import org.apache.kafka.clients.consumer.AcknowledgeType;
 import org.apache.kafka.clients.consumer.ConsumerConfig;
 import org.apache.kafka.clients.consumer.ConsumerRecord;
@@ -24,6 +25,8 @@ import org.apache.kafka.clients.producer.KafkaProducer;
 import org.apache.kafka.clients.producer.ProducerRecord;
 import org.apache.kafka.common.KafkaException;
 import org.apache.kafka.common.TopicIdPartition;
+import org.apache.kafka.common.TopicPartition;
+import org.apache.kafka.common.header.Header;
 import org.apache.kafka.common.config.ConfigResource;
 import org.apache.kafka.common.serialization.ByteArrayDeserializer;
 
@@ -352,6 +355,84 @@ final class ShareScenarios {
               (k, counts) ->
                   Scenarios.check(counts.equals(List.of((short) 1, (short) 2)), "%s delivery counts %s, expected [1, 2]", k, counts));
           return "20 records delivered twice each, then archived";
+        });
+  }
+
+  /**
+   * The dead-letter queue (KIP-1191): with share.delivery.count.limit=2 and a DLQ topic that allows
+   * it (errors.deadletterqueue.group.enable=true), 10 records rejected once and 10 released on both
+   * their deliveries all reach the DLQ topic, each with its original key and value
+   * (errors.deadletterqueue.copy.record.enable) and Kafka's __dlq.errors.* headers.
+   */
+  String dlq() throws Exception {
+    int n = 20;
+    return withTopic(
+        "share.dlq",
+        1,
+        Map.of(),
+        (admin, topic, group) -> {
+          String dlqTopic = "dlq." + topic;
+          admin
+              .createTopics(
+                  List.of(new NewTopic(dlqTopic, 1, (short) 1).configs(Map.of("errors.deadletterqueue.group.enable", "true"))))
+              .all()
+              .get(Scenarios.API_TIMEOUT_MS, TimeUnit.MILLISECONDS);
+          try {
+            groupConfigs(
+                admin,
+                group,
+                Map.of(
+                    "share.delivery.count.limit", "2",
+                    "errors.deadletterqueue.topic.name", dlqTopic,
+                    "errors.deadletterqueue.copy.record.enable", "true"));
+            produce(topic, n, 1);
+            int deliveries = 0;
+            try (KafkaShareConsumer<byte[], byte[]> c = new KafkaShareConsumer<>(props(group, true))) {
+              c.subscribe(List.of(topic));
+              long deadline = System.currentTimeMillis() + WAIT_MS;
+              // Even keys are rejected (one delivery), odd ones released on both deliveries.
+              while (deliveries < n / 2 * 3 && System.currentTimeMillis() < deadline) {
+                ConsumerRecords<byte[], byte[]> recs = c.poll(Duration.ofMillis(500));
+                for (ConsumerRecord<byte[], byte[]> r : recs) {
+                  int i = Integer.parseInt(Scenarios.str(r.key()).substring("key-".length()));
+                  c.acknowledge(r, i % 2 == 0 ? AcknowledgeType.REJECT : AcknowledgeType.RELEASE);
+                  deliveries++;
+                }
+                if (!recs.isEmpty()) checkCommitted(c.commitSync());
+              }
+            }
+            Scenarios.check(deliveries == n / 2 * 3, "%d deliveries, expected %d", deliveries, n / 2 * 3);
+            Map<Integer, List<ConsumerRecord<byte[], byte[]>>> dead =
+                Scenarios.readAll(s.assignConsumerProps(), List.of(new TopicPartition(dlqTopic, 0)), n);
+            List<ConsumerRecord<byte[], byte[]>> got = dead.getOrDefault(0, List.of());
+            Scenarios.check(got.size() == n, "%d records in the DLQ topic, expected %d", got.size(), n);
+            Map<String, String> seen = new HashMap<>();
+            for (ConsumerRecord<byte[], byte[]> r : got) {
+              String k = Scenarios.str(r.key());
+              int i = Integer.parseInt(k.substring("key-".length()));
+              boolean rejected = i % 2 == 0;
+              Map<String, String> want =
+                  Map.of(
+                      "__dlq.errors.topic", topic,
+                      "__dlq.errors.partition", "0",
+                      "__dlq.errors.offset", Integer.toString(i),
+                      "__dlq.errors.group", group,
+                      "__dlq.errors.delivery.count", rejected ? "1" : "2",
+                      "__dlq.errors.message",
+                          rejected ? "Offset rejected by client." : "Offset delivery count exceeded the threshold.");
+              for (Map.Entry<String, String> e : want.entrySet()) {
+                Header h = r.headers().lastHeader(e.getKey());
+                String v = h == null ? null : Scenarios.str(h.value());
+                Scenarios.check(e.getValue().equals(v), "%s: header %s is %s, expected %s", k, e.getKey(), v, e.getValue());
+              }
+              Scenarios.check(
+                  Scenarios.value("share", i).equals(Scenarios.str(r.value())), "%s: value %s is not the original", k, Scenarios.str(r.value()));
+              Scenarios.check(seen.put(k, k) == null, "%s in the DLQ topic twice", k);
+            }
+            return n + " records in the DLQ topic (10 rejected, 10 at the delivery limit) with their key, value and __dlq.errors.* headers";
+          } finally {
+            Scenarios.deleteTopicQuietly(admin, dlqTopic);
+          }
         });
   }
 }
