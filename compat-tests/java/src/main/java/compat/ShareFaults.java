@@ -164,7 +164,9 @@ public final class ShareFaults {
               line(log, "ACKFAIL\t" + name + "\t" + values.size() + "\t" + TxnFaults.describe(e.getValue().get()));
             }
           }
-          if (!Files.exists(drain)) Thread.sleep(200);
+          // About 100 records/s per member (a poll may return more than max.poll.records: a
+          // share fetch hands out whole batches).
+          if (!Files.exists(drain)) Thread.sleep(Math.min(5_000L, recs.count() * 10L));
         }
       } catch (Exception e) {
         line(log, "ERROR\t" + name + "\t" + TxnFaults.describe(e));
