@@ -13,7 +13,8 @@
 //! acknowledgements a fetch carries are applied before it acquires
 //! anything, and their outcome is each partition's
 //! `acknowledge_error_code`. A fetch that finds nothing to acquire waits up
-//! to `max_wait_ms` for new records (or records released by others).
+//! to `max_wait_ms` for new records, or for records others acknowledged,
+//! released or let expire (which may make room in the window).
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -43,8 +44,8 @@ use crate::types::TopicPartition;
 
 /// The longest a share fetch waits, whatever the client asks.
 const MAX_WAIT_MS_CAP: i32 = 30_000;
-/// How often a waiting fetch looks again for records that became available
-/// without an append (released, rejected at the limit, lock expired).
+/// How often a waiting fetch looks again, woken or not (a record can
+/// become available on another node's say, when the log start moves).
 const RECHECK_MS: u64 = 250;
 /// The records a fetch acquires when the request sets no limit.
 const DEFAULT_MAX_RECORDS: usize = 500;
@@ -262,9 +263,13 @@ pub async fn fetch(
     // cannot take every fetch's byte and record budget.
     let rotate = (req.share_session_epoch.max(0) as usize) % partitions.len().max(1);
     loop {
-        let notified = broker.replicas.appended.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
+        // Interest first, so a change between the look and the wait wakes it.
+        let appended = broker.replicas.appended.notified();
+        tokio::pin!(appended);
+        appended.as_mut().enable();
+        let changed = broker.share_leaders.changed.notified();
+        tokio::pin!(changed);
+        changed.as_mut().enable();
         let mut bytes_left = max_bytes;
         let mut records_left = max_records;
         let mut answered = false;
@@ -325,7 +330,11 @@ pub async fn fetch(
             break;
         }
         let wake = deadline.min(now + Duration::from_millis(RECHECK_MS));
-        let _ = tokio::time::timeout_at(wake, notified).await;
+        tokio::select! {
+            _ = appended => {}
+            _ = changed => {}
+            _ = tokio::time::sleep_until(wake) => {}
+        }
     }
     respond(broker, ctx, resp, outcomes)
 }

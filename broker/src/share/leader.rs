@@ -82,9 +82,17 @@ pub struct Loaded {
 
 type Entry = Arc<tokio::sync::Mutex<Option<Loaded>>>;
 
+/// The log bytes one share fetch of a partition reads at least (up to its
+/// `max_bytes`); more when it may acquire more than 512 records.
+const READ_BYTES: usize = 1 << 20;
+
 #[derive(Default)]
 pub struct ShareLeaders {
     parts: Mutex<HashMap<(String, TopicPartition), Entry>>,
+    /// Woken when records may have become available without an append
+    /// (acknowledged, released, or their locks expired): a waiting share
+    /// fetch looks again, as Kafka completes its delayed share fetches.
+    pub changed: tokio::sync::Notify,
 }
 
 impl ShareLeaders {
@@ -137,6 +145,7 @@ impl ShareLeaders {
         let written = persist(broker, group, loaded, next).await;
         if written.is_ok() {
             send_dead(broker, group, tp, &mut loaded.partition);
+            self.changed.notify_waiters();
         }
         if let Err(LeaderError::State(
             ShareCoordError::FencedStateEpoch | ShareCoordError::FencedLeaderEpoch,
@@ -183,7 +192,12 @@ impl ShareLeaders {
                 FetchLimit::HighWatermark
             };
             let from = loaded.partition.next_fetch_offset();
-            match part.read_up_to(Offset(from), max_bytes, true, limit) {
+            // What one acquisition can hand out, not the client's whole
+            // `max_bytes` (50 MiB by default): reading and copying that
+            // much to hand out `max_records` was most of a share fetch's
+            // cost. At least one batch is read, whatever its size.
+            let read_bytes = max_bytes.min(READ_BYTES.max(max_records.saturating_mul(2048)));
+            match part.read_up_to(Offset(from), read_bytes, true, limit) {
                 Ok(read) => read,
                 // Past the high watermark (a truncated log): nothing yet.
                 Err(PartitionError::OffsetOutOfRange { .. }) => return Ok(None),
@@ -242,6 +256,7 @@ impl ShareLeaders {
                     continue;
                 }
                 send_dead(broker, group, &tp, &mut loaded.partition);
+                self.changed.notify_waiters();
                 released += n;
             }
         }
@@ -279,6 +294,7 @@ impl ShareLeaders {
             match persist(broker, &group, loaded, next).await {
                 Ok(()) => {
                     send_dead(broker, &group, &tp, &mut loaded.partition);
+                    self.changed.notify_waiters();
                     expired += n
                 }
                 Err(e) => {
