@@ -239,7 +239,11 @@ async fn a_nack_with_retry_after_10s_is_not_redelivered_before_10s() {
         nacked_at.elapsed()
     );
     let again = receive_one(&d).await;
-    assert!(nacked_at.elapsed() >= Duration::from_secs(10));
+    let waited = nacked_at.elapsed();
+    assert!(
+        waited >= Duration::from_secs(10),
+        "redelivered {waited:?} after the nack"
+    );
     assert_eq!(
         (again.attempt, again.message_id.as_str()),
         (2, m.message_id.as_str())

@@ -69,6 +69,15 @@ pub(crate) fn now_ms() -> i64 {
         .map_or(0, |d| d.as_millis() as i64)
 }
 
+/// The wall clock rounded up to the millisecond: the base of a due time, so
+/// that "due in 10 s" is never met before 10 s have passed (`now_ms` rounds
+/// down, and a due time taken from it can be met up to 1 ms early).
+pub(crate) fn now_ms_ceil() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_micros().div_ceil(1000) as i64)
+}
+
 fn ms(d: Duration) -> i64 {
     i64::try_from(d.as_millis()).unwrap_or(i64::MAX)
 }

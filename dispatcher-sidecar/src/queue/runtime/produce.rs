@@ -110,7 +110,7 @@ impl QueueRuntime {
                         message_id: id.clone(),
                         attempt: crate::lease::Attempt::FIRST,
                         first_enqueued_ms: now,
-                        due_ms: Some(now + ms(delay)),
+                        due_ms: Some(now_ms_ceil() + ms(delay)),
                         errors: Vec::new(),
                     }
                     .write_into(&mut headers);

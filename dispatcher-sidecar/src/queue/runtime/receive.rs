@@ -287,10 +287,13 @@ impl QueueRuntime {
         let error = request.error.as_deref().unwrap_or("nacked");
         let (pending, copied, route) = {
             let mut state = part.lock();
-            match state
-                .engine
-                .nack(&receipt, retry_after_ms, error, request.permanent, now_ms())
-            {
+            match state.engine.nack(
+                &receipt,
+                retry_after_ms,
+                error,
+                request.permanent,
+                now_ms_ceil(),
+            ) {
                 Ok(failure) => {
                     // Before the failure is visible to any routing task
                     // (the periodic one or a fetch may write its copy).
