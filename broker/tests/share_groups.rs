@@ -8,7 +8,7 @@ mod common;
 use bytes::Bytes;
 use common::Client;
 use kafka_protocol::messages::*;
-use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::protocol::{Decodable, StrBytes};
 use kafka_protocol::records::Compression;
 use kafka_protocol::ResponseError;
 use uuid::Uuid;
@@ -17,6 +17,9 @@ const GROUP: &str = "sg";
 const ACCEPT: i8 = 1;
 const RELEASE: i8 = 2;
 const REJECT: i8 = 3;
+const RENEW: i8 = 4;
+const BATCH_OPTIMIZED: i8 = 0;
+const RECORD_LIMIT: i8 = 1;
 
 fn s(v: &str) -> StrBytes {
     StrBytes::from_string(v.to_string())
@@ -108,15 +111,14 @@ fn ack_batches(acks: &[Ack<'_>]) -> Vec<share_fetch_request::AcknowledgementBatc
         .collect()
 }
 
-/// One ShareFetch of partition 0 of `topic` (none when `topic` is None).
-async fn share_fetch(
-    c: &mut Client,
+/// A ShareFetch of partition 0 of `topic` (none when `topic` is None).
+fn fetch_request(
     member: &str,
     epoch: i32,
     topic: Option<Uuid>,
     acks: &[Ack<'_>],
     max_wait_ms: i32,
-) -> ShareFetchResponse {
+) -> ShareFetchRequest {
     let topics = topic
         .map(|t| {
             vec![share_fetch_request::FetchTopic::default()
@@ -126,7 +128,7 @@ async fn share_fetch(
                     .with_acknowledgement_batches(ack_batches(acks))])]
         })
         .unwrap_or_default();
-    let req = ShareFetchRequest::default()
+    ShareFetchRequest::default()
         .with_group_id(Some(GroupId(s(GROUP))))
         .with_member_id(Some(s(member)))
         .with_share_session_epoch(epoch)
@@ -135,17 +137,40 @@ async fn share_fetch(
         .with_max_bytes(1 << 20)
         .with_max_records(500)
         .with_batch_size(500)
-        .with_topics(topics);
-    c.call(ApiKey::ShareFetch, 1, &req).await
+        .with_topics(topics)
 }
 
-async fn share_ack(
+/// One ShareFetch (v1) of partition 0 of `topic`.
+async fn share_fetch(
     c: &mut Client,
     member: &str,
     epoch: i32,
-    topic: Uuid,
+    topic: Option<Uuid>,
     acks: &[Ack<'_>],
-) -> ShareAcknowledgeResponse {
+    max_wait_ms: i32,
+) -> ShareFetchResponse {
+    let req = fetch_request(member, epoch, topic, acks, max_wait_ms);
+    c.call(ApiKey::ShareFetch, 1, &req).await
+}
+
+/// A ShareFetch v2 (its response is v1's).
+async fn share_fetch_v2(
+    c: &mut Client,
+    req: ShareFetchRequest,
+    mode: i8,
+    renew: bool,
+) -> ShareFetchResponse {
+    let newer = protocol::newer::NewerRequest::ShareFetch {
+        acquire_mode: mode,
+        is_renew_ack: renew,
+    };
+    let mut body = c
+        .call_newer(ApiKey::ShareFetch, 2, req.into(), Some(newer))
+        .await;
+    ShareFetchResponse::decode(&mut body, 1).unwrap()
+}
+
+fn ack_request(member: &str, epoch: i32, topic: Uuid, acks: &[Ack<'_>]) -> ShareAcknowledgeRequest {
     let batches = acks
         .iter()
         .map(|(first, last, types)| {
@@ -155,7 +180,7 @@ async fn share_ack(
                 .with_acknowledge_types(types.to_vec())
         })
         .collect();
-    let req = ShareAcknowledgeRequest::default()
+    ShareAcknowledgeRequest::default()
         .with_group_id(Some(GroupId(s(GROUP))))
         .with_member_id(Some(s(member)))
         .with_share_session_epoch(epoch)
@@ -165,8 +190,41 @@ async fn share_ack(
                 share_acknowledge_request::AcknowledgePartition::default()
                     .with_partition_index(0)
                     .with_acknowledgement_batches(batches),
-            ])]);
+            ])])
+}
+
+async fn share_ack(
+    c: &mut Client,
+    member: &str,
+    epoch: i32,
+    topic: Uuid,
+    acks: &[Ack<'_>],
+) -> ShareAcknowledgeResponse {
+    let req = ack_request(member, epoch, topic, acks);
     c.call(ApiKey::ShareAcknowledge, 1, &req).await
+}
+
+/// A ShareAcknowledge v2: the response, and the acquisition lock timeout
+/// v2 adds after the top-level error message.
+async fn share_ack_v2(
+    c: &mut Client,
+    req: ShareAcknowledgeRequest,
+    renew: bool,
+) -> (ShareAcknowledgeResponse, i32) {
+    let newer = protocol::newer::NewerRequest::ShareAcknowledge {
+        is_renew_ack: renew,
+    };
+    let body = c
+        .call_newer(ApiKey::ShareAcknowledge, 2, req.into(), Some(newer))
+        .await;
+    // throttle_time_ms, error_code, a null error_message, then the timeout.
+    assert_eq!(body[6], 0, "a top-level error message");
+    let timeout = i32::from_be_bytes(body[7..11].try_into().unwrap());
+    let mut v1 = Bytes::from([&body[..7], &body[11..]].concat());
+    (
+        ShareAcknowledgeResponse::decode(&mut v1, 1).unwrap(),
+        timeout,
+    )
 }
 
 /// The acquired runs (first, last, delivery count) of a fetch's only
@@ -785,4 +843,147 @@ async fn rejected_and_exhausted_records_are_copied_to_the_dead_letter_queue() {
         Some("true")
     );
     assert!(!image.topics.contains_key("nodlq.t"));
+}
+
+/// DescribeShareGroupOffsets v1 of GROUP on partition 0 of `topic`: its
+/// start offset and lag (v1 adds the lag after the leader epoch).
+async fn start_and_lag(c: &mut Client, topic: &str) -> (i64, i64) {
+    use describe_share_group_offsets_request::*;
+    let req = DescribeShareGroupOffsetsRequest::default().with_groups(vec![
+        DescribeShareGroupOffsetsRequestGroup::default()
+            .with_group_id(GroupId(s(GROUP)))
+            .with_topics(Some(vec![DescribeShareGroupOffsetsRequestTopic::default()
+                .with_topic_name(TopicName(s(topic)))
+                .with_partitions(vec![0])])),
+    ]);
+    let body = c
+        .call_newer(ApiKey::DescribeShareGroupOffsets, 1, req.into(), None)
+        .await;
+    // throttle, groups (1), group id, topics (1), topic name, topic id,
+    // partitions (1), partition index, then the start offset.
+    let at = 4 + 1 + 1 + GROUP.len() + 1 + 1 + topic.len() + 16 + 1 + 4;
+    let i64_at = |i: usize| i64::from_be_bytes(body[i..i + 8].try_into().unwrap());
+    let error_code = i16::from_be_bytes(body[at + 20..at + 22].try_into().unwrap());
+    assert_eq!(error_code, 0, "{body:?}");
+    (i64_at(at), i64_at(at + 12))
+}
+
+/// KIP-1222 and KIP-1206, at ShareFetch and ShareAcknowledge v2: a member
+/// keeps its records past the lock duration by renewing them, and the
+/// record-limit acquire mode hands out exactly `max_records`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewals_keep_records_locked_and_record_limit_mode_acquires_exactly_max_records() {
+    let dir = tempfile::tempdir().unwrap();
+    let cfg = common::config(
+        dir.path(),
+        &[
+            ("share.coordinator.state.topic.num.partitions", "1"),
+            ("group.share.min.record.lock.duration.ms", "1000"),
+        ],
+    );
+    let running = broker::start(cfg).await.unwrap();
+    let mut c = Client::connect(running.local_addr).await;
+    assert_eq!(c.create_topic("t", 1, &[]).await, 0);
+    let t = topic_id(&mut c, "t").await;
+    group_configs(
+        &mut c,
+        &[
+            ("share.auto.offset.reset", "earliest"),
+            ("share.record.lock.duration.ms", "1500"),
+        ],
+    )
+    .await;
+    find_coordinator(&mut c).await;
+    let values: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
+    produce(
+        &mut c,
+        &values.iter().map(String::as_str).collect::<Vec<_>>(),
+    )
+    .await;
+    for m in ["m1", "m2"] {
+        let hb = heartbeat(&mut c, m, 0, Some(&["t"])).await;
+        assert_eq!(hb.error_code, 0, "{hb:?}");
+    }
+    // The group config is applied from the metadata image shortly after;
+    // a session of no partitions acquires nothing meanwhile.
+    let mut r = share_fetch(&mut c, "m1", 0, None, &[], 0).await;
+    for _ in 0..100 {
+        if r.acquisition_lock_timeout_ms == 1500 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        share_fetch(&mut c, "m1", -1, None, &[], 0).await;
+        r = share_fetch(&mut c, "m1", 0, None, &[], 0).await;
+    }
+    assert_eq!(r.acquisition_lock_timeout_ms, 1500);
+    let mut m1 = 1;
+
+    // Record-limit mode: 3 of the batch's 10, not the whole batch.
+    let mut req = fetch_request("m1", m1, Some(t), &[], 500);
+    req.max_records = 3;
+    let r = share_fetch_v2(&mut c, req, RECORD_LIMIT, false).await;
+    assert_eq!(acquired(&r).0, vec![(0, 2, 1)]);
+    m1 += 1;
+
+    // Renewed for twice the lock duration, by ShareAcknowledge and by a
+    // ShareFetch that only renews.
+    let renewed_until = std::time::Instant::now() + std::time::Duration::from_millis(3_000);
+    let mut by_fetch = false;
+    while std::time::Instant::now() < renewed_until {
+        tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+        if by_fetch {
+            let mut req = fetch_request("m1", m1, Some(t), &[(0, 2, &[RENEW])], 0);
+            (req.max_bytes, req.min_bytes, req.max_records) = (0, 0, 0);
+            let r = share_fetch_v2(&mut c, req, BATCH_OPTIMIZED, true).await;
+            assert_eq!(ack_code(&r), 0, "{r:?}");
+            assert!(r.responses[0].partitions[0].acquired_records.is_empty());
+        } else {
+            let (r, timeout) =
+                share_ack_v2(&mut c, ack_request("m1", m1, t, &[(0, 2, &[RENEW])]), true).await;
+            assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+            assert_eq!(timeout, 1500);
+        }
+        m1 += 1;
+        by_fetch = !by_fetch;
+    }
+    // Still m1's: another member gets only the rest.
+    let r = share_fetch(&mut c, "m2", 0, Some(t), &[], 500).await;
+    assert_eq!(acquired(&r).0, vec![(3, 9, 1)]);
+    assert_eq!(start_and_lag(&mut c, "t").await, (0, 10));
+    let r = share_fetch(&mut c, "m2", 1, Some(t), &[(3, 9, &[ACCEPT])], 0).await;
+    assert_eq!(ack_code(&r), 0);
+    assert_eq!(start_and_lag(&mut c, "t").await, (0, 3));
+
+    // RENEW needs version 2 and a request that declares it.
+    let r = share_ack(&mut c, "m1", m1, t, &[(0, 2, &[RENEW])]).await;
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        code(ResponseError::InvalidRequest)
+    );
+    m1 += 1;
+    let (r, _) = share_ack_v2(&mut c, ack_request("m1", m1, t, &[(0, 2, &[RENEW])]), false).await;
+    assert_eq!(
+        r.responses[0].partitions[0].error_code,
+        code(ResponseError::InvalidRequest)
+    );
+    m1 += 1;
+    // A renewing fetch fetches nothing, so asks for nothing; an unknown
+    // acquire mode is refused. Neither touches the session.
+    let req = fetch_request("m1", m1, Some(t), &[(0, 2, &[RENEW])], 0);
+    let r = share_fetch_v2(&mut c, req, BATCH_OPTIMIZED, true).await;
+    assert_eq!(r.error_code, code(ResponseError::InvalidRequest));
+    let r = share_fetch_v2(&mut c, fetch_request("m1", m1, Some(t), &[], 0), 7, false).await;
+    assert_eq!(r.error_code, code(ResponseError::InvalidRequest));
+
+    // Without renewals the locks expire and the records go to m2.
+    let mut runs = Vec::new();
+    for m2 in 2..22 {
+        let r = share_fetch(&mut c, "m2", m2, Some(t), &[], 500).await;
+        runs = acquired(&r).0;
+        if !runs.is_empty() {
+            break;
+        }
+    }
+    assert_eq!(runs, vec![(0, 2, 2)]);
+    running.shutdown().await;
 }

@@ -473,6 +473,13 @@ async fn the_persister_reaches_the_coordinator_from_any_node_and_follows_it() {
     let state = b.share_persister.read(&b, &key, 1).await.unwrap();
     assert_eq!((state.state_epoch, state.start_offset), (0, 0));
     assert_eq!(state.batches, w.batches);
+    // The summary carries the records done (for a group's lag) across
+    // nodes too.
+    let summary = b.share_persister.read_summary(&b, &key).await.unwrap();
+    assert_eq!(
+        (summary.start_offset, summary.delivery_complete_count),
+        (0, 4)
+    );
     // Errors come back as the coordinator's.
     let stale = Write {
         leader_epoch: 0,
@@ -489,7 +496,14 @@ async fn the_persister_reaches_the_coordinator_from_any_node_and_follows_it() {
     let survivor = cluster.running_ids()[0];
     let b = cluster.broker(survivor).clone();
     let summary = b.share_persister.read_summary(&b, &key).await.unwrap();
-    assert_eq!((summary.leader_epoch, summary.start_offset), (1, 0));
+    assert_eq!(
+        (
+            summary.leader_epoch,
+            summary.start_offset,
+            summary.delivery_complete_count
+        ),
+        (1, 0, 4)
+    );
     let state = b.share_persister.read(&b, &key, 2).await.unwrap();
     assert_eq!(state.batches, w.batches);
     b.share_persister.delete(&b, &key).await.unwrap();

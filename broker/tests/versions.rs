@@ -30,6 +30,14 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             out.extend_from_slice(&b);
         })
     }
+    // Versions newer than kafka-protocol's, as clients send them.
+    fn newer(key: ApiKey, r: RequestKind, version: i16) -> BodyWriter {
+        Box::new(move |out: &mut Vec<u8>| {
+            let mut b = bytes::BytesMut::new();
+            protocol::newer::encode_request_body(key, version, &r, None, &mut b).unwrap();
+            out.extend_from_slice(&b);
+        })
+    }
     match key {
         ApiKey::ApiVersions => enc(
             ApiVersionsRequest::default()
@@ -471,23 +479,29 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
             version,
         ),
         ApiKey::ShareGroupDescribe => enc(ShareGroupDescribeRequest::default(), version),
-        ApiKey::ShareFetch => enc(
+        ApiKey::ShareFetch => newer(
+            key,
             ShareFetchRequest::default()
                 .with_group_id(Some(GroupId(s("g"))))
                 .with_member_id(Some(s("m")))
-                .with_share_session_epoch(5),
+                .with_share_session_epoch(5)
+                .into(),
             version,
         ),
-        ApiKey::ShareAcknowledge => enc(
+        ApiKey::ShareAcknowledge => newer(
+            key,
             ShareAcknowledgeRequest::default()
                 .with_group_id(Some(GroupId(s("g"))))
                 .with_member_id(Some(s("m")))
-                .with_share_session_epoch(5),
+                .with_share_session_epoch(5)
+                .into(),
             version,
         ),
-        ApiKey::DescribeShareGroupOffsets => {
-            enc(DescribeShareGroupOffsetsRequest::default(), version)
-        }
+        ApiKey::DescribeShareGroupOffsets => newer(
+            key,
+            DescribeShareGroupOffsetsRequest::default().into(),
+            version,
+        ),
         ApiKey::AlterShareGroupOffsets => enc(
             AlterShareGroupOffsetsRequest::default().with_group_id(GroupId(s("g"))),
             version,

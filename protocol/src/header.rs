@@ -14,13 +14,18 @@ use thiserror::Error;
 
 use crate::frame::SIZE_PREFIX_LEN;
 use crate::guard::{self, GuardError};
+use crate::newer::{self, NewerRequest};
 use crate::versions;
 
 /// A decoded request.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Request {
     pub header: RequestHeader,
+    /// At a version newer than kafka-protocol's, the version below it.
     pub body: RequestKind,
+    /// The fields of a version newer than kafka-protocol's
+    /// ([`crate::newer`]).
+    pub newer: Option<NewerRequest>,
 }
 
 impl Request {
@@ -141,9 +146,25 @@ impl CheckedRequest {
         let mut buf = self.frame;
         let header = RequestHeader::decode(&mut buf, self.header_version)
             .map_err(|e| malformed(format!("header: {e:#}")))?;
-        let body = RequestKind::decode(self.api_key, &mut buf, self.api_version)
+        let (version, newer) = match newer::decoded_as(self.api_key, self.api_version) {
+            None => (self.api_version, None),
+            Some(older) => match newer::split_request(self.api_key, self.api_version, &buf)
+                .map_err(malformed)?
+            {
+                Some((body, fields)) => {
+                    buf = body;
+                    (older, Some(fields))
+                }
+                None => (older, None),
+            },
+        };
+        let body = RequestKind::decode(self.api_key, &mut buf, version)
             .map_err(|e| malformed(format!("{e:#}")))?;
-        Ok(Request { header, body })
+        Ok(Request {
+            header,
+            body,
+            newer,
+        })
     }
 }
 
@@ -193,14 +214,24 @@ pub fn check_request(frame: Bytes) -> Result<CheckedRequest, RequestError> {
         .map_err(|e| malformed(format!("header: {e}")))?;
     let body = guard::walk_request_body(api_key, api_version, &frame[header.len..])
         .map_err(|e: GuardError| malformed(e.to_string()))?;
+    let newer_copy = newer_copy_bytes(api_key, api_version, frame.len());
     Ok(CheckedRequest {
         frame,
         api_key,
         api_version,
         correlation_id,
         header_version,
-        decoded_bytes: FRAME_VIEW_BYTES + header.decoded_bytes + body.decoded_bytes,
+        decoded_bytes: FRAME_VIEW_BYTES + header.decoded_bytes + body.decoded_bytes + newer_copy,
     })
+}
+
+/// A version newer than kafka-protocol's is decoded from a copy of its body
+/// without the extra fields ([`newer::split_request`]).
+fn newer_copy_bytes(api_key: ApiKey, api_version: i16, frame_len: usize) -> u64 {
+    match newer::decoded_as(api_key, api_version) {
+        Some(_) => FRAME_VIEW_BYTES + frame_len as u64,
+        None => 0,
+    }
 }
 
 #[derive(Debug, Error)]
@@ -232,7 +263,8 @@ pub fn encode_response(
         .with_correlation_id(correlation_id)
         .encode(&mut out, header_version)
         .map_err(error)?;
-    body.encode(&mut out, api_version).map_err(error)?;
+    body.encode(&mut out, newer::response_encoded_as(api_key, api_version))
+        .map_err(error)?;
     let size = out.len() - SIZE_PREFIX_LEN;
     let size = i32::try_from(size).map_err(|_| EncodeError {
         api_key,

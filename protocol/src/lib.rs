@@ -6,6 +6,8 @@
 //! - [`guard`]: refuses bodies whose declared counts exceed their bytes,
 //!   before kafka-protocol allocates from those counts.
 //! - [`header`]: [`decode_request`] and [`encode_response`].
+//! - [`newer`]: versions newer than kafka-protocol's, as the version below
+//!   plus their extra fields.
 //! - [`fetch_response`]: Fetch responses as parts, the record data supplied
 //!   (and sent) by the caller instead of copied into the response.
 //! - [`record_batch`]: a zero-copy view of v2 record batches.
@@ -18,6 +20,7 @@ pub mod frame;
 pub mod fuzzing;
 pub mod guard;
 pub mod header;
+pub mod newer;
 pub mod record_batch;
 pub mod records;
 pub mod versions;

@@ -111,16 +111,16 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     // users/clients/ips).
     ApiRange::new(ApiKey::DescribeClientQuotas, 0, 1),
     ApiRange::new(ApiKey::AlterClientQuotas, 0, 1),
-    // Share groups (KIP-932): KafkaShareConsumer. Kafka 4.4 serves
-    // ShareFetch and ShareAcknowledge up to v2 (v2 adds RENEW and the
-    // acquire mode), which kafka-protocol 0.18 cannot decode yet.
+    // Share groups (KIP-932): KafkaShareConsumer. ShareFetch and
+    // ShareAcknowledge v2 (RENEW, KIP-1222; the record-limit acquire mode,
+    // KIP-1206) are decoded by `crate::newer`.
     ApiRange::new(ApiKey::ShareGroupHeartbeat, 1, 1),
     ApiRange::new(ApiKey::ShareGroupDescribe, 1, 1),
-    ApiRange::new(ApiKey::ShareFetch, 1, 1),
-    ApiRange::new(ApiKey::ShareAcknowledge, 1, 1),
+    ApiRange::new(ApiKey::ShareFetch, 1, 2),
+    ApiRange::new(ApiKey::ShareAcknowledge, 1, 2),
     // kafka-share-groups.sh --describe / --reset-offsets / --delete-offsets.
-    // Kafka 4.4 serves DescribeShareGroupOffsets up to v1 (v1 adds the lag).
-    ApiRange::new(ApiKey::DescribeShareGroupOffsets, 0, 0),
+    // DescribeShareGroupOffsets v1 adds the lag (`crate::newer`).
+    ApiRange::new(ApiKey::DescribeShareGroupOffsets, 0, 1),
     ApiRange::new(ApiKey::AlterShareGroupOffsets, 0, 0),
     ApiRange::new(ApiKey::DeleteShareGroupOffsets, 0, 0),
     // The share coordinator's APIs (KIP-932), between brokers. Kafka 4.4

@@ -46,6 +46,7 @@ pub mod write_txn_markers;
 
 use kafka_protocol::messages::{ApiKey, RequestKind, ResponseKind};
 use kafka_protocol::protocol::StrBytes;
+use protocol::newer::NewerRequest;
 
 use crate::authz::{Authz, Operation, ResourceType, GROUP_OPERATIONS};
 use crate::broker::Broker;
@@ -59,6 +60,8 @@ use kafka_protocol::ResponseError;
 #[allow(clippy::large_enum_variant)]
 pub enum Reply {
     Respond(ResponseKind),
+    /// A response whose version carries fields kafka-protocol's type lacks.
+    Newer(protocol::newer::NewerResponse),
     /// A Fetch response, its records sent from the segment files.
     Fetch(fetch::FetchReply),
     /// Produce with acks=0: Kafka sends nothing back.
@@ -87,11 +90,14 @@ pub struct RequestContext {
     pub connection_id: u64,
 }
 
+/// `newer`: the fields of a version newer than kafka-protocol's
+/// (`protocol::newer`), whose older body `request` is.
 pub async fn dispatch(
     broker: &Broker,
     ctx: &RequestContext,
     version: i16,
     request: RequestKind,
+    newer: Option<NewerRequest>,
 ) -> Reply {
     use RequestKind as R;
     use ResponseKind as S;
@@ -720,14 +726,14 @@ pub async fn dispatch(
             Reply::Respond(S::ShareGroupDescribe(resp))
         }
         R::ShareFetch(r) => Reply::Respond(S::ShareFetch(
-            share_fetch::fetch(broker, ctx, authz, r).await,
+            share_fetch::fetch(broker, ctx, authz, r, newer).await,
         )),
-        R::ShareAcknowledge(r) => Reply::Respond(S::ShareAcknowledge(
-            share_fetch::acknowledge(broker, ctx, authz, r).await,
-        )),
-        R::DescribeShareGroupOffsets(r) => Reply::Respond(S::DescribeShareGroupOffsets(
-            share_offsets::describe(broker, authz, r).await,
-        )),
+        R::ShareAcknowledge(r) => {
+            Reply::Newer(share_fetch::acknowledge(broker, ctx, authz, r, version, newer).await)
+        }
+        R::DescribeShareGroupOffsets(r) => {
+            Reply::Newer(share_offsets::describe(broker, authz, r, version).await)
+        }
         R::AlterShareGroupOffsets(r) => Reply::Respond(S::AlterShareGroupOffsets(
             share_offsets::alter(broker, authz, r).await,
         )),

@@ -29,7 +29,9 @@ use kafka_protocol::messages::{
     BrokerId, ShareAcknowledgeRequest, ShareAcknowledgeResponse, ShareFetchRequest,
     ShareFetchResponse,
 };
+use kafka_protocol::protocol::StrBytes;
 use kafka_protocol::ResponseError;
+use protocol::newer::{NewerRequest, NewerResponse};
 use uuid::Uuid;
 
 use super::leader_hints::LeaderHints;
@@ -37,8 +39,8 @@ use super::RequestContext;
 use crate::authz::{Authz, Operation, ResourceType};
 use crate::broker::{now_ms, Broker};
 use crate::share::config::ShareGroupSettings;
-use crate::share::leader::LeaderError;
-use crate::share::partition::{AckBatch, AckType};
+use crate::share::leader::{LeaderError, Want};
+use crate::share::partition::{AckBatch, AckType, AcquireMode};
 use crate::share::session::{FetchContext, SessionError, SessionPartition};
 use crate::types::TopicPartition;
 
@@ -59,16 +61,32 @@ fn session_error(e: SessionError) -> ResponseError {
     }
 }
 
-/// A request's acknowledgement batches, as the share-partition takes them;
-/// an unknown acknowledge type is the batch's INVALID_REQUEST.
+/// What the acknowledgements of a request may say about renewals
+/// (KIP-1222, version 2): whether RENEW is a known type, and whether the
+/// request says it carries renewals (`IsRenewAck`).
+#[derive(Clone, Copy, Default)]
+struct Renewals {
+    supported: bool,
+    declared: bool,
+}
+
+/// A request's acknowledgement batches, as the share-partition takes them.
+/// As Kafka (`KafkaApis.validateAcknowledgementBatches`), the partition's
+/// INVALID_REQUEST: an unknown acknowledge type, RENEW before version 2, or
+/// RENEW in a request that does not declare `IsRenewAck`.
 fn ack_batches<'a>(
     batches: impl Iterator<Item = (i64, i64, &'a [i8])>,
+    renewals: Renewals,
 ) -> Result<Vec<AckBatch>, LeaderError> {
     batches
         .map(|(first_offset, last_offset, types)| {
             let types = types
                 .iter()
-                .map(|t| AckType::from_id(*t))
+                .map(|t| {
+                    AckType::from_id(*t).filter(|t| {
+                        *t != AckType::Renew || (renewals.supported && renewals.declared)
+                    })
+                })
                 .collect::<Option<Vec<_>>>()
                 .ok_or(LeaderError::Ack(
                     crate::share::partition::AckError::InvalidRequest,
@@ -169,8 +187,55 @@ pub async fn fetch(
     ctx: &RequestContext,
     authz: &Authz<'_>,
     req: ShareFetchRequest,
+    newer: Option<NewerRequest>,
 ) -> ShareFetchResponse {
     let mut resp = ShareFetchResponse::default();
+    // Version 2: the acquire mode (KIP-1206) and renewals (KIP-1222).
+    let (mode, renewals) = match newer {
+        Some(NewerRequest::ShareFetch {
+            acquire_mode,
+            is_renew_ack,
+        }) => (
+            acquire_mode,
+            Renewals {
+                supported: true,
+                declared: is_renew_ack,
+            },
+        ),
+        _ => (0, Renewals::default()),
+    };
+    let mode = match mode {
+        0 => AcquireMode::BatchOptimized,
+        1 => AcquireMode::RecordLimit,
+        _ => {
+            resp.error_code = ResponseError::InvalidRequest.code();
+            resp.error_message = Some(StrBytes::from_string(format!(
+                "Unknown share acquire mode {mode}"
+            )));
+            return resp;
+        }
+    };
+    // A renewal only renews: it fetches nothing, and says so.
+    if renewals.declared {
+        let set: Vec<&str> = [
+            ("MaxBytes", req.max_bytes),
+            ("MinBytes", req.min_bytes),
+            ("MaxRecords", req.max_records),
+            ("MaxWaitMs", req.max_wait_ms),
+        ]
+        .into_iter()
+        .filter(|(_, v)| *v != 0)
+        .map(|(name, _)| name)
+        .collect();
+        if !set.is_empty() {
+            resp.error_code = ResponseError::InvalidRequest.code();
+            resp.error_message = Some(StrBytes::from_string(format!(
+                "Renew acknowledgements carry no fetch, but {} are set",
+                set.join(", ")
+            )));
+            return resp;
+        }
+    }
     let (group, member) = match identify(
         authz,
         req.group_id.as_ref().map(|g| g.0.as_str()),
@@ -198,13 +263,16 @@ pub async fn fetch(
             let key = (t.topic_id, p.partition_index);
             named.push(key);
             if !p.acknowledgement_batches.is_empty() {
-                let batches = ack_batches(p.acknowledgement_batches.iter().map(|b| {
-                    (
-                        b.first_offset,
-                        b.last_offset,
-                        b.acknowledge_types.as_slice(),
-                    )
-                }));
+                let batches = ack_batches(
+                    p.acknowledgement_batches.iter().map(|b| {
+                        (
+                            b.first_offset,
+                            b.last_offset,
+                            b.acknowledge_types.as_slice(),
+                        )
+                    }),
+                    renewals,
+                );
                 acks.push((key, batches));
             }
         }
@@ -248,6 +316,9 @@ pub async fn fetch(
             release(broker, &group, &member).await;
             return respond(broker, ctx, resp, outcomes);
         }
+        FetchContext::Fetch(_) if renewals.declared => {
+            return respond(broker, ctx, resp, outcomes);
+        }
         FetchContext::Fetch(partitions) => partitions,
     };
 
@@ -289,7 +360,17 @@ pub async fn fetch(
             let tp = TopicPartition::new(name.as_str(), key.1);
             let r = broker
                 .share_leaders
-                .fetch(broker, &group, &tp, &member_ref, bytes_left, records_left)
+                .fetch(
+                    broker,
+                    &group,
+                    &tp,
+                    &member_ref,
+                    Want {
+                        max_bytes: bytes_left,
+                        max_records: records_left,
+                        mode,
+                    },
+                )
                 .await;
             match r {
                 Ok(None) => {}
@@ -387,11 +468,47 @@ fn respond(
     resp
 }
 
+/// ShareAcknowledge; from version 2 its response carries the acquisition
+/// lock timeout, which a renewal restarted.
 pub async fn acknowledge(
     broker: &Broker,
     ctx: &RequestContext,
     authz: &Authz<'_>,
     req: ShareAcknowledgeRequest,
+    version: i16,
+    newer: Option<NewerRequest>,
+) -> NewerResponse {
+    let renewals = Renewals {
+        supported: version >= 2,
+        declared: matches!(
+            newer,
+            Some(NewerRequest::ShareAcknowledge { is_renew_ack: true })
+        ),
+    };
+    let group = req.group_id.as_ref().map(|g| g.0.to_string());
+    let body = acknowledge_body(broker, ctx, authz, req, renewals).await;
+    let image = broker.metadata.image();
+    let empty = Default::default();
+    let settings = ShareGroupSettings::resolve(
+        &broker.config.share,
+        group
+            .as_ref()
+            .and_then(|g| image.group_configs.get(g))
+            .unwrap_or(&empty),
+    );
+    NewerResponse::ShareAcknowledge {
+        body,
+        acquisition_lock_timeout_ms: settings.record_lock_duration_ms.clamp(0, i32::MAX as i64)
+            as i32,
+    }
+}
+
+async fn acknowledge_body(
+    broker: &Broker,
+    ctx: &RequestContext,
+    authz: &Authz<'_>,
+    req: ShareAcknowledgeRequest,
+    renewals: Renewals,
 ) -> ShareAcknowledgeResponse {
     let mut resp = ShareAcknowledgeResponse::default();
     let (group, member) = match identify(
@@ -423,13 +540,16 @@ pub async fn acknowledge(
     for t in req.topics {
         let mut out = ShareAcknowledgeTopicResponse::default().with_topic_id(t.topic_id);
         for p in t.partitions {
-            let batches = ack_batches(p.acknowledgement_batches.iter().map(|b| {
-                (
-                    b.first_offset,
-                    b.last_offset,
-                    b.acknowledge_types.as_slice(),
-                )
-            }));
+            let batches = ack_batches(
+                p.acknowledgement_batches.iter().map(|b| {
+                    (
+                        b.first_offset,
+                        b.last_offset,
+                        b.acknowledge_types.as_slice(),
+                    )
+                }),
+                renewals,
+            );
             let key = (t.topic_id, p.partition_index);
             let code = acknowledge_partition(broker, authz, &group, &member, key, batches).await;
             let mut pd = share_acknowledge_response::PartitionData::default()

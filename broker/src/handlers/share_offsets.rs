@@ -25,6 +25,7 @@ use kafka_protocol::messages::{
     DescribeShareGroupOffsetsResponse, TopicName,
 };
 use kafka_protocol::ResponseError;
+use protocol::newer::NewerResponse;
 use uuid::Uuid;
 
 use super::str_bytes;
@@ -53,12 +54,14 @@ fn topic(broker: &Broker, name: &str) -> Option<(Uuid, i32)> {
 
 /// The share-partitions of one group: start offsets from the share
 /// coordinator (-1 where it holds no state).
+/// The partitions' lags, in the topics' order, when `with_lag`.
 async fn describe_group(
     broker: &Broker,
     authz: &Authz<'_>,
     group: &str,
     topics: Option<Vec<(String, Vec<i32>)>>,
-) -> Result<Vec<DescribeShareGroupOffsetsResponseTopic>, ResponseError> {
+    with_lag: bool,
+) -> Result<(Vec<DescribeShareGroupOffsetsResponseTopic>, Vec<Vec<i64>>), ResponseError> {
     if !authz.allows(Operation::Describe, ResourceType::Group, group) {
         return Err(ResponseError::GroupAuthorizationFailed);
     }
@@ -81,7 +84,9 @@ async fn describe_group(
             .collect(),
     };
     let mut out = Vec::new();
+    let mut lags = Vec::new();
     for (name, partitions) in topics {
+        let mut topic_lags = Vec::new();
         let mut t = DescribeShareGroupOffsetsResponseTopic::default()
             .with_topic_name(TopicName(str_bytes(name.as_str())));
         let refusal = if !authz.allows(Operation::Describe, ResourceType::Topic, &name) {
@@ -98,6 +103,7 @@ async fn describe_group(
                 .with_partition_index(p)
                 .with_start_offset(-1)
                 .with_leader_epoch(-1);
+            let mut lag = -1;
             let error = match (refusal, found) {
                 (Some(e), _) => Some(e),
                 (None, Some((_, count))) if p >= 0 && p < count => None,
@@ -119,6 +125,16 @@ async fn describe_group(
                         } else {
                             s.leader_epoch
                         };
+                        // As Kafka: the end offset less the start offset
+                        // less what is done past it; unknown (-1) without a
+                        // state or an end offset.
+                        if with_lag && s.start_offset >= 0 && s.delivery_complete_count >= 0 {
+                            let tp = TopicPartition::new(name.as_str(), p);
+                            if let Some(end) = broker.share_persister.end_offset(broker, &tp).await
+                            {
+                                lag = (end - s.start_offset - s.delivery_complete_count).max(0);
+                            }
+                        }
                     }
                     Err(e) => {
                         pd.error_code = e.code();
@@ -127,18 +143,23 @@ async fn describe_group(
                 }
             }
             t.partitions.push(pd);
+            topic_lags.push(lag);
         }
         out.push(t);
+        lags.push(topic_lags);
     }
-    Ok(out)
+    Ok((out, lags))
 }
 
+/// DescribeShareGroupOffsets; from version 1 with each partition's lag.
 pub async fn describe(
     broker: &Broker,
     authz: &Authz<'_>,
     req: DescribeShareGroupOffsetsRequest,
-) -> DescribeShareGroupOffsetsResponse {
+    version: i16,
+) -> NewerResponse {
     let mut resp = DescribeShareGroupOffsetsResponse::default();
+    let mut lags = Vec::new();
     for g in req.groups {
         let topics = g.topics.map(|ts| {
             ts.into_iter()
@@ -146,17 +167,21 @@ pub async fn describe(
                 .collect()
         });
         let mut out = DescribeShareGroupOffsetsResponseGroup::default();
-        match describe_group(broker, authz, &g.group_id.0, topics).await {
-            Ok(topics) => out.topics = topics,
+        match describe_group(broker, authz, &g.group_id.0, topics, version >= 1).await {
+            Ok((topics, group_lags)) => {
+                out.topics = topics;
+                lags.push(group_lags);
+            }
             Err(e) => {
                 out.error_code = e.code();
                 out.error_message = Some(str_bytes(e.to_string()));
+                lags.push(Vec::new());
             }
         }
         out.group_id = g.group_id;
         resp.groups.push(out);
     }
-    resp
+    NewerResponse::DescribeShareGroupOffsets { body: resp, lags }
 }
 
 /// A partition of an AlterShareGroupOffsets: its index, new start offset,

@@ -239,6 +239,10 @@ pub async fn read_summary(
                     out.state_epoch = s.state_epoch;
                     out.leader_epoch = s.leader_epoch;
                     out.start_offset = s.start_offset;
+                    out.unknown_tagged_fields.insert(
+                        crate::share::persister::DELIVERY_COMPLETE_TAG,
+                        bytes::Bytes::copy_from_slice(&s.delivery_complete_count.to_be_bytes()),
+                    );
                 }
                 Err(e) => {
                     (out.error_code, out.error_message) = failed(Some(e));

@@ -281,6 +281,7 @@ pub fn after(
                 super::set_throttle_time(resp, ms);
             }
             Reply::Fetch(f) => f.response.throttle_time_ms = ms,
+            Reply::Newer(n) => n.set_throttle_time_ms(ms),
             Reply::NoResponse | Reply::Unsupported => {}
         }
     }

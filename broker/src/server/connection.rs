@@ -721,10 +721,11 @@ async fn handle_request(
     let quota_usage = crate::quota::usage::before(broker, api_key, version, &request.body);
     // With quotas on, the handler's busy time is measured for request_percentage.
     let (mut reply, busy) = if quota_usage.quotas_on() {
-        crate::quota::usage::Busy::new(dispatch(broker, &ctx, version, request.body)).await
+        crate::quota::usage::Busy::new(dispatch(broker, &ctx, version, request.body, request.newer))
+            .await
     } else {
         (
-            dispatch(broker, &ctx, version, request.body).await,
+            dispatch(broker, &ctx, version, request.body, request.newer).await,
             Duration::ZERO,
         )
     };
@@ -745,6 +746,9 @@ async fn handle_request(
     };
     let result = match reply {
         Reply::Respond(resp) => encode_response(api_key, version, correlation_id, &resp)
+            .map(|bytes| Some(Outgoing::Frame(bytes)))
+            .map_err(encoding_failed),
+        Reply::Newer(resp) => protocol::newer::encode_newer_response(version, correlation_id, resp)
             .map(|bytes| Some(Outgoing::Frame(bytes)))
             .map_err(encoding_failed),
         Reply::Fetch(fetch) => {

@@ -103,6 +103,11 @@ pub struct StateSummary {
     pub leader_epoch: i32,
     /// -1: the share-partition has no state (never initialized, or deleted).
     pub start_offset: i64,
+    /// Records at or past the start offset that are done (acknowledged or
+    /// archived); -1 when unknown. A group's lag on the partition is its
+    /// end offset less the start offset less this (Kafka's
+    /// `deliveryCompleteCount`).
+    pub delivery_complete_count: i64,
 }
 
 /// The share-partitions of one `__share_group_state` partition.
@@ -326,11 +331,13 @@ impl ShareCoordinator {
                 state_epoch: s.state_epoch,
                 leader_epoch: s.leader_epoch,
                 start_offset: s.start_offset,
+                delivery_complete_count: s.delivery_complete_count(),
             },
             None => StateSummary {
                 state_epoch: 0,
                 leader_epoch: 0,
                 start_offset: -1,
+                delivery_complete_count: -1,
             },
         })
     }

@@ -27,7 +27,7 @@ use super::dlq::DlqRecord;
 use bytes::{Bytes, BytesMut};
 
 use super::partition::{
-    AckBatch, AckError, AcquireMode, Acquired, Limits, LogBatch, SharePartition,
+    AckBatch, AckError, AckType, AcquireMode, Acquired, Limits, LogBatch, SharePartition,
 };
 use super::records::SharePartitionKey;
 use super::store::Write;
@@ -86,6 +86,16 @@ type Entry = Arc<tokio::sync::Mutex<Option<Loaded>>>;
 /// `max_bytes`); more when it may acquire more than 512 records.
 const READ_BYTES: usize = 1 << 20;
 
+/// What one fetch may acquire on a share-partition.
+#[derive(Clone, Copy, Debug)]
+pub struct Want {
+    /// Bytes of log read, at least one batch.
+    pub max_bytes: usize,
+    pub max_records: usize,
+    /// Whether whole batches are acquired past `max_records` (KIP-1206).
+    pub mode: AcquireMode,
+}
+
 #[derive(Default)]
 pub struct ShareLeaders {
     parts: Mutex<HashMap<(String, TopicPartition), Entry>>,
@@ -142,6 +152,15 @@ impl ShareLeaders {
         let mut next = loaded.partition.clone();
         next.acknowledge(member, batches, now_ms())
             .map_err(LeaderError::Ack)?;
+        // Renewals only move lock deadlines, which are not persisted (a
+        // new leader makes acquired records available again).
+        if batches
+            .iter()
+            .all(|b| b.types.iter().all(|t| *t == AckType::Renew))
+        {
+            loaded.partition = next;
+            return Ok(());
+        }
         let written = persist(broker, group, loaded, next).await;
         if written.is_ok() {
             send_dead(broker, group, tp, &mut loaded.partition);
@@ -170,9 +189,13 @@ impl ShareLeaders {
         group: &str,
         tp: &TopicPartition,
         member: &Arc<str>,
-        max_bytes: usize,
-        max_records: usize,
+        want: Want,
     ) -> Result<Option<(Bytes, Vec<Acquired>)>, LeaderError> {
+        let Want {
+            max_bytes,
+            max_records,
+            mode,
+        } = want;
         let read_committed = settings(broker, group).read_committed;
         let mut guard = self.get(broker, group, tp).await?;
         let loaded = guard.as_mut().expect("loaded by get");
@@ -209,13 +232,9 @@ impl ShareLeaders {
             return Ok(None);
         }
         let bounds: Vec<LogBatch> = batches.iter().map(|(b, _)| *b).collect();
-        let acquired = loaded.partition.acquire(
-            member,
-            &bounds,
-            max_records,
-            AcquireMode::BatchOptimized,
-            now_ms(),
-        );
+        let acquired = loaded
+            .partition
+            .acquire(member, &bounds, max_records, mode, now_ms());
         send_dead(broker, group, tp, &mut loaded.partition);
         if acquired.is_empty() {
             return Ok(None);

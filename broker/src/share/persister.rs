@@ -30,7 +30,7 @@ use super::records::SharePartitionKey;
 use super::state::ShareState;
 use super::store::Write;
 use crate::broker::Broker;
-use crate::types::NodeId;
+use crate::types::{NodeId, TopicPartition};
 
 /// How long one persister call keeps retrying a moving coordinator.
 const DEADLINE: Duration = Duration::from_secs(15);
@@ -120,6 +120,46 @@ impl Persister {
             Answer::Summary(s) => Ok(s),
             _ => unreachable!("a summary read answers a summary"),
         }
+    }
+
+    /// The end offset of `tp` (its high watermark) as its leader knows
+    /// it, for a share group's lag: this node's replica when it leads,
+    /// else a ListOffsets to the leader. `None`: no leader answered.
+    pub async fn end_offset(&self, broker: &Broker, tp: &TopicPartition) -> Option<i64> {
+        use kafka_protocol::messages::list_offsets_request::*;
+        use kafka_protocol::messages::{
+            BrokerId, ListOffsetsRequest, ListOffsetsResponse, TopicName,
+        };
+        let leader = broker
+            .metadata
+            .image()
+            .topics
+            .get(tp.topic.as_ref())
+            .and_then(|t| t.partitions.get(tp.partition as usize))
+            .map(|p| p.leader)?;
+        if leader == broker.node_id() || leader.0 < 0 {
+            let part = broker.replicas.get(tp)?;
+            let part = part.lock().expect("partition poisoned");
+            return Some(part.high_watermark().0);
+        }
+        let req = ListOffsetsRequest::default()
+            .with_replica_id(BrokerId(-1))
+            .with_topics(vec![ListOffsetsTopic::default()
+                .with_name(TopicName(StrBytes::from_string(tp.topic.to_string())))
+                .with_partitions(vec![ListOffsetsPartition::default()
+                    .with_partition_index(tp.partition)
+                    .with_current_leader_epoch(-1)
+                    .with_timestamp(-1)])]);
+        let resp: ListOffsetsResponse = self
+            .peers
+            .call(broker, leader, PURPOSE, ApiKey::ListOffsets, 7, &req)
+            .await
+            .ok()?;
+        resp.topics
+            .iter()
+            .flat_map(|t| t.partitions.iter())
+            .find(|p| p.partition_index == tp.partition && p.error_code == 0 && p.offset >= 0)
+            .map(|p| p.offset)
     }
 
     async fn call(
@@ -327,15 +367,27 @@ impl Persister {
                     return Err(ShareCoordError::CoordinatorNotAvailable);
                 };
                 error_of(p.error_code)?;
+                let delivery_complete_count = p
+                    .unknown_tagged_fields
+                    .get(&DELIVERY_COMPLETE_TAG)
+                    .and_then(|b| <[u8; 8]>::try_from(b.as_ref()).ok())
+                    .map_or(-1, i64::from_be_bytes);
                 Ok(Answer::Summary(StateSummary {
                     state_epoch: p.state_epoch,
                     leader_epoch: p.leader_epoch,
                     start_offset: p.start_offset,
+                    delivery_complete_count,
                 }))
             }
         }
     }
 }
+
+/// The tagged field in which our share coordinators answer a
+/// ReadShareGroupStateSummary v0 with the delivery-complete count (an int64)
+/// that Kafka's v1 carries as a field, which kafka-protocol 0.18 cannot
+/// encode. Only our brokers send it; other readers skip an unknown tag.
+pub const DELIVERY_COMPLETE_TAG: i32 = 10_000;
 
 /// The coordinator of `key` in this node's metadata image, creating
 /// `__share_group_state` on first use as FindCoordinator does.

@@ -33,6 +33,17 @@ impl ShareState {
         }
         self.batches = combine(&self.batches, batches, self.start_offset);
     }
+
+    /// Records at or past the start offset in a final state (acknowledged
+    /// or archived).
+    pub fn delivery_complete_count(&self) -> i64 {
+        self.batches
+            .iter()
+            .filter(|b| matches!(b.state, RecordState::Acknowledged | RecordState::Archived))
+            .map(|b| b.last_offset - b.first_offset.max(self.start_offset) + 1)
+            .filter(|n| *n > 0)
+            .sum()
+    }
 }
 
 /// `so_far` with `newer` laid over it: where they overlap, `newer` wins.

@@ -65,6 +65,32 @@ impl Client {
 
     /// Sends a request without reading the answer.
     pub async fn send<R: Encodable>(&mut self, key: ApiKey, version: i16, req: &R) {
+        let mut body = BytesMut::new();
+        req.encode(&mut body, version).unwrap();
+        self.send_body(key, version, &body).await;
+    }
+
+    /// Sends a request at a version newer than kafka-protocol's (with
+    /// `newer`'s fields) and returns the raw response body.
+    #[allow(dead_code)]
+    pub async fn call_newer(
+        &mut self,
+        key: ApiKey,
+        version: i16,
+        req: kafka_protocol::messages::RequestKind,
+        newer: Option<protocol::newer::NewerRequest>,
+    ) -> Bytes {
+        let mut body = BytesMut::new();
+        protocol::newer::encode_request_body(key, version, &req, newer, &mut body).unwrap();
+        self.send_body(key, version, &body).await;
+        let mut resp = self.read_frame().await.expect("response");
+        let header =
+            ResponseHeader::decode(&mut resp, key.response_header_version(version)).unwrap();
+        assert_eq!(header.correlation_id, self.correlation_id);
+        resp
+    }
+
+    async fn send_body(&mut self, key: ApiKey, version: i16, body: &[u8]) {
         self.correlation_id += 1;
         let header = RequestHeader::default()
             .with_request_api_key(key as i16)
@@ -75,7 +101,7 @@ impl Client {
         header
             .encode(&mut buf, key.request_header_version(version))
             .unwrap();
-        req.encode(&mut buf, version).unwrap();
+        buf.extend_from_slice(body);
         let mut framed = BytesMut::new();
         framed.extend_from_slice(&(buf.len() as i32).to_be_bytes());
         framed.extend_from_slice(&buf);

@@ -980,7 +980,7 @@ pub fn encode(api_key: ApiKey, v: i16, body: &RequestKind) -> (Bytes, usize) {
         .encode(&mut out, api_key.request_header_version(v))
         .expect("header encodes");
     let header_len = out.len();
-    body.encode(&mut out, v)
+    protocol::newer::encode_request_body(api_key, v, body, None, &mut out)
         .unwrap_or_else(|e| panic!("{api_key:?} v{v} encodes: {e:#}"));
     (out.freeze(), header_len)
 }

@@ -103,7 +103,9 @@ public final class Scenarios {
           "share.members.2",
           "share.members.5",
           "share.delivery_limit",
-          "share.dlq");
+          "share.dlq",
+          "share.renew",
+          "share.record_limit");
 
   /** A scenario either returns its PASS detail or throws; Na marks a check this API cannot express. */
   interface Scenario {
@@ -223,6 +225,8 @@ public final class Scenarios {
       case "share.members.5" -> () -> new ShareScenarios(this).members(5);
       case "share.delivery_limit" -> () -> new ShareScenarios(this).deliveryLimit();
       case "share.dlq" -> () -> new ShareScenarios(this).dlq();
+      case "share.renew" -> () -> new ShareScenarios(this).renew();
+      case "share.record_limit" -> () -> new ShareScenarios(this).recordLimit();
       default -> null;
     };
   }
