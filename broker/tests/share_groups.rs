@@ -644,7 +644,18 @@ async fn a_new_partition_leader_keeps_every_acknowledgement_and_redelivers_what_
     let mut c = cluster.client(first).await;
     let values: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
     let values: Vec<&str> = values.iter().map(String::as_str).collect();
-    produce(&mut c, &values).await;
+    // The leader may not have taken the partition up yet (a retriable
+    // error, as for any client).
+    let batch: Bytes = common::batch(&values, Compression::None, None);
+    let mut code = -1;
+    for _ in 0..100 {
+        code = c.produce("t", 0, -1, batch.clone()).await.error_code;
+        if code == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(code, 0);
 
     // m1 takes everything from the leader (the share coordinator's topic is
     // created on the way), accepts 0-4, rejects 5 and still holds 6-9.

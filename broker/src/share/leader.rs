@@ -239,17 +239,30 @@ impl ShareLeaders {
         if acquired.is_empty() {
             return Ok(None);
         }
-        // Only the batches that hold an acquired record go to the member.
-        let mut out = BytesMut::new();
-        for (b, range) in &batches {
-            if acquired
-                .iter()
-                .any(|a| a.first_offset <= b.last_offset && b.first_offset <= a.last_offset)
-            {
-                out.extend_from_slice(&read.records[range.clone()]);
+        // Only the batches that hold an acquired record go to the member:
+        // a view of what was read when they are adjacent (the usual case),
+        // a copy of them otherwise.
+        let handed: Vec<std::ops::Range<usize>> = batches
+            .iter()
+            .filter(|(b, _)| {
+                acquired
+                    .iter()
+                    .any(|a| a.first_offset <= b.last_offset && b.first_offset <= a.last_offset)
+            })
+            .map(|(_, range)| range.clone())
+            .collect();
+        let adjacent = handed.windows(2).all(|w| w[0].end == w[1].start);
+        let records = match (handed.first(), handed.last()) {
+            (Some(first), Some(last)) if adjacent => read.records.slice(first.start..last.end),
+            _ => {
+                let mut out = BytesMut::new();
+                for range in &handed {
+                    out.extend_from_slice(&read.records[range.clone()]);
+                }
+                out.freeze()
             }
-        }
-        Ok(Some((out.freeze(), acquired)))
+        };
+        Ok(Some((records, acquired)))
     }
 
     /// Ends every lock `member` holds in `group` (its share session closed
