@@ -343,8 +343,23 @@ async fn members_acquire_acknowledge_and_release_records_and_their_states_surviv
 
     // After a restart no accepted or rejected record comes back: only new
     // ones.
-    let running = broker::start(cfg).await.unwrap();
+    let running = broker::start(cfg.clone()).await.unwrap();
     let mut c = Client::connect(running.local_addr).await;
+    // The group itself is back, without members, with its share-partition
+    // (`__consumer_offsets` holds its epoch and share-partitions).
+    find_coordinator(&mut c).await;
+    let list = ListGroupsRequest::default().with_types_filter(vec![s("share")]);
+    let r: ListGroupsResponse = c.call(ApiKey::ListGroups, 5, &list).await;
+    assert!(
+        r.groups
+            .iter()
+            .any(|g| g.group_id.0.as_str() == GROUP && g.group_state.as_str() == "Empty"),
+        "{r:?}"
+    );
+    assert_eq!(
+        starts(&describe_offsets(&mut c, None).await),
+        vec![("t".to_string(), 10)]
+    );
     produce(&mut c, &["c10", "c11"]).await;
     let mut runs = vec![];
     for _ in 0..50 {
@@ -360,6 +375,17 @@ async fn members_acquire_acknowledge_and_release_records_and_their_states_surviv
         break;
     }
     assert_eq!(runs, vec![(10, 11, 1)]);
+    // A deleted group stays deleted.
+    let req = DeleteGroupsRequest::default().with_groups_names(vec![GroupId(s(GROUP))]);
+    let r: DeleteGroupsResponse = c.call(ApiKey::DeleteGroups, 2, &req).await;
+    assert_eq!(r.results[0].error_code, 0, "{r:?}");
+    drop(c);
+    running.shutdown().await;
+    let running = broker::start(cfg).await.unwrap();
+    let mut c = Client::connect(running.local_addr).await;
+    find_coordinator(&mut c).await;
+    let r: ListGroupsResponse = c.call(ApiKey::ListGroups, 5, &list).await;
+    assert!(r.groups.is_empty(), "{r:?}");
     running.shutdown().await;
 }
 

@@ -112,10 +112,14 @@ struct State {
     producers: ProducerSequences,
     parked_joins: HashMap<(String, MemberId), oneshot::Sender<JoinResponse>>,
     parked_syncs: HashMap<(String, MemberId), oneshot::Sender<SyncResponse>>,
-    /// The share groups (KIP-932). Their membership lives here only: after
-    /// a coordinator change members rejoin (UNKNOWN_MEMBER_ID), and what
+    /// The share groups (KIP-932). Their epoch and share-partitions are
+    /// written (`share::group_records`); their members are not: after a
+    /// coordinator change members rejoin (UNKNOWN_MEMBER_ID), and what
     /// they consumed is in the share coordinator's state, not here.
     share: std::collections::BTreeMap<String, crate::share::group::ShareGroup>,
+    /// What `__consumer_offsets` holds for each share group: its epoch and
+    /// share-partitions as last written.
+    stored_share: HashMap<String, share::StoredShareGroup>,
     /// When the last offsets-retention pass ran.
     last_expiry_ms: i64,
     /// When group metrics were last published.
@@ -986,7 +990,11 @@ impl GroupService {
                 return Err(GroupError::NonEmptyGroup);
             }
             st.share.remove(group_id);
-            return Ok(());
+            // Tombstones only: no topic names needed.
+            return shard
+                .persist_share_group(&mut st, group_id, &|_| None)
+                .await
+                .map_err(|e| e.group_error());
         }
         match (st.classic.group(group_id), st.consumer.group(group_id)) {
             (Some(g), _) => g.validate_delete()?,
@@ -1051,6 +1059,7 @@ impl State {
             parked_joins: HashMap::new(),
             parked_syncs: HashMap::new(),
             share: Default::default(),
+            stored_share: HashMap::new(),
             last_expiry_ms: now_ms(),
             last_metrics_ms: 0,
             unloaded: false,
@@ -1070,6 +1079,7 @@ impl State {
             }
         }
         st.replay(log);
+        st.load_share_groups(log);
         for snapshot in replay.snapshots(&settings.consumer) {
             let group_id = snapshot.group_id.clone();
             match st.consumer.restore(snapshot.clone(), now) {

@@ -3,15 +3,25 @@
 //! session expiry in the shard's timer. The membership rules are in
 //! `share::group`; what members consumed is the share coordinator's.
 //!
+//! A group's epoch and share-partitions are written to the shard's
+//! partition (`share::group_records`, Kafka's record formats) when they
+//! change, and loaded with it; its members are not.
+//!
 //! A group id names one kind of group: a share heartbeat for a classic or
 //! consumer group, or a consumer heartbeat for a share group, gets
 //! GROUP_ID_NOT_FOUND, as Kafka answers "Group {} is not a share group."
 
-use super::{GroupService, ImageTopics, State};
+use std::collections::{BTreeMap, BTreeSet};
+
+use uuid::Uuid;
+
+use super::storage::{LoadedLog, LogEntry, StorageError};
+use super::{GroupService, ImageTopics, Shard, State};
 use crate::broker::{now_ms, Broker};
-use crate::group::GroupError;
+use crate::group::{CoordinatorRecord, GroupError};
 use crate::share::config::ShareGroupSettings;
 use crate::share::group::{GroupLimits, Heartbeat, HeartbeatError, HeartbeatResponse, ShareGroup};
+use crate::share::group_records::{self, ShareGroupRecord, TopicPartitions};
 
 /// A ShareGroupHeartbeat's answer without error.
 pub struct ShareHeartbeatReply {
@@ -97,6 +107,11 @@ impl GroupService {
             // A join that failed leaves no group behind.
             st.share.remove(group_id);
         }
+        let names = |id| image.0.topic_by_id(id).map(|t| t.name.clone());
+        shard
+            .persist_share_group(&mut st, group_id, &names)
+            .await
+            .map_err(|e| e.group_error())?;
         drop(st);
         // The timer must see the new member's deadline.
         shard.wake.notify_one();
@@ -123,7 +138,90 @@ impl GroupService {
 }
 
 /// The share-partitions of a group, by topic id.
-pub type SharePartitions = std::collections::BTreeMap<uuid::Uuid, std::collections::BTreeSet<i32>>;
+pub type SharePartitions = BTreeMap<Uuid, BTreeSet<i32>>;
+
+/// What `__consumer_offsets` holds for a share group.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoredShareGroup {
+    pub epoch: i32,
+    pub initialized: SharePartitions,
+}
+
+impl Shard {
+    /// Writes what changed of `group_id`'s epoch and share-partitions since
+    /// they were last written (tombstones once the group is gone), before
+    /// the change is answered.
+    /// `names`: topic names by id, which the records carry beside the ids.
+    pub(super) async fn persist_share_group(
+        &self,
+        st: &mut State,
+        group_id: &str,
+        names: &(dyn Fn(Uuid) -> Option<String> + Sync),
+    ) -> Result<(), StorageError> {
+        let current = st.share.get(group_id).map(|g| StoredShareGroup {
+            epoch: g.group_epoch,
+            initialized: g.initialized.clone(),
+        });
+        let previous = st.stored_share.get(group_id);
+        if current.as_ref() == previous {
+            return Ok(());
+        }
+        let encoded = |r: crate::group::records::Result<(bytes::Bytes, bytes::Bytes)>| {
+            r.map(|(key, value)| record(key, Some(value)))
+                .map_err(|e| StorageError::Encode(e.to_string()))
+        };
+        let mut records = Vec::new();
+        match &current {
+            Some(cur) => {
+                if previous.is_none_or(|p| p.epoch != cur.epoch) {
+                    records.push(encoded(group_records::encode_metadata(
+                        group_id, cur.epoch,
+                    ))?);
+                }
+                if previous.is_none_or(|p| p.initialized != cur.initialized) {
+                    let topics: Vec<TopicPartitions> = cur
+                        .initialized
+                        .iter()
+                        .map(|(id, parts)| TopicPartitions {
+                            topic_id: *id,
+                            topic_name: names(*id).unwrap_or_default(),
+                            partitions: parts.iter().copied().collect(),
+                        })
+                        .collect();
+                    records.push(encoded(group_records::encode_state_partitions(
+                        group_id, &topics,
+                    ))?);
+                }
+            }
+            None => {
+                for key_type in [
+                    group_records::STATE_PARTITIONS_KEY_TYPE,
+                    group_records::METADATA_KEY_TYPE,
+                ] {
+                    let key = group_records::encode_key(key_type, group_id)
+                        .map_err(|e| StorageError::Encode(e.to_string()))?;
+                    records.push(record(key, None));
+                }
+            }
+        }
+        self.append(records).await?;
+        match current {
+            Some(cur) => st.stored_share.insert(group_id.to_string(), cur),
+            None => st.stored_share.remove(group_id),
+        };
+        Ok(())
+    }
+}
+
+/// A share-group record as the shard's log takes it (a type the offset
+/// store does not interpret).
+fn record(key: bytes::Bytes, value: Option<bytes::Bytes>) -> CoordinatorRecord {
+    CoordinatorRecord::Other {
+        key_version: i16::from_be_bytes([key[0], key[1]]),
+        key,
+        value,
+    }
+}
 
 impl GroupService {
     /// The share-partitions whose state `group_id` may have
@@ -145,6 +243,7 @@ impl GroupService {
     /// consumes); `partitions` become the group's.
     pub async fn share_alter_offsets(
         &self,
+        broker: &Broker,
         group_id: &str,
         partitions: &[(uuid::Uuid, i32)],
     ) -> Result<(), GroupError> {
@@ -170,7 +269,12 @@ impl GroupService {
                 .or_default()
                 .insert(*partition);
         }
-        Ok(())
+        let image = broker.metadata.image();
+        let names = |id| image.topic_by_id(id).map(|t| t.name.clone());
+        shard
+            .persist_share_group(&mut st, group_id, &names)
+            .await
+            .map_err(|e| e.group_error())
     }
 
     /// Before DeleteShareGroupOffsets: the group must exist and have no
@@ -178,6 +282,7 @@ impl GroupService {
     /// share-partitions, whose state the caller deletes.
     pub async fn share_delete_offsets(
         &self,
+        broker: &Broker,
         group_id: &str,
         topics: &[uuid::Uuid],
     ) -> Result<SharePartitions, GroupError> {
@@ -193,14 +298,84 @@ impl GroupService {
         if !group.members.is_empty() {
             return Err(GroupError::NonEmptyGroup);
         }
-        Ok(topics
+        let removed: SharePartitions = topics
             .iter()
             .filter_map(|t| group.initialized.remove(t).map(|p| (*t, p)))
-            .collect())
+            .collect();
+        let image = broker.metadata.image();
+        let names = |id| image.topic_by_id(id).map(|t| t.name.clone());
+        shard
+            .persist_share_group(&mut st, group_id, &names)
+            .await
+            .map_err(|e| e.group_error())?;
+        Ok(removed)
     }
 }
 
 impl State {
+    /// Restores the share groups `log` describes: their epoch and
+    /// share-partitions, without members (the last record of each key
+    /// wins; a tombstone deletes the group).
+    pub(super) fn load_share_groups(&mut self, log: &LoadedLog) {
+        let mut groups: BTreeMap<String, (Option<i32>, Option<SharePartitions>)> = BTreeMap::new();
+        for entry in &log.entries {
+            let LogEntry::Record {
+                record: CoordinatorRecord::Other { key, value, .. },
+                ..
+            } = entry
+            else {
+                continue;
+            };
+            let decoded = match group_records::decode(key, value.as_deref()) {
+                Ok(Some(r)) => r,
+                Ok(None) => continue,
+                Err(e) => {
+                    tracing::error!(error = %e, "skipping an unreadable share group record");
+                    continue;
+                }
+            };
+            match decoded {
+                ShareGroupRecord::Metadata { group_id, epoch } => match epoch {
+                    Some(epoch) => groups.entry(group_id).or_default().0 = Some(epoch),
+                    None => {
+                        groups.remove(&group_id);
+                    }
+                },
+                ShareGroupRecord::StatePartitions {
+                    group_id,
+                    initialized,
+                } => {
+                    let entry = groups.entry(group_id).or_default();
+                    entry.1 = initialized.map(|topics| {
+                        let mut out = SharePartitions::new();
+                        for t in topics {
+                            out.entry(t.topic_id).or_default().extend(t.partitions);
+                        }
+                        out
+                    });
+                }
+            }
+        }
+        for (group_id, (epoch, initialized)) in groups {
+            let Some(epoch) = epoch else { continue };
+            if self.classic.group(&group_id).is_some() || self.consumer.group(&group_id).is_some() {
+                continue;
+            }
+            let mut group = ShareGroup::new(&group_id);
+            group.group_epoch = epoch;
+            group.assignment_epoch = epoch;
+            group.initialized = initialized.unwrap_or_default();
+            self.stored_share.insert(
+                group_id.clone(),
+                StoredShareGroup {
+                    epoch,
+                    initialized: group.initialized.clone(),
+                },
+            );
+            self.share.insert(group_id, group);
+        }
+    }
+
     /// Whether `group_id` is a share group here (so no other kind may take
     /// the id).
     pub(super) fn is_share_group(&self, group_id: &str) -> bool {

@@ -235,7 +235,11 @@ pub async fn alter(
             .with_topic_id(found.map_or(Uuid::nil(), |(id, _)| id));
         plan.push((out, parts));
     }
-    if let Err(e) = broker.groups.share_alter_offsets(&group, &valid).await {
+    if let Err(e) = broker
+        .groups
+        .share_alter_offsets(broker, &group, &valid)
+        .await
+    {
         let e = ResponseError::try_from_code(e.code()).unwrap_or(ResponseError::UnknownServerError);
         return refuse(resp, e);
     }
@@ -311,7 +315,11 @@ pub async fn delete(
         }
         plan.push((t.topic_name, found.map(|(id, _)| id), error));
     }
-    let removed = match broker.groups.share_delete_offsets(&group, &ids).await {
+    let removed = match broker
+        .groups
+        .share_delete_offsets(broker, &group, &ids)
+        .await
+    {
         Ok(r) => r,
         Err(e) => {
             resp.error_code = e.code();

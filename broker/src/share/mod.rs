@@ -34,6 +34,7 @@ pub mod config;
 pub mod coordinator;
 pub mod dlq;
 pub mod group;
+pub mod group_records;
 pub mod leader;
 pub mod partition;
 pub mod persister;
