@@ -1012,6 +1012,22 @@ async fn renewals_keep_records_locked_and_record_limit_mode_acquires_exactly_max
     let r = share_fetch_v2(&mut c, fetch_request("m1", m1, Some(t), &[], 0), 7, false).await;
     assert_eq!(r.error_code, code(ResponseError::InvalidRequest));
 
+    // A group may turn renewals off (share.renew.acknowledge.enable), as
+    // Kafka: INVALID_RECORD_STATE (applied once the metadata image has it).
+    group_configs(&mut c, &[("share.renew.acknowledge.enable", "false")]).await;
+    let mut refused = 0;
+    for _ in 0..50 {
+        let (r, _) =
+            share_ack_v2(&mut c, ack_request("m1", m1, t, &[(0, 2, &[RENEW])]), true).await;
+        m1 += 1;
+        refused = r.responses[0].partitions[0].error_code;
+        if refused != 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(refused, code(ResponseError::InvalidRecordState));
+
     // Without renewals the locks expire and the records go to m2.
     let mut runs = Vec::new();
     for m2 in 2..22 {

@@ -147,6 +147,12 @@ impl ShareLeaders {
         member: &str,
         batches: &[AckBatch],
     ) -> Result<(), LeaderError> {
+        // As Kafka: a group with `share.renew.acknowledge.enable=false`
+        // refuses renewals (INVALID_RECORD_STATE).
+        let renews = batches.iter().any(|b| b.types.contains(&AckType::Renew));
+        if renews && !settings(broker, group).renew_acknowledge_enable {
+            return Err(LeaderError::Ack(AckError::InvalidRecordState));
+        }
         let mut guard = self.get(broker, group, tp).await?;
         let loaded = guard.as_mut().expect("loaded by get");
         let mut next = loaded.partition.clone();
