@@ -1040,3 +1040,54 @@ async fn renewals_keep_records_locked_and_record_limit_mode_acquires_exactly_max
     assert_eq!(runs, vec![(0, 2, 2)]);
     running.shutdown().await;
 }
+
+/// A member that stops heartbeating is removed once its session times out;
+/// the one that keeps heartbeating stays, and the group's epoch moves on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_that_stops_heartbeating_leaves_the_group_after_its_session_timeout() {
+    let b = common::start(&[
+        ("group.share.min.session.timeout.ms", "1000"),
+        ("group.share.session.timeout.ms", "1500"),
+        ("group.share.min.heartbeat.interval.ms", "100"),
+        ("group.share.heartbeat.interval.ms", "300"),
+    ])
+    .await;
+    let mut c = Client::connect(b.running.local_addr).await;
+    assert_eq!(c.create_topic("t", 1, &[]).await, 0);
+    find_coordinator(&mut c).await;
+    let m1 = heartbeat(&mut c, "m1", 0, Some(&["t"])).await;
+    assert_eq!(m1.error_code, 0, "{m1:?}");
+    let mut m2 = heartbeat(&mut c, "m2", 0, Some(&["t"])).await;
+    assert_eq!(m2.error_code, 0, "{m2:?}");
+    let members = |d: &ShareGroupDescribeResponse| -> Vec<String> {
+        d.groups[0]
+            .members
+            .iter()
+            .map(|m| m.member_id.to_string())
+            .collect()
+    };
+    assert_eq!(members(&describe(&mut c, &[GROUP]).await), vec!["m1", "m2"]);
+    // m2 heartbeats every 300 ms; m1 goes quiet past its 1.5 s session.
+    let started = std::time::Instant::now();
+    let mut left_after = None;
+    while started.elapsed() < std::time::Duration::from_secs(10) {
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        m2 = heartbeat(&mut c, "m2", m2.member_epoch, None).await;
+        assert_eq!(m2.error_code, 0, "{m2:?}");
+        if members(&describe(&mut c, &[GROUP]).await) == vec!["m2"] {
+            left_after = Some(started.elapsed());
+            break;
+        }
+    }
+    let left_after = left_after.expect("m1 was never removed");
+    assert!(
+        left_after >= std::time::Duration::from_millis(1_200),
+        "{left_after:?}"
+    );
+    let d = describe(&mut c, &[GROUP]).await;
+    assert!(d.groups[0].group_epoch > m1.member_epoch, "{d:?}");
+    // m1's next heartbeat finds it gone.
+    let r = heartbeat(&mut c, "m1", m1.member_epoch, None).await;
+    assert_eq!(r.error_code, code(ResponseError::UnknownMemberId));
+    b.running.shutdown().await;
+}
