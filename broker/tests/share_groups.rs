@@ -1091,3 +1091,122 @@ async fn a_member_that_stops_heartbeating_leaves_the_group_after_its_session_tim
     assert_eq!(r.error_code, code(ResponseError::UnknownMemberId));
     b.running.shutdown().await;
 }
+
+/// Creates `name` with one partition whose only replica is `node`, and
+/// `configs`.
+async fn create_on(c: &mut Client, name: &str, node: i32, configs: &[(&str, &str)]) {
+    let mut topic = create_topics_request::CreatableTopic::default();
+    topic.name = TopicName(s(name));
+    topic.num_partitions = -1;
+    topic.replication_factor = -1;
+    topic.assignments = vec![create_topics_request::CreatableReplicaAssignment::default()
+        .with_partition_index(0)
+        .with_broker_ids(vec![BrokerId(node)])];
+    topic.configs = configs
+        .iter()
+        .map(|(k, v)| {
+            create_topics_request::CreatableTopicConfig::default()
+                .with_name(s(k))
+                .with_value(Some(s(v)))
+        })
+        .collect();
+    let req = CreateTopicsRequest::default()
+        .with_topics(vec![topic])
+        .with_timeout_ms(10_000);
+    let resp: CreateTopicsResponse = c.call(ApiKey::CreateTopics, 7, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0, "{resp:?}");
+}
+
+/// The dead-letter queue's partition is led by another node than the
+/// share-partition's: rejected records get there by a Produce to it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dead_letter_queue_led_by_another_node_gets_the_rejected_records() {
+    use std::time::Duration;
+    let cluster = common::cluster::TestCluster::start(
+        3,
+        46880,
+        &[("share.coordinator.state.topic.num.partitions", "1")],
+    )
+    .await;
+    let mut c = cluster.client(1).await;
+    create_on(&mut c, "t", 1, &[]).await;
+    create_on(
+        &mut c,
+        "dlq.t",
+        2,
+        &[("errors.deadletterqueue.group.enable", "true")],
+    )
+    .await;
+    let t = topic_id(&mut c, "t").await;
+    group_configs(
+        &mut c,
+        &[
+            ("share.auto.offset.reset", "earliest"),
+            ("errors.deadletterqueue.topic.name", "dlq.t"),
+            ("errors.deadletterqueue.copy.record.enable", "true"),
+        ],
+    )
+    .await;
+    cluster
+        .wait_for_images(
+            "both topics and the group config everywhere",
+            Duration::from_secs(10),
+            |img| {
+                img.topics.contains_key("dlq.t")
+                    && img.topic_by_id(t).is_some()
+                    && img
+                        .group_configs
+                        .get(GROUP)
+                        .is_some_and(|g| g.contains_key("errors.deadletterqueue.topic.name"))
+            },
+        )
+        .await;
+    let batch: Bytes = common::batch(&["a0", "a1"], Compression::None, None);
+    let mut code = -1;
+    for _ in 0..100 {
+        code = c.produce("t", 0, -1, batch.clone()).await.error_code;
+        if code == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(code, 0);
+    let mut runs = vec![];
+    for _ in 0..100 {
+        let r = share_fetch(&mut c, "m1", 0, Some(t), &[], 500).await;
+        if r.error_code == 0
+            && r.responses
+                .first()
+                .is_some_and(|t| t.partitions[0].error_code == 0)
+        {
+            runs = acquired(&r).0;
+            if !runs.is_empty() {
+                break;
+            }
+        }
+        share_fetch(&mut c, "m1", -1, None, &[], 0).await;
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(runs, vec![(0, 1, 1)]);
+    let r = share_ack(&mut c, "m1", 1, t, &[(0, 0, &[REJECT]), (1, 1, &[ACCEPT])]).await;
+    assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+
+    let mut dlq = cluster.client(2).await;
+    let mut dead = vec![];
+    for _ in 0..100 {
+        let p = dlq.fetch("dlq.t", 0, 0, 200).await;
+        dead = records_with_headers(&p.records);
+        if !dead.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(dead.len(), 1, "{dead:?}");
+    let (value, headers) = &dead[0];
+    assert_eq!(value, "a0");
+    assert!(
+        headers.contains(&("__dlq.errors.offset".to_string(), "0".to_string())),
+        "{headers:?}"
+    );
+    cluster.shutdown().await;
+}
