@@ -127,7 +127,7 @@ impl<R: RecordData> Writer<R> {
     }
 }
 
-fn put_uvarint(buf: &mut BytesMut, mut v: u32) {
+pub(crate) fn put_uvarint(buf: &mut BytesMut, mut v: u32) {
     while v >= 0x80 {
         buf.put_u8((v as u8) | 0x80);
         v >>= 7;
@@ -137,7 +137,11 @@ fn put_uvarint(buf: &mut BytesMut, mut v: u32) {
 
 /// An array length: compact (unsigned varint of length + 1, 0 for null)
 /// from v12, else an int32 (-1 for null).
-fn put_array_len(buf: &mut BytesMut, flexible: bool, len: Option<usize>) -> Result<(), String> {
+pub(crate) fn put_array_len(
+    buf: &mut BytesMut,
+    flexible: bool,
+    len: Option<usize>,
+) -> Result<(), String> {
     match (flexible, len) {
         (true, None) => put_uvarint(buf, 0),
         (true, Some(n)) => {

@@ -14,8 +14,12 @@
 //!   partition gains `Lag` (int64) after `LeaderEpoch`.
 
 use bytes::{BufMut, Bytes, BytesMut};
+use kafka_protocol::protocol::Encodable;
+
+use crate::fetch_response::{put_array_len, put_uvarint};
 use kafka_protocol::messages::{
-    ApiKey, DescribeShareGroupOffsetsResponse, RequestKind, ResponseKind, ShareAcknowledgeResponse,
+    ApiKey, DescribeShareGroupOffsetsResponse, RequestKind, ResponseHeader, ResponseKind,
+    ShareAcknowledgeResponse,
 };
 
 /// The fields of a request version newer than kafka-protocol's.
@@ -246,79 +250,82 @@ pub fn encode_newer_response(
             out[..4].copy_from_slice(&size.to_be_bytes());
             Ok(out.freeze())
         }
-        NewerResponse::DescribeShareGroupOffsets { body, lags } => Ok(
-            encode_describe_share_group_offsets_v1(correlation_id, &body, &lags),
-        ),
-    }
-}
-
-fn put_uvarint(out: &mut BytesMut, mut v: u64) {
-    while v >= 0x80 {
-        out.put_u8((v as u8 & 0x7f) | 0x80);
-        v >>= 7;
-    }
-    out.put_u8(v as u8);
-}
-
-fn put_compact_str(out: &mut BytesMut, s: Option<&str>) {
-    match s {
-        None => put_uvarint(out, 0),
-        Some(s) => {
-            put_uvarint(out, s.len() as u64 + 1);
-            out.put_slice(s.as_bytes());
+        NewerResponse::DescribeShareGroupOffsets { body, lags } => {
+            encode_describe_share_group_offsets_v1(api_version, correlation_id, &body, &lags)
         }
     }
 }
 
-fn put_compact_len(out: &mut BytesMut, n: usize) {
-    put_uvarint(out, n as u64 + 1);
+/// A compact nullable string (unsigned varint of length + 1, 0 for null).
+/// kafka-protocol's own encoder for it is private.
+fn put_compact_string(out: &mut BytesMut, s: Option<&str>) -> Result<(), String> {
+    put_array_len(out, true, s.map(str::len))?;
+    out.put_slice(s.unwrap_or_default().as_bytes());
+    Ok(())
 }
 
-/// DescribeShareGroupOffsets v1, field by field (Kafka 4.4's
-/// `DescribeShareGroupOffsetsResponse.json`; no tagged fields are sent).
+/// DescribeShareGroupOffsets v1: v0 with each partition's lag after its
+/// leader epoch (Kafka 4.4's `DescribeShareGroupOffsetsResponse.json`).
+/// Each partition is kafka-protocol's v0 encoding of it with the lag put
+/// in; the groups and topics around them carry no tagged fields.
 fn encode_describe_share_group_offsets_v1(
+    api_version: i16,
     correlation_id: i32,
     body: &DescribeShareGroupOffsetsResponse,
     lags: &[Vec<Vec<i64>>],
-) -> Bytes {
-    let mut out = BytesMut::with_capacity(128);
-    out.put_i32(0); // size, filled in below
-    out.put_i32(correlation_id);
-    out.put_u8(0); // response header v1: no tagged fields
-    out.put_i32(body.throttle_time_ms);
-    put_compact_len(&mut out, body.groups.len());
-    for (g, group) in body.groups.iter().enumerate() {
-        put_compact_str(&mut out, Some(group.group_id.as_str()));
-        put_compact_len(&mut out, group.topics.len());
-        for (t, topic) in group.topics.iter().enumerate() {
-            put_compact_str(&mut out, Some(topic.topic_name.as_str()));
-            out.put_slice(topic.topic_id.as_bytes());
-            put_compact_len(&mut out, topic.partitions.len());
-            for (p, part) in topic.partitions.iter().enumerate() {
-                let lag = lags
-                    .get(g)
-                    .and_then(|t_| t_.get(t))
-                    .and_then(|p_| p_.get(p))
-                    .copied()
-                    .unwrap_or(-1);
-                out.put_i32(part.partition_index);
-                out.put_i64(part.start_offset);
-                out.put_i32(part.leader_epoch);
-                out.put_i64(lag);
-                out.put_i16(part.error_code);
-                put_compact_str(&mut out, part.error_message.as_deref());
-                out.put_u8(0);
+) -> Result<Bytes, crate::EncodeError> {
+    // partition_index (int32), start_offset (int64), leader_epoch (int32).
+    const LAG_AT: usize = 4 + 8 + 4;
+    let write = |out: &mut BytesMut| -> Result<(), String> {
+        let kp = |e: anyhow::Error| format!("{e:#}");
+        out.put_i32(0); // size, filled in below
+        ResponseHeader::default()
+            .with_correlation_id(correlation_id)
+            .encode(
+                out,
+                ApiKey::DescribeShareGroupOffsets.response_header_version(api_version),
+            )
+            .map_err(kp)?;
+        out.put_i32(body.throttle_time_ms);
+        put_array_len(out, true, Some(body.groups.len()))?;
+        for (g, group) in body.groups.iter().enumerate() {
+            put_compact_string(out, Some(group.group_id.as_str()))?;
+            put_array_len(out, true, Some(group.topics.len()))?;
+            for (t, topic) in group.topics.iter().enumerate() {
+                put_compact_string(out, Some(topic.topic_name.as_str()))?;
+                out.put_slice(topic.topic_id.as_bytes());
+                put_array_len(out, true, Some(topic.partitions.len()))?;
+                for (p, part) in topic.partitions.iter().enumerate() {
+                    let lag = lags
+                        .get(g)
+                        .and_then(|topics| topics.get(t))
+                        .and_then(|parts| parts.get(p))
+                        .copied()
+                        .unwrap_or(-1);
+                    let mut v0 = BytesMut::new();
+                    part.encode(&mut v0, 0).map_err(kp)?;
+                    out.put_slice(&v0[..LAG_AT]);
+                    out.put_i64(lag);
+                    out.put_slice(&v0[LAG_AT..]);
+                }
+                put_uvarint(out, 0); // tagged fields
             }
-            out.put_u8(0);
+            out.put_i16(group.error_code);
+            put_compact_string(out, group.error_message.as_deref())?;
+            put_uvarint(out, 0);
         }
-        out.put_i16(group.error_code);
-        put_compact_str(&mut out, group.error_message.as_deref());
-        out.put_u8(0);
-    }
-    out.put_u8(0);
+        put_uvarint(out, 0);
+        Ok(())
+    };
+    let mut out = BytesMut::with_capacity(128);
+    write(&mut out).map_err(|reason| crate::EncodeError {
+        api_key: ApiKey::DescribeShareGroupOffsets,
+        api_version,
+        reason,
+    })?;
     let size = (out.len() - 4) as i32;
     out[..4].copy_from_slice(&size.to_be_bytes());
-    out.freeze()
+    Ok(out.freeze())
 }
 
 #[cfg(test)]
@@ -329,7 +336,7 @@ mod tests {
     use kafka_protocol::messages::{
         GroupId, ShareAcknowledgeRequest, ShareFetchRequest, TopicName,
     };
-    use kafka_protocol::protocol::{Decodable, Encodable, StrBytes};
+    use kafka_protocol::protocol::{Decodable, StrBytes};
 
     /// A v2 body: the v1 body with `extra` put in at `at`.
     fn with_extra(v1: &[u8], at: usize, extra: &[u8]) -> Vec<u8> {
