@@ -19,9 +19,9 @@ use super::storage::{LoadedLog, LogEntry, StorageError};
 use super::{GroupService, ImageTopics, Shard, State};
 use crate::broker::{now_ms, Broker};
 use crate::group::{CoordinatorRecord, GroupError};
-use crate::share::config::ShareGroupSettings;
 use crate::share::group::{GroupLimits, Heartbeat, HeartbeatError, HeartbeatResponse, ShareGroup};
 use crate::share::group_records::{self, ShareGroupRecord, TopicPartitions};
+use crate::share::leader::settings;
 
 /// A ShareGroupHeartbeat's answer without error.
 pub struct ShareHeartbeatReply {
@@ -49,15 +49,6 @@ impl From<GroupError> for ShareHeartbeatError {
     fn from(e: GroupError) -> Self {
         ShareHeartbeatError::Group(e)
     }
-}
-
-fn settings(broker: &Broker, group_id: &str) -> ShareGroupSettings {
-    let image = broker.metadata.image();
-    let empty = Default::default();
-    ShareGroupSettings::resolve(
-        &broker.config.share,
-        image.group_configs.get(group_id).unwrap_or(&empty),
-    )
 }
 
 /// Whether `group_id` is a classic or consumer group in this shard.

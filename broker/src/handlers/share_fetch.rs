@@ -38,8 +38,7 @@ use super::leader_hints::LeaderHints;
 use super::RequestContext;
 use crate::authz::{Authz, Operation, ResourceType};
 use crate::broker::{now_ms, Broker};
-use crate::share::config::ShareGroupSettings;
-use crate::share::leader::{LeaderError, Want};
+use crate::share::leader::{settings, LeaderError, Want};
 use crate::share::partition::{AckBatch, AckType, AcquireMode};
 use crate::share::session::{FetchContext, SessionError, SessionPartition};
 use crate::types::TopicPartition;
@@ -247,14 +246,7 @@ pub async fn fetch(
             return resp;
         }
     };
-    let image = broker.metadata.image();
-    let empty = Default::default();
-    let settings = ShareGroupSettings::resolve(
-        &broker.config.share,
-        image.group_configs.get(&group).unwrap_or(&empty),
-    );
-    resp.acquisition_lock_timeout_ms =
-        settings.record_lock_duration_ms.clamp(0, i32::MAX as i64) as i32;
+    resp.acquisition_lock_timeout_ms = lock_timeout_ms(broker, &group);
 
     let mut named: Vec<SessionPartition> = Vec::new();
     let mut acks: Vec<(SessionPartition, Result<Vec<AckBatch>, LeaderError>)> = Vec::new();
@@ -485,22 +477,23 @@ pub async fn acknowledge(
             Some(NewerRequest::ShareAcknowledge { is_renew_ack: true })
         ),
     };
-    let group = req.group_id.as_ref().map(|g| g.0.to_string());
+    // Only v2 responses carry the timeout.
+    let acquisition_lock_timeout_ms = match (&req.group_id, version >= 2) {
+        (Some(group), true) => lock_timeout_ms(broker, &group.0),
+        _ => 0,
+    };
     let body = acknowledge_body(broker, ctx, authz, req, renewals).await;
-    let image = broker.metadata.image();
-    let empty = Default::default();
-    let settings = ShareGroupSettings::resolve(
-        &broker.config.share,
-        group
-            .as_ref()
-            .and_then(|g| image.group_configs.get(g))
-            .unwrap_or(&empty),
-    );
     NewerResponse::ShareAcknowledge {
         body,
-        acquisition_lock_timeout_ms: settings.record_lock_duration_ms.clamp(0, i32::MAX as i64)
-            as i32,
+        acquisition_lock_timeout_ms,
     }
+}
+
+/// The acquisition lock timeout responses tell `group`'s members.
+fn lock_timeout_ms(broker: &Broker, group: &str) -> i32 {
+    settings(broker, group)
+        .record_lock_duration_ms
+        .clamp(0, i32::MAX as i64) as i32
 }
 
 async fn acknowledge_body(

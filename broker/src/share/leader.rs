@@ -524,7 +524,8 @@ fn leadership(broker: &Broker, tp: &TopicPartition) -> Result<(Uuid, i32), Leade
     Ok((topic.topic_id, p.leader_epoch.0))
 }
 
-fn settings(broker: &Broker, group: &str) -> ShareGroupSettings {
+/// `group`'s share settings as the metadata image has them now.
+pub(crate) fn settings(broker: &Broker, group: &str) -> ShareGroupSettings {
     let image = broker.metadata.image();
     let empty = Default::default();
     ShareGroupSettings::resolve(
