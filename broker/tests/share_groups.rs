@@ -627,6 +627,43 @@ async fn a_closed_connection_releases_its_records_and_offsets_are_described_rese
     );
 }
 
+/// Produces `values` to `t`-0, retrying while its new leader has not taken
+/// the partition up yet (a retriable error, as for any client).
+async fn produce_retrying(c: &mut Client, values: &[&str]) {
+    let batch: Bytes = common::batch(values, Compression::None, None);
+    let mut code = -1;
+    for _ in 0..100 {
+        code = c.produce("t", 0, -1, batch.clone()).await.error_code;
+        if code == 0 {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert_eq!(code, 0);
+}
+
+/// `member` opens a session on `t`-0 until it acquires something: the
+/// partition's leadership and the share coordinator may still be settling
+/// (retriable errors). Returns the acquired runs.
+async fn acquire_retrying(c: &mut Client, member: &str, t: Uuid) -> Vec<(i64, i64, i16)> {
+    for _ in 0..100 {
+        let r = share_fetch(c, member, 0, Some(t), &[], 500).await;
+        if r.error_code == 0
+            && r.responses
+                .first()
+                .is_some_and(|t| t.partitions[0].error_code == 0)
+        {
+            let runs = acquired(&r).0;
+            if !runs.is_empty() {
+                return runs;
+            }
+        }
+        share_fetch(c, member, -1, None, &[], 0).await;
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    vec![]
+}
+
 /// The leader of `t`-0 as node `via` sees it.
 fn leader_of_t(cluster: &common::cluster::TestCluster, via: i32) -> i32 {
     cluster.image(via).topics["t"].partitions[0].leader.0
@@ -670,35 +707,11 @@ async fn a_new_partition_leader_keeps_every_acknowledgement_and_redelivers_what_
     let mut c = cluster.client(first).await;
     let values: Vec<String> = (0..10).map(|i| format!("v{i}")).collect();
     let values: Vec<&str> = values.iter().map(String::as_str).collect();
-    // The leader may not have taken the partition up yet (a retriable
-    // error, as for any client).
-    let batch: Bytes = common::batch(&values, Compression::None, None);
-    let mut code = -1;
-    for _ in 0..100 {
-        code = c.produce("t", 0, -1, batch.clone()).await.error_code;
-        if code == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(code, 0);
+    produce_retrying(&mut c, &values).await;
 
     // m1 takes everything from the leader (the share coordinator's topic is
     // created on the way), accepts 0-4, rejects 5 and still holds 6-9.
-    let mut runs = vec![];
-    for _ in 0..100 {
-        let r = share_fetch(&mut c, "m1", 0, Some(t), &[], 500).await;
-        if r.responses
-            .first()
-            .is_some_and(|t| t.partitions[0].error_code == 0)
-        {
-            runs = acquired(&r).0;
-            if !runs.is_empty() {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let runs = acquire_retrying(&mut c, "m1", t).await;
     assert_eq!(runs, vec![(0, 9, 1)]);
     let r = share_ack(&mut c, "m1", 1, t, &[(0, 4, &[ACCEPT]), (5, 5, &[REJECT])]).await;
     assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
@@ -716,20 +729,7 @@ async fn a_new_partition_leader_keeps_every_acknowledgement_and_redelivers_what_
         .await;
     let next = leader_of_t(&cluster, other);
     let mut c = cluster.client(next).await;
-    let mut runs = vec![];
-    for _ in 0..100 {
-        let r = share_fetch(&mut c, "m2", 0, Some(t), &[], 500).await;
-        if r.responses
-            .first()
-            .is_some_and(|t| t.partitions[0].error_code == 0)
-        {
-            runs = acquired(&r).0;
-            if !runs.is_empty() {
-                break;
-            }
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let runs = acquire_retrying(&mut c, "m2", t).await;
     assert_eq!(runs, vec![(6, 9, 2)]);
     let r = share_fetch(&mut c, "m2", 1, Some(t), &[(6, 9, &[ACCEPT])], 300).await;
     assert_eq!(ack_code(&r), 0);
@@ -1118,7 +1118,9 @@ async fn create_on(c: &mut Client, name: &str, node: i32, configs: &[(&str, &str
 }
 
 /// The dead-letter queue's partition is led by another node than the
-/// share-partition's: rejected records get there by a Produce to it.
+/// share-partition's: rejected records get there by a Produce to it. And
+/// the group coordinator is a third node, which asks the partition's
+/// leader for its end offset to tell the group's lag.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dead_letter_queue_led_by_another_node_gets_the_rejected_records() {
     use std::time::Duration;
@@ -1129,14 +1131,28 @@ async fn a_dead_letter_queue_led_by_another_node_gets_the_rejected_records() {
     )
     .await;
     let mut c = cluster.client(1).await;
-    create_on(&mut c, "t", 1, &[]).await;
+    let req = FindCoordinatorRequest::default().with_coordinator_keys(vec![s(GROUP)]);
+    let mut coordinator = -1;
+    for _ in 0..100 {
+        let r: FindCoordinatorResponse = c.call(ApiKey::FindCoordinator, 6, &req).await;
+        if r.coordinators[0].error_code == 0 {
+            coordinator = r.coordinators[0].node_id.0;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let others: Vec<i32> = (1..=3).filter(|&n| n != coordinator).collect();
+    assert_eq!(others.len(), 2, "coordinator {coordinator}");
+    let (leader, dlq_leader) = (others[0], others[1]);
+    create_on(&mut c, "t", leader, &[]).await;
     create_on(
         &mut c,
         "dlq.t",
-        2,
+        dlq_leader,
         &[("errors.deadletterqueue.group.enable", "true")],
     )
     .await;
+    let mut c = cluster.client(leader).await;
     let t = topic_id(&mut c, "t").await;
     group_configs(
         &mut c,
@@ -1161,37 +1177,16 @@ async fn a_dead_letter_queue_led_by_another_node_gets_the_rejected_records() {
             },
         )
         .await;
-    let batch: Bytes = common::batch(&["a0", "a1"], Compression::None, None);
-    let mut code = -1;
-    for _ in 0..100 {
-        code = c.produce("t", 0, -1, batch.clone()).await.error_code;
-        if code == 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    assert_eq!(code, 0);
-    let mut runs = vec![];
-    for _ in 0..100 {
-        let r = share_fetch(&mut c, "m1", 0, Some(t), &[], 500).await;
-        if r.error_code == 0
-            && r.responses
-                .first()
-                .is_some_and(|t| t.partitions[0].error_code == 0)
-        {
-            runs = acquired(&r).0;
-            if !runs.is_empty() {
-                break;
-            }
-        }
-        share_fetch(&mut c, "m1", -1, None, &[], 0).await;
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    produce_retrying(&mut c, &["a0", "a1"]).await;
+    let runs = acquire_retrying(&mut c, "m1", t).await;
     assert_eq!(runs, vec![(0, 1, 1)]);
+    let mut at_coordinator = cluster.client(coordinator).await;
+    assert_eq!(start_and_lag(&mut at_coordinator, "t").await, (0, 2));
     let r = share_ack(&mut c, "m1", 1, t, &[(0, 0, &[REJECT]), (1, 1, &[ACCEPT])]).await;
     assert_eq!(r.responses[0].partitions[0].error_code, 0, "{r:?}");
+    assert_eq!(start_and_lag(&mut at_coordinator, "t").await, (2, 0));
 
-    let mut dlq = cluster.client(2).await;
+    let mut dlq = cluster.client(dlq_leader).await;
     let mut dead = vec![];
     for _ in 0..100 {
         let p = dlq.fetch("dlq.t", 0, 0, 200).await;
