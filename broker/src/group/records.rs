@@ -7,7 +7,9 @@
 //! (0 is the pre-0.9 layout, identical on the wire), 2 is a classic group's
 //! metadata, 3 to 8 are the records of KIP-848 consumer groups (their
 //! formats are in `consumer::records`), and 9 and up are share and streams
-//! groups, which this module does not interpret. In the value it is the
+//! groups, which this module does not interpret: they stay
+//! [`CoordinatorRecord::Other`], and the share groups' types 11 and 15 are
+//! read from there by `share::group_records`. In the value it is the
 //! version of the value's schema.
 //!
 //! What Kafka writes (group-coordinator's `GroupCoordinatorRecordHelpers`,
@@ -73,8 +75,9 @@ pub enum CoordinatorRecord {
     /// A record of a KIP-848 consumer group (key types 3 to 8), whose
     /// formats live in [`super::consumer::records`].
     ConsumerGroup(ConsumerGroupRecord),
-    /// A record type this module does not interpret (share groups, streams
-    /// groups, or a type from a newer Kafka). Kafka's loader
+    /// A record type this module does not interpret (share groups, whose
+    /// types 11 and 15 `share::group_records` reads, streams groups, or a
+    /// type from a newer Kafka). Kafka's loader
     /// skips types it does not know; so does [`super::OffsetStore`]. The raw
     /// bytes are kept so that the record can be written back unchanged.
     Other {
