@@ -10,7 +10,7 @@ usage() {
   echo "       kafka-get-offsets kafka-consumer-groups kafka-delete-records" >&2
   echo "       kafka-producer-perf-test kafka-consumer-perf-test kafka-e2e-latency kafka-storage" >&2
   echo "       kafka-broker-api-versions kafka-metadata-quorum kafka-transactions kafka-acls" >&2
-  echo "       kafka-share-groups kafka-console-share-consumer" >&2
+  echo "       kafka-share-groups kafka-console-share-consumer kafka-leader-election kafka-log-dirs" >&2
   exit 2
 }
 [[ $# -ge 1 ]] || usage
@@ -34,6 +34,8 @@ case "$tool" in
   kafka-acls) main=org.apache.kafka.tools.AclCommand ;;
   kafka-share-groups) main=org.apache.kafka.tools.consumer.group.ShareGroupCommand ;;
   kafka-console-share-consumer) main=org.apache.kafka.tools.consumer.ConsoleShareConsumer ;;
+  kafka-leader-election) main=org.apache.kafka.tools.LeaderElectionCommand ;;
+  kafka-log-dirs) main=org.apache.kafka.tools.LogDirsCommand ;;
   *) usage ;;
 esac
 compgen -G "$KAFKA_LIBS/*.jar" >/dev/null || die "no Kafka jars in $KAFKA_LIBS; run install.sh kafka"

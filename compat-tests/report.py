@@ -44,6 +44,7 @@ CLI_SCENARIOS = [
     "cli.consumer-groups",
     "cli.delete-records",
     "cli.consumer-groups.admin",
+    "cli.cluster-ops",
 ]
 BROKERS = ["ours", "kafka"]
 MARK = {"PASS": "pass", "FAIL": "**FAIL**", "NA": "n/a", None: "**missing**"}

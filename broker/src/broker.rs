@@ -146,6 +146,8 @@ pub fn metadata_error(e: &MetadataError) -> ResponseError {
         MetadataError::InvalidUpdateVersion(_) => ResponseError::InvalidUpdateVersion,
         MetadataError::IneligibleReplica(_) => ResponseError::IneligibleReplica,
         MetadataError::InvalidRequest(_) => ResponseError::InvalidRequest,
+        MetadataError::ElectionNotNeeded => ResponseError::ElectionNotNeeded,
+        MetadataError::PreferredLeaderNotAvailable(_) => ResponseError::PreferredLeaderNotAvailable,
         MetadataError::Fatal(_) => ResponseError::UnknownServerError,
     }
 }
@@ -420,7 +422,10 @@ impl Broker {
         if image.topics.contains_key(&t.name) {
             return Err(CreateTopicError::TopicAlreadyExists(t.name));
         }
-        TopicConfigs::validate_overrides(t.configs.iter().map(|(k, v)| (k.as_str(), v.as_str())))?;
+        TopicConfigs::validate_overrides(
+            &self.config,
+            t.configs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+        )?;
         if t.requested_partitions(self.config.num_partitions) > MAX_PARTITIONS_PER_BATCH {
             return Err(CreateTopicError::TooLarge(TOO_MANY_PARTITIONS));
         }

@@ -200,6 +200,7 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
             .collect(),
         rack: config.broker_rack.clone(),
         fenced: false,
+        features: crate::metadata::supported_features(),
     };
     let registered = metadata.image().brokers.get(&config.node_id).cloned();
     if registered.as_ref() != Some(&registration) {
@@ -310,9 +311,18 @@ pub async fn start(config: ServerConfig) -> Result<RunningBroker, StartError> {
             // fenced within half an interval of its session timeout.
             let check = (interval / 2).max(Duration::from_millis(10));
             let unclean_default = broker.config.unclean_leader_election_enable;
+            let rebalance = broker.config.auto_leader_rebalance_enable.then(|| {
+                Duration::from_millis(broker.config.leader_imbalance_check_interval_ms as u64)
+            });
             liveness_tasks.push(tokio::spawn(async move {
-                metadata::liveness::run_controller(&broker.metadata, unclean_default, check, rx)
-                    .await;
+                metadata::liveness::run_controller(
+                    &broker.metadata,
+                    unclean_default,
+                    rebalance,
+                    check,
+                    rx,
+                )
+                .await;
             }));
         }
     } else {

@@ -351,6 +351,7 @@ async fn a_replica_fetch_from_another_address_than_the_brokers_is_refused() {
             listeners: Vec::new(),
             rack: None,
             fenced: false,
+            features: broker::metadata::supported_features(),
         }))
         .await
         .unwrap();

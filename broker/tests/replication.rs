@@ -43,6 +43,7 @@ async fn register(b: &TestBroker, node: i32) {
             listeners: Vec::new(),
             rack: None,
             fenced: false,
+            features: broker::metadata::supported_features(),
         }))
         .await
         .expect("registers");

@@ -75,6 +75,7 @@ async fn register_node(b: &TestBroker, node_id: i32) {
             listeners: Vec::new(),
             rack: None,
             fenced: false,
+            features: broker::metadata::supported_features(),
         }))
         .await
         .expect("registered");

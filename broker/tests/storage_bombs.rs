@@ -158,7 +158,12 @@ async fn a_decompression_bomb_costs_no_memory_in_list_offsets_or_the_cleaner() {
 
     // A compacted topic: the bomb's k is superseded, so the cleaner
     // rebuilds the batch around the 256 MiB value.
-    let configs = [("cleanup.policy", "compact"), ("segment.bytes", "1024")];
+    let configs = [
+        ("cleanup.policy", "compact"),
+        ("segment.bytes", "1024"),
+        // Every pass it asks for runs, whatever share of the log is dirty.
+        ("min.cleanable.dirty.ratio", "0"),
+    ];
     assert_eq!(c.create_topic("bombc", 1, &configs).await, 0);
     let r = c.produce("bombc", 0, -1, bomb).await;
     assert_eq!(r.error_code, 0, "{r:?}");

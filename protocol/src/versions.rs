@@ -68,6 +68,10 @@ pub const SUPPORTED_APIS: &[ApiRange] = &[
     ApiRange::new(ApiKey::DescribeQuorum, 0, 2),
     ApiRange::new(ApiKey::AlterConfigs, 0, 2),
     ApiRange::new(ApiKey::IncrementalAlterConfigs, 0, 1),
+    // Cluster operations: kafka-leader-election.sh (PREFERRED, UNCLEAN) and
+    // kafka-log-dirs.sh; Kafka 4 removed DescribeLogDirs v0.
+    ApiRange::new(ApiKey::ElectLeaders, 0, 2),
+    ApiRange::new(ApiKey::DescribeLogDirs, 1, 4),
     // Kafka 4 removed v0-1. Followers and KIP-320 consumers use it.
     ApiRange::new(ApiKey::OffsetForLeaderEpoch, 2, 4),
     // Consumer groups. OffsetCommit v0-1 and OffsetFetch v0 are gone in

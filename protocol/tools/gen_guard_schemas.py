@@ -44,6 +44,8 @@ APIS = [
     ("DESCRIBE_QUORUM", "describe_quorum_request", "DescribeQuorum"),
     ("WRITE_TXN_MARKERS", "write_txn_markers_request", "WriteTxnMarkers"),
     ("DESCRIBE_PRODUCERS", "describe_producers_request", "DescribeProducers"),
+    ("ELECT_LEADERS", "elect_leaders_request", "ElectLeaders"),
+    ("DESCRIBE_LOG_DIRS", "describe_log_dirs_request", "DescribeLogDirs"),
     ("TXN_OFFSET_COMMIT", "txn_offset_commit_request", "TxnOffsetCommit"),
     ("ADD_PARTITIONS_TO_TXN", "add_partitions_to_txn_request", "AddPartitionsToTxn"),
     ("ADD_OFFSETS_TO_TXN", "add_offsets_to_txn_request", "AddOffsetsToTxn"),

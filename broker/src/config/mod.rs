@@ -15,4 +15,4 @@ pub use security::{
     SUPPORTED_SASL_MECHANISMS,
 };
 pub use server::{BootstrapScram, ConfigError, Listener, ServerConfig};
-pub use topic::{TopicConfigEntry, TopicConfigError, TopicConfigs, TOPIC_CONFIGS};
+pub use topic::{topic_config, TopicConfigEntry, TopicConfigError, TopicConfigs, TOPIC_CONFIGS};

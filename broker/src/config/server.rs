@@ -213,6 +213,11 @@ pub struct ServerConfig {
     /// Broker default of the topic key of the same name: may a partition whose
     /// whole ISR is gone elect an out-of-sync replica (and lose acked writes)?
     pub unclean_leader_election_enable: bool,
+    /// `auto.leader.rebalance.enable`: the active controller moves each
+    /// partition's leadership back to its preferred replica.
+    pub auto_leader_rebalance_enable: bool,
+    /// `leader.imbalance.check.interval.seconds`, in ms.
+    pub leader_imbalance_check_interval_ms: i64,
     /// SIGTERM moves this node's leaderships away before it stops.
     pub controlled_shutdown_enable: bool,
     /// Kafka's `controller.quorum.election.timeout.ms`: a voter that hears
@@ -401,7 +406,7 @@ impl Default for ServerConfig {
             max_connection_creation_rate: i32::MAX as i64,
             quota_window_num: 11,
             quota_window_size_seconds: 1,
-            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], 9404))),
+            metrics_listen: Some(SocketAddr::from(([127, 0, 0, 1], DEFAULT_METRICS_PORT))),
             group_initial_rebalance_delay_ms: 3_000,
             group_min_session_timeout_ms: 6_000,
             group_max_session_timeout_ms: 1_800_000,
@@ -448,6 +453,8 @@ impl Default for ServerConfig {
             replica_fetch_min_bytes: 1,
             replica_fetch_backoff_ms: 1_000,
             unclean_leader_election_enable: false,
+            auto_leader_rebalance_enable: true,
+            leader_imbalance_check_interval_ms: 300_000,
             controlled_shutdown_enable: true,
             controller_quorum_election_timeout_ms: 1_000,
             controller_quorum_request_timeout_ms: 2_000,
@@ -486,6 +493,35 @@ fn parse_bool(key: &str, value: &str) -> Result<bool, ConfigError> {
         _ => Err(invalid(key, value, "expected true or false")),
     }
 }
+
+/// The Prometheus endpoint when `metrics.listen.address` is not set: port
+/// 9404 on the host of the first listener, so nodes that share a machine on
+/// addresses of their own (127.0.0.1, 127.0.0.2, ...) do not collide;
+/// 127.0.0.1 when that listener names no single address (empty host,
+/// 0.0.0.0, or a name that does not resolve).
+fn default_metrics_listen(listeners: &[Listener]) -> SocketAddr {
+    use std::net::{IpAddr, Ipv4Addr, ToSocketAddrs};
+    let loopback = SocketAddr::new(IpAddr::V4(Ipv4Addr::LOCALHOST), DEFAULT_METRICS_PORT);
+    let Some(host) = listeners.first().map(|l| l.host.trim_matches(['[', ']'])) else {
+        return loopback;
+    };
+    let ip = match host.parse::<IpAddr>() {
+        Ok(ip) => Some(ip),
+        Err(_) if host.is_empty() => None,
+        Err(_) => (host, 0)
+            .to_socket_addrs()
+            .ok()
+            .and_then(|mut a| a.next())
+            .map(|a| a.ip()),
+    };
+    match ip {
+        Some(ip) if !ip.is_unspecified() => SocketAddr::new(ip, DEFAULT_METRICS_PORT),
+        _ => loopback,
+    }
+}
+
+/// The port of the Prometheus endpoint unless `metrics.listen.address` says.
+pub const DEFAULT_METRICS_PORT: u16 = 9404;
 
 /// A Kafka `long` that may use Long.MAX_VALUE or -1 for "never".
 fn parse_never_u64(key: &str, value: &str) -> Result<u64, ConfigError> {
@@ -645,6 +681,9 @@ impl ServerConfig {
                 .filter(|l| !cfg.controller_listener_names.contains(&l.name))
                 .cloned()
                 .collect();
+        }
+        if !cfg.explicit.contains_key("metrics.listen.address") {
+            cfg.metrics_listen = Some(default_metrics_listen(&cfg.listeners));
         }
         cfg.validate()?;
         Ok(cfg)
@@ -904,6 +943,21 @@ impl ServerConfig {
                 self.broker_heartbeat_interval_ms = parse_num(key, v)?
             }
             "replica.lag.time.max.ms" => self.replica_lag_time_max_ms = parse_num(key, v)?,
+            "auto.leader.rebalance.enable" => {
+                self.auto_leader_rebalance_enable = parse_bool(key, v)?
+            }
+            "leader.imbalance.check.interval.seconds" => {
+                let secs: i64 = parse_num(key, v)?;
+                if secs < 1 {
+                    return Err(invalid(key, v, "must be at least 1"));
+                }
+                self.leader_imbalance_check_interval_ms = secs.saturating_mul(1000);
+            }
+            // Kafka's KRaft controller does not read it either: every
+            // partition off its preferred leader is balanced.
+            "leader.imbalance.per.broker.percentage" => {
+                let _: i64 = parse_num(key, v)?;
+            }
             "fetch.max.bytes" => self.fetch_max_bytes = parse_num(key, v)?,
             "replica.fetch.max.bytes" => self.replica_fetch_max_bytes = parse_num(key, v)?,
             "replica.fetch.response.max.bytes" => {
@@ -965,6 +1019,9 @@ impl ServerConfig {
             k if k.starts_with("ssl.")
                 || k.starts_with("sasl.")
                 || k.starts_with("listener.name.") => {}
+            // Defaults of topic configs, checked in `validate` and read
+            // from `explicit` by `TopicConfigEntry::broker_default`.
+            k if super::topic::is_topic_synonym(k) => {}
             other => {
                 // Kafka logs unknown keys and carries on; so do we, so that a
                 // server.properties written for Kafka starts unchanged.
@@ -984,6 +1041,16 @@ impl ServerConfig {
                 reason,
             });
         }
+        super::topic::check_broker_settings(self).map_err(|e| match e {
+            super::TopicConfigError::InvalidValue { key, value, reason } => {
+                ConfigError::InvalidValue { key, value, reason }
+            }
+            other => ConfigError::InvalidValue {
+                key: String::new(),
+                value: String::new(),
+                reason: other.to_string(),
+            },
+        })?;
         if self.num_partitions < 1 {
             return n("num.partitions", &self.num_partitions, "must be at least 1");
         }
@@ -1500,6 +1567,45 @@ mod tests {
             let err = ServerConfig::from_args(&args(&["--override", kv])).unwrap_err();
             assert!(err.to_string().contains(key), "{err} should name {key}");
         }
+    }
+
+    #[test]
+    fn the_metrics_endpoint_follows_the_first_listeners_host() {
+        let with = |pairs: &[(&str, &str)]| {
+            ServerConfig::from_pairs(pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())))
+                .unwrap()
+                .metrics_listen
+        };
+        let listeners = "listeners";
+        assert_eq!(
+            with(&[(
+                listeners,
+                "PLAINTEXT://127.0.0.2:9092,CONTROLLER://127.0.0.2:9093"
+            )]),
+            Some("127.0.0.2:9404".parse().unwrap())
+        );
+        assert_eq!(
+            with(&[(listeners, "PLAINTEXT://0.0.0.0:9092")]),
+            Some("127.0.0.1:9404".parse().unwrap())
+        );
+        assert_eq!(
+            with(&[(listeners, "PLAINTEXT://:9092")]),
+            Some("127.0.0.1:9404".parse().unwrap())
+        );
+        assert_eq!(
+            with(&[
+                (listeners, "PLAINTEXT://127.0.0.2:9092"),
+                ("metrics.listen.address", "none")
+            ]),
+            None
+        );
+        assert_eq!(
+            with(&[
+                ("metrics.listen.address", "127.0.0.1:9500"),
+                (listeners, "PLAINTEXT://127.0.0.3:9092")
+            ]),
+            Some("127.0.0.1:9500".parse().unwrap())
+        );
     }
 
     #[test]

@@ -278,7 +278,7 @@ fn known_key(resource_type: i8, key: &str) -> Result<(), Refusal> {
 }
 
 fn is_list(key: &str) -> bool {
-    key == "cleanup.policy"
+    crate::config::topic_config(key).is_some_and(|e| e.config_type() == 7)
 }
 
 fn split_list(v: &str) -> Vec<String> {
@@ -346,8 +346,11 @@ async fn apply(
         ));
     };
     let next = change(&topic.configs)?;
-    TopicConfigs::validate_overrides(next.iter().map(|(k, v)| (k.as_str(), v.as_str())))
-        .map_err(|e| Refusal::invalid_config(e.to_string()))?;
+    TopicConfigs::validate_overrides(
+        &broker.config,
+        next.iter().map(|(k, v)| (k.as_str(), v.as_str())),
+    )
+    .map_err(|e| Refusal::invalid_config(e.to_string()))?;
     if validate_only {
         return Ok(());
     }

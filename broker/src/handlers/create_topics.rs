@@ -18,7 +18,7 @@ use kafka_protocol::messages::create_topics_response::{
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, TopicName};
 use kafka_protocol::ResponseError;
 
-use super::describe_configs::{SOURCE_DEFAULT, SOURCE_TOPIC};
+use super::describe_configs::{SOURCE_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_TOPIC};
 use super::str_bytes;
 use crate::broker::{
     count_operation_too_large, Broker, CreateTopicError, NewTopic, ValidatedTopic,
@@ -179,8 +179,11 @@ fn effective_configs(
             let mut c = CreatableTopicConfigs::default();
             c.name = str_bytes(k);
             c.value = Some(str_bytes(v));
+            let entry = crate::config::topic_config(k);
             c.config_source = if overrides.contains_key(k) {
                 SOURCE_TOPIC
+            } else if entry.is_some_and(|e| e.broker_setting(&broker.config).is_some()) {
+                SOURCE_STATIC_BROKER
             } else {
                 SOURCE_DEFAULT
             };

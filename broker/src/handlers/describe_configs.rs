@@ -9,7 +9,7 @@ use kafka_protocol::ResponseError;
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::config::{ServerConfig, TopicConfigs, TOPIC_CONFIGS};
+use crate::config::{ServerConfig, TopicConfigEntry, TopicConfigs, TOPIC_CONFIGS};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
@@ -192,31 +192,24 @@ pub fn handle(
                     continue;
                 };
                 let effective = TopicConfigs::resolve(&broker.config, &topic.configs);
-                for e in TOPIC_CONFIGS {
+                for e in TOPIC_CONFIGS.iter().filter(|e| !e.internal) {
                     if !wanted(&res.configuration_keys, e.name) {
                         continue;
                     }
-                    let explicit_broker = broker.config.explicit.contains_key(e.broker_key);
+                    let broker_setting = e.broker_setting(&broker.config);
                     let source = if topic.configs.contains_key(e.name) {
                         SOURCE_TOPIC
-                    } else if explicit_broker {
+                    } else if broker_setting.is_some() {
                         SOURCE_STATIC_BROKER
                     } else {
                         SOURCE_DEFAULT
                     };
                     let mut c = entry(e.name, effective.get(e.name).to_string(), source, false);
+                    c.config_type = e.config_type();
                     c.is_sensitive = e.sensitive;
+                    c.documentation = Some(str_bytes(e.doc));
                     if req.include_synonyms {
-                        if let Some(v) = topic.configs.get(e.name) {
-                            c.synonyms.push(synonym(e.name, v.clone(), SOURCE_TOPIC));
-                        }
-                        let default = e.broker_default(&broker.config);
-                        let src = if explicit_broker {
-                            SOURCE_STATIC_BROKER
-                        } else {
-                            SOURCE_DEFAULT
-                        };
-                        c.synonyms.push(synonym(e.broker_key, default, src));
+                        c.synonyms = topic_synonyms(e, &broker.config, topic.configs.get(e.name));
                     }
                     r.configs.push(c);
                 }
@@ -274,6 +267,31 @@ pub fn handle(
         resp.results.push(r);
     }
     resp
+}
+
+/// A topic config's synonyms as Kafka lists them: the topic's own value,
+/// then each broker key of it the broker's properties set, in precedence
+/// order, then the default under the broker key, which Kafka names only for
+/// a config with a single broker key (`retention.ms`, whose default comes
+/// from `log.retention.hours`, lists none).
+fn topic_synonyms(
+    e: &TopicConfigEntry,
+    server: &ServerConfig,
+    own: Option<&String>,
+) -> Vec<DescribeConfigsSynonym> {
+    let mut out = Vec::new();
+    if let Some(v) = own {
+        out.push(synonym(e.name, v.clone(), SOURCE_TOPIC));
+    }
+    for key in e.synonyms {
+        if let Some(v) = server.explicit.get(*key) {
+            out.push(synonym(key, v.clone(), SOURCE_STATIC_BROKER));
+        }
+    }
+    if let ([key], Some(default)) = (e.synonyms, e.default) {
+        out.push(synonym(key, default.to_string(), SOURCE_DEFAULT));
+    }
+    out
 }
 
 fn synonym(name: &str, value: String, source: i8) -> DescribeConfigsSynonym {

@@ -17,8 +17,10 @@ mod delete_topics;
 mod describe_cluster;
 mod describe_configs;
 mod describe_groups;
+mod describe_log_dirs;
 mod describe_producers;
 mod describe_quorum;
+mod elect_leaders;
 pub mod fetch;
 mod find_coordinator;
 mod heartbeat;
@@ -758,6 +760,18 @@ pub async fn dispatch(
             share_state::read_summary(broker, authz.allows_cluster(Operation::ClusterAction), r)
                 .await,
         )),
+        R::DescribeLogDirs(r) => {
+            let allowed = authz.allows_cluster(Operation::Describe);
+            Reply::Respond(S::DescribeLogDirs(describe_log_dirs::handle(
+                broker, version, r, allowed,
+            )))
+        }
+        R::ElectLeaders(r) => {
+            let allowed = authz.allows_cluster(Operation::Alter);
+            Reply::Respond(S::ElectLeaders(
+                elect_leaders::handle(broker, version, r, allowed).await,
+            ))
+        }
         R::DescribeProducers(mut r) => {
             let denied = authorize::describe_producers(authz, &mut r);
             let mut resp = describe_producers::handle(broker, version, r);

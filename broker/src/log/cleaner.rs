@@ -195,24 +195,69 @@ impl Drop for Cleaned {
     }
 }
 
+/// A segment's newest record time, or its creation time when no record has
+/// one (Kafka falls back to the file's modification time).
+fn largest_timestamp(seg: &Segment) -> i64 {
+    match seg.max_timestamp() {
+        t if t >= 0 => t,
+        _ => seg.created_ms,
+    }
+}
+
 impl Log {
     /// Number of leading segments the cleaner may rewrite, and the offset
-    /// where the uncleanable part of the log begins.
-    fn cleanable_range(&self, high_watermark: i64) -> (usize, i64) {
+    /// where the uncleanable part of the log begins: the closed segments
+    /// below the high watermark, up to the first one holding a record newer
+    /// than `min.compaction.lag.ms` (Kafka's first uncleanable offset).
+    fn cleanable_range(&self, now_ms: i64, high_watermark: i64) -> (usize, i64) {
+        let lag = self.config.min_compaction_lag_ms;
         let mut n = 0;
-        while n + 1 < self.segments.len() && self.segments[n + 1].base_offset <= high_watermark {
+        while n + 1 < self.segments.len()
+            && self.segments[n + 1].base_offset <= high_watermark
+            && (lag <= 0 || now_ms.saturating_sub(largest_timestamp(&self.segments[n])) >= lag)
+        {
             n += 1;
         }
         (n, self.segments[n].base_offset)
     }
 
-    /// Whether a pass would do anything: new data became cleanable, or a
-    /// kept tombstone has expired.
+    /// Whether a pass is due (Kafka's `LogCleanerManager` choice): there is
+    /// cleanable dirty data and either it is at least
+    /// `min.cleanable.dirty.ratio` of the cleanable log or its oldest
+    /// segment waited longer than `max.compaction.lag.ms`; or a kept
+    /// tombstone has expired.
     pub(super) fn needs_compaction(&self, now_ms: i64, high_watermark: i64) -> bool {
-        let (n, end) = self.cleanable_range(high_watermark);
-        n > 0
-            && (end > self.cleaned_up_to
-                || self.next_tombstone_expiry_ms.is_some_and(|t| now_ms >= t))
+        let (n, end) = self.cleanable_range(now_ms, high_watermark);
+        if n == 0 {
+            return false;
+        }
+        if self.next_tombstone_expiry_ms.is_some_and(|t| now_ms >= t) {
+            return true;
+        }
+        let dirty_from = self.cleaned_up_to.max(self.log_start_offset);
+        if end <= dirty_from {
+            return false;
+        }
+        let (mut clean, mut dirty, mut oldest_dirty) = (0u64, 0u64, None);
+        for (i, seg) in self.segments[..n].iter().enumerate() {
+            if self.segments[i + 1].base_offset > dirty_from {
+                dirty += seg.size_bytes();
+                oldest_dirty.get_or_insert(seg);
+            } else {
+                clean += seg.size_bytes();
+            }
+        }
+        let ratio_met = u128::from(dirty) * 1_000_000
+            >= u128::from(self.config.min_cleanable_dirty_ppm) * u128::from(clean + dirty);
+        let overdue = self.config.max_compaction_lag_ms < i64::MAX
+            && oldest_dirty.is_some_and(|seg| {
+                let first = seg
+                    .first_batch_max_timestamp()
+                    .filter(|t| *t >= 0)
+                    .unwrap_or(seg.created_ms);
+                now_ms.saturating_sub(first) > self.config.max_compaction_lag_ms
+            });
+        ratio_met || overdue
     }
 
     /// Plans a cleaning pass over the closed segments below
@@ -238,7 +283,7 @@ impl Log {
         if !self.config.cleanup_policy.compact || !self.needs_compaction(now_ms, high_watermark.0) {
             return Ok(None);
         }
-        let (n, end) = self.cleanable_range(high_watermark.0);
+        let (n, end) = self.cleanable_range(now_ms, high_watermark.0);
         let readers = |segs: &[Segment]| -> Result<Vec<SegmentReader>, LogError> {
             segs.iter()
                 .map(|s| s.reader().map_err(LogError::from))

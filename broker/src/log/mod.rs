@@ -70,6 +70,9 @@ pub struct LogConfig {
     pub segment_bytes: u64,
     /// `segment.ms`
     pub segment_ms: i64,
+    /// `segment.jitter.ms`: each segment rolls up to this much (drawn at
+    /// random when it is created) before `segment.ms`.
+    pub segment_jitter_ms: i64,
     /// `retention.ms`; -1 keeps data forever.
     pub retention_ms: i64,
     /// `retention.bytes`; -1 means no size limit.
@@ -78,6 +81,16 @@ pub struct LogConfig {
     pub cleanup_policy: CleanupPolicy,
     /// `delete.retention.ms`: how long tombstones outlive compaction.
     pub delete_retention_ms: i64,
+    /// `min.compaction.lag.ms`: a segment holding a newer record is not
+    /// cleaned yet.
+    pub min_compaction_lag_ms: i64,
+    /// `max.compaction.lag.ms`: a dirty segment older than this is cleaned
+    /// whatever the dirty ratio; a compacted log's active segment rolls
+    /// after this long.
+    pub max_compaction_lag_ms: i64,
+    /// `min.cleanable.dirty.ratio`, in millionths: the dirty share of the
+    /// cleanable log a cleaning pass waits for.
+    pub min_cleanable_dirty_ppm: u32,
     /// `index.interval.bytes`
     pub index_interval_bytes: u32,
     /// `flush.messages`; `u64::MAX` leaves flushing to the OS.
@@ -96,10 +109,14 @@ impl Default for LogConfig {
         Self {
             segment_bytes: 1 << 30,
             segment_ms: 7 * 24 * 60 * 60 * 1000,
+            segment_jitter_ms: 0,
             retention_ms: 7 * 24 * 60 * 60 * 1000,
             retention_bytes: -1,
             cleanup_policy: CleanupPolicy::default(),
             delete_retention_ms: 24 * 60 * 60 * 1000,
+            min_compaction_lag_ms: 0,
+            max_compaction_lag_ms: i64::MAX,
+            min_cleanable_dirty_ppm: 500_000,
             index_interval_bytes: 4096,
             flush_messages: u64::MAX,
             flush_ms: i64::MAX,
@@ -642,7 +659,40 @@ impl Log {
             Some(ts) if ts >= 0 => header.max_timestamp.saturating_sub(ts),
             _ => now_ms.saturating_sub(active.created_ms),
         };
-        full || waited_ms > self.config.segment_ms
+        full || waited_ms > self.roll_after_ms()
+    }
+
+    /// How long the active segment may wait before it rolls: Kafka's
+    /// `maxSegmentMs` (`segment.ms`, or `max.compaction.lag.ms` when that is
+    /// shorter on a compacted log) less the segment's jitter, a fixed draw
+    /// in `[0, min(segment.jitter.ms, segment.ms))` per segment.
+    fn roll_after_ms(&self) -> i64 {
+        let c = &self.config;
+        let mut ms = c.segment_ms;
+        if c.cleanup_policy.compact && c.max_compaction_lag_ms > 0 {
+            ms = ms.min(c.max_compaction_lag_ms);
+        }
+        let bound = c.segment_jitter_ms.min(c.segment_ms);
+        if bound <= 0 {
+            return ms;
+        }
+        // A draw per segment that stays the same across calls and restarts
+        // (SplitMix64 of the base offset and an FNV-1a hash of the
+        // partition's directory, so partitions draw apart).
+        let seed = self
+            .dir
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            });
+        let mut z = (self.active().base_offset as u64) ^ seed;
+        z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+        z ^= z >> 31;
+        ms - (z % bound as u64) as i64
     }
 
     /// Starts a new active segment at the log end offset. The old one is
@@ -1086,7 +1136,7 @@ impl Log {
     ) -> Result<MaintenanceReport, LogError> {
         let mut report = MaintenanceReport::default();
         let active = self.active();
-        if !active.is_empty() && now_ms.saturating_sub(active.created_ms) > self.config.segment_ms {
+        if !active.is_empty() && now_ms.saturating_sub(active.created_ms) > self.roll_after_ms() {
             self.roll(now_ms)?;
             report.rolled = true;
         }

@@ -687,8 +687,131 @@ fn compacted_config() -> LogConfig {
             compact: true,
         },
         delete_retention_ms: 1_000,
+        // Every pass these tests ask for runs (the ratio has its own test).
+        min_cleanable_dirty_ppm: 0,
         ..config()
     }
+}
+
+/// Whether the next pass would do anything, by `maintain`'s measure.
+fn cleaned(log: &mut Log, now_ms: i64) -> bool {
+    let end = log.log_end_offset();
+    log.maintain(now_ms, end).unwrap().compacted
+}
+
+#[test]
+fn compaction_waits_for_the_dirty_ratio_and_the_min_lag_and_not_past_the_max_lag() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        min_cleanable_dirty_ppm: 500_000,
+        ..compacted_config()
+    };
+    let mut log = Log::open(dir.path().to_path_buf(), config.clone(), 0).unwrap();
+    // Distinct keys: a pass removes nothing, so the clean part stays as big.
+    let mut next_key = 0;
+    let mut fill = |log: &mut Log, n: usize, ts: i64| {
+        for _ in 0..n {
+            next_key += 1;
+            put(
+                log,
+                &[(&format!("k{next_key}"), Some("v"))],
+                ts,
+                Compression::None,
+            );
+        }
+    };
+    // The first pass: all of the cleanable log is dirty.
+    fill(&mut log, 40, 0);
+    assert!(cleaned(&mut log, 0));
+    assert!(!cleaned(&mut log, 0), "nothing new to clean");
+    // A little new dirty data is under half of the cleanable log: no pass.
+    let clean_bytes = log.size_bytes();
+    fill(&mut log, 6, 0);
+    assert!(!cleaned(&mut log, 0), "below min.cleanable.dirty.ratio");
+    // Enough of it, and the pass runs.
+    while log.size_bytes() < 3 * clean_bytes {
+        fill(&mut log, 3, 0);
+    }
+    assert!(cleaned(&mut log, 0));
+
+    // max.compaction.lag.ms: dirty data older than it is cleaned whatever
+    // the ratio.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(
+        dir.path().to_path_buf(),
+        LogConfig {
+            max_compaction_lag_ms: 10_000,
+            ..config.clone()
+        },
+        0,
+    )
+    .unwrap();
+    fill(&mut log, 40, 0);
+    assert!(cleaned(&mut log, 0));
+    fill(&mut log, 6, 1_000);
+    assert!(!cleaned(&mut log, 5_000));
+    assert!(cleaned(&mut log, 20_000), "past max.compaction.lag.ms");
+
+    // min.compaction.lag.ms: segments holding newer records wait.
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(
+        dir.path().to_path_buf(),
+        LogConfig {
+            min_compaction_lag_ms: 60_000,
+            ..config
+        },
+        0,
+    )
+    .unwrap();
+    fill(&mut log, 40, 100_000);
+    assert!(!cleaned(&mut log, 120_000), "records younger than the lag");
+    assert!(cleaned(&mut log, 170_000));
+}
+
+#[test]
+fn segment_jitter_rolls_each_segment_a_little_early_and_max_compaction_lag_rolls_compacted_logs() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = LogConfig {
+        segment_bytes: 1 << 20,
+        segment_ms: 100_000,
+        segment_jitter_ms: 50_000,
+        ..config()
+    };
+    let mut log = Log::open(dir.path().to_path_buf(), config, 0).unwrap();
+    // Each append at a later time: a roll comes after more than
+    // segment.ms - jitter and at most segment.ms.
+    let mut waits = Vec::new();
+    let mut since = 0;
+    for t in (0..2_000_000).step_by(1_000) {
+        let before = log.segments.len();
+        put(&mut log, &[("k", Some("v"))], t, Compression::None);
+        if log.segments.len() > before {
+            waits.push(t - since);
+            since = t;
+        }
+    }
+    assert!(waits.len() > 10, "{waits:?}");
+    assert!(
+        waits.iter().all(|w| (50_000..=101_000).contains(w)),
+        "{waits:?}"
+    );
+    assert!(waits.iter().any(|w| *w < 99_000), "some jitter: {waits:?}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut log = Log::open(
+        dir.path().to_path_buf(),
+        LogConfig {
+            segment_bytes: 1 << 20,
+            segment_ms: 1_000_000,
+            max_compaction_lag_ms: 10_000,
+            ..compacted_config()
+        },
+        0,
+    )
+    .unwrap();
+    put(&mut log, &[("k", Some("v"))], 0, Compression::None);
+    put(&mut log, &[("k", Some("v"))], 11_000, Compression::None);
+    assert_eq!(log.segments.len(), 2, "rolled after max.compaction.lag.ms");
 }
 
 /// Appends one single-record batch per (key, value) with timestamp `ts`.

@@ -148,6 +148,20 @@ pub struct BrokerRegistration {
     /// to, in a controlled shutdown); registering again unfences it.
     #[serde(default)]
     pub fenced: bool,
+    /// The metadata commands this broker's software applies beyond the
+    /// first ones ([`FEATURE_ELECT_PREFERRED`]). A controller proposes such a
+    /// command only when every registered broker lists it, so a voter not yet
+    /// upgraded never meets a command it cannot read.
+    #[serde(default)]
+    pub features: Vec<String>,
+}
+
+/// Applies [`MetadataCommand::ElectPreferredLeader`].
+pub const FEATURE_ELECT_PREFERRED: &str = "elect-preferred-leader";
+
+/// The features this software registers with.
+pub fn supported_features() -> Vec<String> {
+    vec![FEATURE_ELECT_PREFERRED.to_string()]
 }
 
 /// One advertised listener of a broker.
@@ -247,6 +261,15 @@ pub enum MetadataCommand {
         partition: i32,
         unclean: bool,
     },
+    /// Moves a partition's leadership to its preferred replica (the first
+    /// of its assignment), which must be unfenced and in sync (Kafka's
+    /// PREFERRED election). Proposed only when every broker registered
+    /// [`FEATURE_ELECT_PREFERRED`].
+    ElectPreferredLeader {
+        #[serde(with = "uuid_text")]
+        topic_id: Uuid,
+        partition: i32,
+    },
     CreateTopic {
         name: String,
         #[serde(with = "uuid_text")]
@@ -344,6 +367,12 @@ pub enum MetadataError {
     /// with an eligible replica.
     #[error("invalid request: {0}")]
     InvalidRequest(String),
+    /// The partition is already led by the replica an election would choose.
+    #[error("election not needed")]
+    ElectionNotNeeded,
+    /// The preferred replica is fenced or out of sync.
+    #[error("the preferred leader {0} is not available")]
+    PreferredLeaderNotAvailable(NodeId),
     /// This node is not the metadata leader; `leader` is the one it knows of.
     #[error("not the controller; leader is {leader:?}")]
     NotController { leader: Option<NodeId> },
@@ -484,6 +513,27 @@ impl MetadataImage {
                     }
                 };
                 p.leader = chosen;
+                p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
+                p.partition_epoch += 1;
+                Ok(MetadataOutcome::Partition(p.clone()))
+            }
+            MetadataCommand::ElectPreferredLeader {
+                topic_id,
+                partition,
+            } => {
+                let brokers = &self.brokers;
+                let p = partition_mut(&mut self.topics, *topic_id, *partition)?;
+                let Some(&preferred) = p.replicas.first() else {
+                    return Err(MetadataError::InvalidRequest("no replicas".into()));
+                };
+                if p.leader == preferred {
+                    return Err(MetadataError::ElectionNotNeeded);
+                }
+                let live = brokers.get(&preferred).is_some_and(|b| !b.fenced);
+                if !live || !p.isr.contains(&preferred) {
+                    return Err(MetadataError::PreferredLeaderNotAvailable(preferred));
+                }
+                p.leader = preferred;
                 p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
                 p.partition_epoch += 1;
                 Ok(MetadataOutcome::Partition(p.clone()))
@@ -1008,6 +1058,7 @@ mod tests {
                 listeners: Vec::new(),
                 rack: None,
                 fenced: false,
+                features: Vec::new(),
             });
             image.apply(&cmd).unwrap();
         }
@@ -1023,6 +1074,7 @@ mod tests {
             listeners: Vec::new(),
             rack: None,
             fenced: false,
+            features: Vec::new(),
         });
         image.apply(&cmd).unwrap();
     }

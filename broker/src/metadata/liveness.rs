@@ -22,7 +22,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::image::{
-    BrokerRegistration, MetadataCommand, MetadataImage, MetadataOutcome, NO_LEADER,
+    BrokerRegistration, MetadataCommand, MetadataImage, MetadataOutcome, FEATURE_ELECT_PREFERRED,
+    NO_LEADER,
 };
 use super::MetadataController;
 use crate::broker::now_ms;
@@ -181,14 +182,18 @@ pub async fn run_heartbeats(
 
 /// The active controller's duties, checked every `interval` on every voter
 /// (only the Raft leader acts): fence brokers silent for the session timeout,
-/// and elect an out-of-sync replica for a leaderless partition whose topic
-/// allows unclean election. Also publishes the controller gauges.
+/// elect an out-of-sync replica for a leaderless partition whose topic
+/// allows unclean election, and every `rebalance` (`auto.leader.rebalance.enable`,
+/// `leader.imbalance.check.interval.seconds`) move leaderships back to their
+/// preferred replicas. Also publishes the controller gauges.
 pub async fn run_controller(
     metadata: &MetadataController,
     unclean_default: bool,
+    rebalance: Option<Duration>,
     interval: Duration,
     mut stop: watch::Receiver<bool>,
 ) {
+    let mut last_balance = tokio::time::Instant::now();
     let mut tick = tokio::time::interval(interval);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
@@ -212,6 +217,8 @@ pub async fn run_controller(
         if !active {
             continue;
         }
+        metrics::gauge!("kafka_controller_preferred_replica_imbalance_count")
+            .set(imbalanced_count(&image) as f64);
         for node in expired {
             tracing::warn!(%node, "broker missed its session timeout; fencing it");
             if let Err(e) = metadata
@@ -246,7 +253,79 @@ pub async fn run_controller(
                 }
             }
         }
+        if let Some(every) = rebalance {
+            if last_balance.elapsed() >= every {
+                last_balance = tokio::time::Instant::now();
+                balance_leaders(metadata).await;
+            }
+        }
     }
+}
+
+/// The most preferred-leader elections one balancing round proposes, as
+/// Kafka's controller bounds its own (`maxElectionsPerImbalance`).
+const MAX_ELECTIONS_PER_BALANCE: usize = 1000;
+
+/// One balancing round: every partition led by another replica than its
+/// preferred one, while that one is live and in sync, is led by it again.
+async fn balance_leaders(metadata: &MetadataController) {
+    let image = metadata.image();
+    if !all_support(&image, FEATURE_ELECT_PREFERRED) {
+        return;
+    }
+    let candidates = preferred_candidates(&image);
+    for (topic_id, partition) in candidates.into_iter().take(MAX_ELECTIONS_PER_BALANCE) {
+        match metadata
+            .propose(MetadataCommand::ElectPreferredLeader {
+                topic_id,
+                partition,
+            })
+            .await
+        {
+            Ok(MetadataOutcome::Partition(p)) => {
+                metrics::counter!("kafka_controller_preferred_leader_elections_total").increment(1);
+                tracing::info!(%topic_id, partition, leader = %p.leader, "leadership back on the preferred replica");
+            }
+            Ok(_) => {}
+            Err(e) => {
+                tracing::debug!(%topic_id, partition, error = %e, "preferred election failed")
+            }
+        }
+    }
+}
+
+/// Whether every registered broker applies the metadata command `feature` names.
+pub fn all_support(image: &MetadataImage, feature: &str) -> bool {
+    image
+        .brokers
+        .values()
+        .all(|b| b.features.iter().any(|f| f == feature))
+}
+
+/// Partitions not led by their preferred replica.
+pub fn imbalanced_count(image: &MetadataImage) -> usize {
+    image
+        .topics
+        .values()
+        .flat_map(|t| &t.partitions)
+        .filter(|p| p.replicas.first().is_some_and(|r| *r != p.leader))
+        .count()
+}
+
+/// Partitions whose preferred replica is live and in sync but not leading.
+pub fn preferred_candidates(image: &MetadataImage) -> Vec<(uuid::Uuid, i32)> {
+    let live = |n: &NodeId| image.brokers.get(n).is_some_and(|b| !b.fenced);
+    let mut out = Vec::new();
+    for topic in image.topics.values() {
+        for p in &topic.partitions {
+            if let Some(preferred) = p.replicas.first() {
+                if p.leader != *preferred && live(preferred) && p.isr.contains(preferred) {
+                    out.push((topic.topic_id, p.partition));
+                }
+            }
+        }
+    }
+    out
 }
 
 /// Leaderless partitions of topics that allow unclean election and that have
@@ -289,6 +368,7 @@ mod tests {
                     listeners: Vec::new(),
                     rack: None,
                     fenced,
+                    features: Vec::new(),
                 },
             );
         }

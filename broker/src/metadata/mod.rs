@@ -35,10 +35,11 @@ use tokio::time::Instant;
 
 use crate::types::NodeId;
 
+pub use image::supported_features;
 pub use image::{
     BrokerRegistration, ClientQuotaAlteration, ClientQuotaEntity, Endpoint, MetadataCommand,
     MetadataError, MetadataImage, MetadataOutcome, PartitionImage, QuotaEntityName, QuotaValue,
-    StoredScramCredential, TopicImage, NO_LEADER,
+    StoredScramCredential, TopicImage, FEATURE_ELECT_PREFERRED, NO_LEADER,
 };
 use liveness::LivenessTracker;
 use network::MetadataNetwork;

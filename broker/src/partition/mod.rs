@@ -168,6 +168,8 @@ struct AppendConfig {
     max_message_bytes: u32,
     min_insync_replicas: i32,
     compression_target: Option<protocol::record_batch::Codec>,
+    compression_level: Option<i32>,
+    max_record_bytes: u32,
     log_append_time: bool,
     timestamp_before_max_ms: i64,
     timestamp_after_max_ms: i64,
@@ -179,6 +181,8 @@ impl From<&TopicConfigs> for AppendConfig {
             max_message_bytes: c.max_message_bytes(),
             min_insync_replicas: c.min_insync_replicas(),
             compression_target: c.compression_target(),
+            compression_level: c.compression_level(),
+            max_record_bytes: c.max_decompressed_record_bytes(),
             log_append_time: c.log_append_time(),
             timestamp_before_max_ms: c.message_timestamp_before_max_ms(),
             timestamp_after_max_ms: c.message_timestamp_after_max_ms(),
@@ -310,7 +314,9 @@ impl Partition {
         let rules = validate::Rules {
             compacted: self.log.config().cleanup_policy.compact,
             target: cfg.compression_target,
+            level: cfg.compression_level,
             max_bytes: max,
+            max_record_bytes: cfg.max_record_bytes,
             timestamps: if cfg.log_append_time {
                 validate::TimestampRule::LogAppendTime
             } else {

@@ -59,8 +59,14 @@ pub struct Rules {
     pub compacted: bool,
     /// The topic's `compression.type` codec, when it names one.
     pub target: Option<Codec>,
+    /// The level of the target codec (`compression.<codec>.level`); `None`:
+    /// the codec's default.
+    pub level: Option<i32>,
     /// `max.message.bytes`: the cap on a re-encoded batch.
     pub max_bytes: u32,
+    /// `max.decompressed.message.bytes`: the largest record a compressed
+    /// batch may carry, decompressed.
+    pub max_record_bytes: u32,
     pub timestamps: TimestampRule,
 }
 
@@ -232,7 +238,7 @@ pub fn validate(
     let max_bytes = rules.max_bytes;
     let mut output = match target {
         Some(t) => Some(
-            encoder(t, max_bytes as usize)
+            encoder(t, rules.level, max_bytes as usize)
                 .map_err(|e| PartitionError::RecompressionFailed(e.to_string()))?,
         ),
         None => None,
@@ -262,6 +268,17 @@ pub fn validate(
                 format!(
                     "record offset delta {} is not its position {} in the batch",
                     info.offset_delta, info.index
+                ),
+            ));
+        }
+        if codec != Codec::None && info.encoded_len() > u64::from(rules.max_record_bytes) {
+            return Err(malformed(
+                tp,
+                info.index,
+                format!(
+                    "Record size {} exceeds the maximum decompressed record size {} (max.decompressed.message.bytes)",
+                    info.encoded_len(),
+                    rules.max_record_bytes
                 ),
             ));
         }
@@ -411,7 +428,7 @@ enum Encoder {
     Zstd(zstd::stream::write::Encoder<'static, Capped>),
 }
 
-fn encoder(codec: Codec, max_bytes: usize) -> io::Result<Encoder> {
+fn encoder(codec: Codec, level: Option<i32>, max_bytes: usize) -> io::Result<Encoder> {
     // The payload's share of the limit: the batch header comes on top.
     let capped = Capped {
         buf: Vec::new(),
@@ -421,11 +438,20 @@ fn encoder(codec: Codec, max_bytes: usize) -> io::Result<Encoder> {
         Codec::None => Encoder::None(capped),
         Codec::Gzip => Encoder::Gzip(flate2::write::GzEncoder::new(
             capped,
-            flate2::Compression::default(),
+            level.map_or(flate2::Compression::default(), |l| {
+                flate2::Compression::new(l.clamp(1, 9) as u32)
+            }),
         )),
         Codec::Snappy => Encoder::Snappy(XerialWriter::new(capped)?),
-        Codec::Lz4 => Encoder::Lz4(lz4::EncoderBuilder::new().build(capped)?),
-        Codec::Zstd => Encoder::Zstd(zstd::stream::write::Encoder::new(capped, 3)?),
+        Codec::Lz4 => Encoder::Lz4(
+            lz4::EncoderBuilder::new()
+                .level(level.unwrap_or(0).clamp(0, 16) as u32)
+                .build(capped)?,
+        ),
+        Codec::Zstd => Encoder::Zstd(zstd::stream::write::Encoder::new(
+            capped,
+            level.unwrap_or(3),
+        )?),
     })
 }
 
@@ -592,7 +618,9 @@ mod tests {
         Rules {
             compacted: false,
             target: None,
+            level: None,
             max_bytes: 10 << 20,
+            max_record_bytes: u32::MAX,
             timestamps: TimestampRule::CreateTime {
                 now_ms: NOW,
                 before_max_ms: i64::MAX,
@@ -712,7 +740,9 @@ mod tests {
             &batch,
             Rules {
                 target: Some(Codec::None),
+                level: None,
                 max_bytes: batch.len() as u32,
+                max_record_bytes: u32::MAX,
                 ..rules()
             },
         )
@@ -730,7 +760,7 @@ mod tests {
             Codec::None => plain.to_vec(),
             Codec::Snappy => snap::raw::Encoder::new().compress_vec(plain).unwrap(),
             other => {
-                let mut e = encoder(other, usize::MAX).unwrap();
+                let mut e = encoder(other, None, usize::MAX).unwrap();
                 e.write_all(plain).unwrap();
                 e.finish().unwrap()
             }

@@ -441,6 +441,8 @@ pub fn set_throttle_time(response: &mut ResponseKind, throttle_ms: i32) -> bool 
         S::AlterUserScramCredentials(r) => set!(r),
         S::DescribeCluster(r) => set!(r),
         S::DescribeProducers(r) => set!(r),
+        S::ElectLeaders(r) => set!(r),
+        S::DescribeLogDirs(r) => set!(r),
         S::DescribeTransactions(r) => set!(r),
         S::ListTransactions(r) => set!(r),
         S::ConsumerGroupHeartbeat(r) => set!(r),

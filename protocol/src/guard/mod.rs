@@ -65,6 +65,8 @@ fn schema_for(api_key: ApiKey) -> Option<&'static Message> {
         ApiKey::DescribeQuorum => &DESCRIBE_QUORUM,
         ApiKey::WriteTxnMarkers => &WRITE_TXN_MARKERS,
         ApiKey::DescribeProducers => &DESCRIBE_PRODUCERS,
+        ApiKey::ElectLeaders => &ELECT_LEADERS,
+        ApiKey::DescribeLogDirs => &DESCRIBE_LOG_DIRS,
         ApiKey::TxnOffsetCommit => &TXN_OFFSET_COMMIT,
         ApiKey::AddPartitionsToTxn => &ADD_PARTITIONS_TO_TXN,
         ApiKey::AddOffsetsToTxn => &ADD_OFFSETS_TO_TXN,

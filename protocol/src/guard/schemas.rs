@@ -549,6 +549,34 @@ const DESCRIBE_PRODUCERS_TOPIC_REQUEST: &[Field] = &[
     field("partition_indexes", 0, MAX, array(&INT32)),
 ];
 
+pub(crate) const ELECT_LEADERS: Message = Message {
+    versions: (0, 2),
+    flexible_from: 2,
+    body: ELECT_LEADERS_BODY,
+};
+const ELECT_LEADERS_BODY: &[Field] = &[
+    field("election_type", 1, MAX, INT8),
+    field("topic_partitions", 0, MAX, array_of(&Ty::Struct(ELECT_LEADERS_TOPIC_PARTITIONS), size_of::<km::elect_leaders_request::TopicPartitions>())),
+    field("timeout_ms", 0, MAX, INT32),
+];
+const ELECT_LEADERS_TOPIC_PARTITIONS: &[Field] = &[
+    field("topic", 0, MAX, STRING),
+    field("partitions", 0, MAX, array(&INT32)),
+];
+
+pub(crate) const DESCRIBE_LOG_DIRS: Message = Message {
+    versions: (1, 4),
+    flexible_from: 2,
+    body: DESCRIBE_LOG_DIRS_BODY,
+};
+const DESCRIBE_LOG_DIRS_BODY: &[Field] = &[
+    field("topics", 1, MAX, array_of(&Ty::Struct(DESCRIBE_LOG_DIRS_DESCRIBABLE_LOG_DIR_TOPIC), size_of::<km::describe_log_dirs_request::DescribableLogDirTopic>())),
+];
+const DESCRIBE_LOG_DIRS_DESCRIBABLE_LOG_DIR_TOPIC: &[Field] = &[
+    field("topic", 1, MAX, STRING),
+    field("partitions", 1, MAX, array(&INT32)),
+];
+
 pub(crate) const TXN_OFFSET_COMMIT: Message = Message {
     versions: (0, 5),
     flexible_from: 3,

@@ -639,6 +639,28 @@ pub fn build(api_key: ApiKey, v: i16) -> RequestKind {
                 .with_topics(vec![t("a"), t("b")])
                 .into()
         }
+        ApiKey::ElectLeaders => {
+            let t = |name| {
+                elect_leaders_request::TopicPartitions::default()
+                    .with_topic(topic(name))
+                    .with_partitions(vec![0, 1, 2])
+            };
+            ElectLeadersRequest::default()
+                .with_election_type(if v >= 1 { 1 } else { 0 })
+                .with_topic_partitions(Some(vec![t("a"), t("b")]))
+                .with_timeout_ms(30_000)
+                .into()
+        }
+        ApiKey::DescribeLogDirs => {
+            let t = |name| {
+                describe_log_dirs_request::DescribableLogDirTopic::default()
+                    .with_topic(topic(name))
+                    .with_partitions(vec![0, 1])
+            };
+            DescribeLogDirsRequest::default()
+                .with_topics(Some(vec![t("a"), t("b")]))
+                .into()
+        }
         ApiKey::TxnOffsetCommit => {
             let p = |i| {
                 txn_offset_commit_request::TxnOffsetCommitRequestPartition::default()

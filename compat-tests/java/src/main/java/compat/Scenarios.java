@@ -70,6 +70,7 @@ public final class Scenarios {
   static final List<String> ALL_IDS =
       List.of(
           "admin.topics",
+          "admin.topic_configs",
           "codec.none",
           "codec.gzip",
           "codec.snappy",
@@ -191,6 +192,7 @@ public final class Scenarios {
   Scenario scenario(String id) {
     return switch (id) {
       case "admin.topics" -> this::adminTopics;
+      case "admin.topic_configs" -> () -> new TopicConfigScenarios(this).all();
       case "codec.none" -> () -> codec("none");
       case "codec.gzip" -> () -> codec("gzip");
       case "codec.snappy" -> () -> codec("snappy");

@@ -1,0 +1,329 @@
+//! Cluster operations on a three-node cluster (in-process,
+//! `common::cluster`): ElectLeaders moves leadership back to the preferred
+//! replica after a restart, with Kafka's per-partition answers; the active
+//! controller does it unasked with `auto.leader.rebalance.enable`; and
+//! DescribeLogDirs reports where each replica lives and how big it is.
+
+mod common;
+
+use std::time::Duration;
+
+use broker::types::NodeId;
+use common::cluster::TestCluster;
+use common::{batch, Client};
+use kafka_protocol::messages::*;
+use kafka_protocol::protocol::StrBytes;
+use kafka_protocol::records::Compression;
+use kafka_protocol::ResponseError;
+
+const WAIT: Duration = Duration::from_secs(20);
+
+/// `t` with partitions 0, 1, 2 preferring nodes 1, 2, 3.
+async fn create_rotated(client: &mut Client, name: &str) {
+    let mut t = create_topics_request::CreatableTopic::default();
+    t.name = TopicName(StrBytes::from_string(name.into()));
+    t.num_partitions = -1;
+    t.replication_factor = -1;
+    t.assignments = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
+        .iter()
+        .enumerate()
+        .map(|(i, replicas)| {
+            let mut a = create_topics_request::CreatableReplicaAssignment::default();
+            a.partition_index = i as i32;
+            a.broker_ids = replicas.iter().map(|&b| BrokerId(b)).collect();
+            a
+        })
+        .collect();
+    let mut req = CreateTopicsRequest::default();
+    req.topics = vec![t];
+    req.timeout_ms = 10_000;
+    let resp: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &req).await;
+    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
+}
+
+async fn elect(
+    client: &mut Client,
+    election_type: i8,
+    partitions: Option<&[(&str, i32)]>,
+) -> ElectLeadersResponse {
+    let mut req = ElectLeadersRequest::default();
+    req.election_type = election_type;
+    req.timeout_ms = 10_000;
+    req.topic_partitions = partitions.map(|ps| {
+        ps.iter()
+            .map(|(topic, p)| {
+                let mut tp = elect_leaders_request::TopicPartitions::default();
+                tp.topic = TopicName(StrBytes::from_string(topic.to_string()));
+                tp.partitions = vec![*p];
+                tp
+            })
+            .collect()
+    });
+    client.call(ApiKey::ElectLeaders, 2, &req).await
+}
+
+/// (topic, partition) -> error code of an ElectLeaders answer.
+fn codes(resp: &ElectLeadersResponse) -> Vec<(String, i32, i16)> {
+    let mut out: Vec<(String, i32, i16)> = resp
+        .replica_election_results
+        .iter()
+        .flat_map(|t| {
+            t.partition_result
+                .iter()
+                .map(|p| (t.topic.0.to_string(), p.partition_id, p.error_code))
+        })
+        .collect();
+    out.sort();
+    out
+}
+
+fn leader(cluster: &TestCluster, from: i32, topic: &str, partition: usize) -> NodeId {
+    cluster.image(from).topics[topic].partitions[partition].leader
+}
+
+/// Stops node 1 (a controlled shutdown moves its leadership away) and starts
+/// it again, until it is back in the ISR of partition 0, which it prefers.
+async fn bounce_node_1(cluster: &mut TestCluster, topic: &str) {
+    cluster.stop(1).await;
+    cluster
+        .wait_for_images("partition 0 led by another node", WAIT, |image| {
+            let p = &image.topics[topic].partitions[0];
+            p.leader != NodeId(1) && p.leader.0 > 0
+        })
+        .await;
+    cluster.restart(1).await;
+    cluster
+        .wait_for_images("node 1 unfenced and in sync again", WAIT, |image| {
+            !image.brokers[&NodeId(1)].fenced
+                && image.topics[topic].partitions[0].isr.contains(&NodeId(1))
+        })
+        .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn preferred_election_moves_leadership_back_with_kafkas_answers() {
+    let mut cluster = TestCluster::start(
+        3,
+        46600,
+        &[
+            ("auto.leader.rebalance.enable", "false"),
+            ("broker.session.timeout.ms", "60000"),
+        ],
+    )
+    .await;
+    let mut client = cluster.client(2).await;
+    create_rotated(&mut client, "t").await;
+    cluster
+        .wait_for_images(
+            "every partition led by its preferred replica",
+            WAIT,
+            |image| {
+                image.topics["t"]
+                    .partitions
+                    .iter()
+                    .all(|p| p.leader == p.replicas[0] && p.isr.len() == 3)
+            },
+        )
+        .await;
+    // Nothing needs electing: asked for every partition, the answer is empty.
+    let all = elect(&mut client, 0, None).await;
+    assert_eq!(all.error_code, 0);
+    assert!(codes(&all).is_empty(), "{all:?}");
+
+    // Acked records before the move, on node 1, partition 0's leader.
+    let mut on_1 = cluster.client(1).await;
+    let r = on_1
+        .produce("t", 0, -1, batch(&["a", "b"], Compression::None, None))
+        .await;
+    assert_eq!(r.error_code, 0, "{r:?}");
+    drop(on_1);
+    drop(client);
+    bounce_node_1(&mut cluster, "t").await;
+    let mut client = cluster.client(2).await;
+    let moved = leader(&cluster, 2, "t", 0);
+    assert_ne!(moved, NodeId(1));
+    let epoch = cluster.image(2).topics["t"].partitions[0].leader_epoch;
+
+    let resp = elect(&mut client, 0, Some(&[("t", 0), ("t", 1), ("nope", 0)])).await;
+    assert_eq!(
+        codes(&resp),
+        vec![
+            (
+                "nope".into(),
+                0,
+                ResponseError::UnknownTopicOrPartition.code()
+            ),
+            ("t".into(), 0, 0),
+            ("t".into(), 1, ResponseError::ElectionNotNeeded.code()),
+        ]
+    );
+    cluster
+        .wait_for_images(
+            "partition 0 led by node 1 again, at a new epoch",
+            WAIT,
+            |image| {
+                let p = &image.topics["t"].partitions[0];
+                p.leader == NodeId(1) && p.leader_epoch.0 > epoch.0 && p.isr.len() == 3
+            },
+        )
+        .await;
+    // The acked records are there on the preferred leader, and it takes more.
+    let mut on_1 = cluster.client(1).await;
+    let r = on_1
+        .produce("t", 0, -1, batch(&["c"], Compression::None, None))
+        .await;
+    assert_eq!((r.error_code, r.base_offset), (0, 2), "{r:?}");
+    let fetched = on_1.fetch("t", 0, 0, 100).await;
+    assert_eq!(
+        common::values(&fetched.records)
+            .into_iter()
+            .map(|(_, v)| v)
+            .collect::<Vec<_>>(),
+        vec!["a", "b", "c"]
+    );
+
+    // UNCLEAN is for leaderless partitions only.
+    let resp = elect(&mut client, 1, Some(&[("t", 0)])).await;
+    assert_eq!(
+        codes(&resp),
+        vec![("t".into(), 0, ResponseError::ElectionNotNeeded.code())]
+    );
+    // A preferred replica that is down cannot lead.
+    drop(client);
+    cluster.stop(3).await;
+    cluster
+        .wait_for_images("partition 2 led by another node", WAIT, |image| {
+            let p = &image.topics["t"].partitions[2];
+            p.leader != NodeId(3) && p.leader.0 > 0
+        })
+        .await;
+    let mut client = cluster.client(2).await;
+    let resp = elect(&mut client, 0, Some(&[("t", 2)])).await;
+    assert_eq!(
+        codes(&resp),
+        vec![(
+            "t".into(),
+            2,
+            ResponseError::PreferredLeaderNotAvailable.code()
+        )]
+    );
+    // An unknown election type is refused, not guessed at.
+    let resp = elect(&mut client, 7, Some(&[("t", 0)])).await;
+    assert_eq!(
+        codes(&resp),
+        vec![("t".into(), 0, ResponseError::InvalidRequest.code())]
+    );
+    drop(client);
+    drop(on_1);
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_controller_moves_leadership_back_by_itself() {
+    let mut cluster = TestCluster::start(
+        3,
+        46620,
+        &[
+            ("auto.leader.rebalance.enable", "true"),
+            ("leader.imbalance.check.interval.seconds", "1"),
+            ("broker.session.timeout.ms", "60000"),
+        ],
+    )
+    .await;
+    let mut client = cluster.client(2).await;
+    create_rotated(&mut client, "t").await;
+    drop(client);
+    cluster
+        .wait_for_images(
+            "every partition led by its preferred replica",
+            WAIT,
+            |image| {
+                image.topics["t"]
+                    .partitions
+                    .iter()
+                    .all(|p| p.leader == p.replicas[0] && p.isr.len() == 3)
+            },
+        )
+        .await;
+    bounce_node_1(&mut cluster, "t").await;
+    cluster
+        .wait_for_images("partition 0 led by node 1 again, unasked", WAIT, |image| {
+            image.topics["t"].partitions[0].leader == NodeId(1)
+        })
+        .await;
+    cluster.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn describe_log_dirs_lists_each_replica_with_its_size() {
+    let cluster = TestCluster::start(3, 46640, &[]).await;
+    let mut client = cluster.client(1).await;
+    create_rotated(&mut client, "t").await;
+    cluster
+        .wait_for_images("partition 0 led by node 1", WAIT, |image| {
+            image.topics["t"].partitions[0].leader == NodeId(1)
+        })
+        .await;
+    let r = client
+        .produce("t", 0, -1, batch(&["a", "b", "c"], Compression::None, None))
+        .await;
+    assert_eq!(r.error_code, 0);
+
+    let resp: DescribeLogDirsResponse = client
+        .call(
+            ApiKey::DescribeLogDirs,
+            4,
+            &DescribeLogDirsRequest::default().with_topics(None),
+        )
+        .await;
+    assert_eq!(resp.error_code, 0);
+    assert_eq!(resp.results.len(), 1, "{resp:?}");
+    let dir = &resp.results[0];
+    assert_eq!(dir.error_code, 0);
+    assert!(
+        std::path::Path::new(dir.log_dir.as_str()).is_absolute(),
+        "{}",
+        dir.log_dir.as_str()
+    );
+    assert!(dir.total_bytes > 0 && dir.usable_bytes > 0 && dir.usable_bytes <= dir.total_bytes);
+    let t = dir
+        .topics
+        .iter()
+        .find(|t| t.name.0.as_str() == "t")
+        .expect("topic t listed");
+    let parts: Vec<(i32, bool)> = t
+        .partitions
+        .iter()
+        .map(|p| (p.partition_index, p.partition_size > 0))
+        .collect();
+    // Node 1 holds a replica of every partition; only partition 0 has data.
+    assert_eq!(parts, vec![(0, true), (1, false), (2, false)]);
+    assert!(t
+        .partitions
+        .iter()
+        .all(|p| p.offset_lag == 0 && !p.is_future_key));
+
+    // Asked for one replica (and one this node does not have), v1.
+    let mut want = describe_log_dirs_request::DescribableLogDirTopic::default();
+    want.topic = TopicName(StrBytes::from_static_str("t"));
+    want.partitions = vec![0, 9];
+    let resp: DescribeLogDirsResponse = client
+        .call(
+            ApiKey::DescribeLogDirs,
+            1,
+            &DescribeLogDirsRequest::default().with_topics(Some(vec![want])),
+        )
+        .await;
+    let listed: Vec<(String, i32)> = resp.results[0]
+        .topics
+        .iter()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .map(|p| (t.name.0.to_string(), p.partition_index))
+        })
+        .collect();
+    assert_eq!(listed, vec![("t".to_string(), 0)]);
+    drop(client);
+    cluster.shutdown().await;
+}
