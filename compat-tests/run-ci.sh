@@ -7,7 +7,8 @@
 #     listed scenario must pass; one that never reports counts as failed.
 #  3. Both peer suites' pinned tests (<suite>/tests.allow), through
 #     <suite>/run.sh --allowed.
-# Before those, cluster/validate-compose.py checks docker-compose.yml (one check).
+# Before those, cluster/validate-compose.py checks docker-compose.yml and
+# cluster/validate-k8s.py the Kubernetes manifests in config/kubernetes (one check each).
 # Installs what it needs first (idempotent). Ends with
 # "<passed> passed, <failed> failed" counting every check above.
 set -uo pipefail
@@ -41,6 +42,8 @@ total_passed=0
 total_failed=0
 # The 3-broker docker-compose.yml keeps its structure (node ids, one quorum, ports, volumes).
 if "$VENV_DIR/bin/python" "$COMPAT_DIR/cluster/validate-compose.py" --selftest; then total_passed=$((total_passed + 1)); else total_failed=$((total_failed + 1)); fi
+# The Kubernetes StatefulSet keeps its structure (ordinal node ids, voters per replica, probes).
+if "$VENV_DIR/bin/python" "$COMPAT_DIR/cluster/validate-k8s.py" --selftest; then total_passed=$((total_passed + 1)); else total_failed=$((total_failed + 1)); fi
 run_client() {
   local name=$1 start=$SECONDS rc passed failed
   shift

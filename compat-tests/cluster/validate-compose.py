@@ -12,11 +12,17 @@ host and its CONTROLLER listener port; PLAINTEXT and CONTROLLER listeners,
 controller.listener.names=CONTROLLER; advertised PLAINTEXT address = the service's host name
 and its PLAINTEXT port; that port published on the host under the same number, host ports
 unique; a volume of its own at log.dirs; replication factors 3 and min.insync.replicas 2.
+The dispatcher service: built from the repository's Dockerfile target `dispatcher`; its
+config file (mounted read-only from the repository) is TOML naming the compose brokers'
+PLAINTEXT addresses, listening on 0.0.0.0 with its HTTP and gRPC ports published under the
+same numbers, advertising its internal listener at its own host name; every queue's topic
+created by a one-shot kafka-topics.sh service the dispatcher waits for.
 Run with the compat venv (compat-tests/.cache/venv, `install.sh python` installs PyYAML).
 """
 import copy
 import os
 import sys
+import tomllib
 
 import yaml
 
@@ -200,6 +206,66 @@ def validate(doc):
     return errors
 
 
+def validate_dispatcher(doc, base_dir):
+    errors = []
+    services = doc.get("services") or {}
+    d = services.get("dispatcher")
+    if not isinstance(d, dict):
+        return ["dispatcher: missing"]
+    build = d.get("build")
+    if not isinstance(build, dict) or build.get("context") not in (".", "./") or build.get("target") != "dispatcher":
+        errors.append("dispatcher: build must be the repository (.) with target dispatcher")
+    cmd = [str(a) for a in d.get("command") or []]
+    if len(cmd) != 2 or cmd[0] != "--config":
+        return errors + [f"dispatcher: command must be --config <file>, got {cmd}"]
+    mounts = [str(v).split(":") for v in d.get("volumes") or []]
+    source = [m[0] for m in mounts if len(m) >= 2 and m[1] == cmd[1]]
+    if not source:
+        return errors + [f"dispatcher: nothing mounted at {cmd[1]}"]
+    path = os.path.join(base_dir, source[0])
+    try:
+        with open(path, "rb") as f:
+            cfg = tomllib.load(f)
+    except (OSError, tomllib.TOMLDecodeError) as e:
+        return errors + [f"dispatcher: config {source[0]}: {e}"]
+    plain = {}
+    for name in BROKERS:
+        try:
+            cfg_b, _ = overrides(services[name])
+            host, port = listeners(cfg_b["advertised.listeners"])["PLAINTEXT"]
+            plain[f"{host}:{port}"] = name
+        except (KeyError, ValueError, TypeError):
+            pass
+    boot = [b.strip() for b in str(cfg.get("bootstrap_servers", "")).split(",") if b.strip()]
+    if not boot or any(b not in plain for b in boot):
+        errors.append(f"dispatcher: bootstrap_servers {boot} must name the brokers' advertised addresses {sorted(plain)}")
+    ports = host_ports(d)
+    for key in ("http_listen", "grpc_listen"):
+        addr = str(cfg.get(key, ""))
+        host, _, port = addr.rpartition(":")
+        if host != "0.0.0.0" or not port.isdigit():
+            errors.append(f"dispatcher: {key} {addr!r} must listen on 0.0.0.0:<port>")
+        elif (int(port), int(port)) not in ports:
+            errors.append(f"dispatcher: {key} port {port} not published as {port}:{port}")
+    if str(cfg.get("advertised_internal", "")).split(":")[0] != d.get("hostname", "dispatcher"):
+        errors.append("dispatcher: advertised_internal must name the service's host name")
+    created = {}
+    for name, svc in services.items():
+        args = [str(a) for a in (svc.get("entrypoint") or []) if isinstance(svc, dict)]
+        if args and args[0].endswith("kafka-topics.sh") and "--create" in args and "--topic" in args:
+            created[args[args.index("--topic") + 1]] = name
+    deps = d.get("depends_on") or {}
+    for q in cfg.get("queue") or []:
+        topic = q.get("topic")
+        if topic not in created:
+            errors.append(f"dispatcher: queue {q.get('name')!r}: topic {topic!r} is created by no kafka-topics.sh service")
+        elif not isinstance(deps, dict) or (deps.get(created[topic]) or {}).get("condition") != "service_completed_successfully":
+            errors.append(f"dispatcher: must wait for {created[topic]} (condition service_completed_successfully)")
+    if not cfg.get("queue"):
+        errors.append("dispatcher: no [[queue]] in its config")
+    return errors
+
+
 def selftest(doc):
     """Each broken variant must be rejected; the file itself must pass."""
     def set_override(d, svc, key, value):
@@ -231,20 +297,27 @@ def selftest(doc):
         "shared volume": lambda d: vol(d, "broker2", "broker1-data:/var/lib/kafka-rs/data"),
         "advertised localhost": lambda d: set_override(d, "broker1", "advertised.listeners", "PLAINTEXT://localhost:9092"),
         "min isr 1": lambda d: set_override(d, "broker1", "min.insync.replicas", "1"),
+        "dispatcher config not mounted": lambda d: vol(d, "dispatcher", "./config/none.toml:/etc/other.toml:ro"),
+        "dispatcher port not published": lambda d: port(d, "dispatcher", "8080:8080"),
+        "no dispatcher": lambda d: drop(d, "dispatcher"),
+        "dispatcher does not wait for its topic": lambda d: d["services"]["dispatcher"].pop("depends_on"),
     }
     failures = 0
-    base = validate(doc)
+    base = validate(doc) + validate_dispatcher(doc, BASE_DIR)
     if base:
         print(f"selftest: the file itself is invalid: {base}")
         failures += 1
     for name, mutate in variants.items():
         d = copy.deepcopy(doc)
         mutate(d)
-        if not validate(d):
+        if not validate(d) + validate_dispatcher(d, BASE_DIR):
             print(f"selftest: variant '{name}' was accepted")
             failures += 1
     print("selftest " + ("PASS" if failures == 0 else f"FAIL ({failures})"))
     return failures == 0
+
+
+BASE_DIR = "."
 
 
 def main(argv):
@@ -260,7 +333,9 @@ def main(argv):
     except (OSError, yaml.YAMLError) as e:
         print(f"FAIL {path}: {e}")
         return 1
-    errors = validate(doc)
+    global BASE_DIR
+    BASE_DIR = os.path.dirname(os.path.abspath(path))
+    errors = validate(doc) + validate_dispatcher(doc, BASE_DIR)
     for e in errors:
         print(f"FAIL {e}")
     ok = not errors

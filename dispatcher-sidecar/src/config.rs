@@ -1596,6 +1596,18 @@ mod tests {
         Config::parse(text, "dispatcher.toml", Path::new("."))
     }
 
+    /// The sample docker-compose.yml runs must start.
+    #[test]
+    fn the_shipped_sample_config_is_valid() {
+        let c = parse(include_str!("../../config/dispatcher.toml")).unwrap();
+        assert_eq!(c.queues.len(), 1);
+        assert_eq!(
+            (c.queues[0].name.as_str(), c.queues[0].topic.as_str()),
+            ("jobs", "jobs")
+        );
+        assert_eq!(c.receipt_secret.origin, SecretOrigin::Inline);
+    }
+
     fn error(text: &str) -> String {
         let e = parse(text).expect_err("config must be rejected");
         let s = e.to_string();
