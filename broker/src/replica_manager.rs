@@ -366,10 +366,11 @@ impl ReplicaManager {
             .collect();
         let mut followed = Vec::new();
         let mut hw_moved = false;
+        let dynamic = image.dynamic_broker_configs(self.node_id);
         // Open or update the wanted ones.
         for (tp, (topic_id, pimg)) in &wanted {
             let topic = &image.topics[&*tp.topic];
-            let configs = TopicConfigs::resolve(&self.server, &topic.configs);
+            let configs = TopicConfigs::resolve_with(&self.server, &dynamic, &topic.configs);
             let part = match self.get(tp) {
                 Some(existing) => {
                     existing.lock().expect("poisoned").set_configs(configs);

@@ -377,6 +377,18 @@ fn request(key: ApiKey, version: i16, topic_id: uuid::Uuid) -> BodyWriter {
                 version,
             )
         }
+        ApiKey::ElectLeaders => {
+            let mut t = elect_leaders_request::TopicPartitions::default();
+            t.topic = name("sweep");
+            t.partitions = vec![0];
+            enc(
+                ElectLeadersRequest::default()
+                    .with_topic_partitions(Some(vec![t]))
+                    .with_timeout_ms(5_000),
+                version,
+            )
+        }
+        ApiKey::DescribeLogDirs => enc(DescribeLogDirsRequest::default(), version),
         ApiKey::DescribeProducers => {
             let mut t = describe_producers_request::TopicRequest::default();
             t.name = name("sweep");

@@ -15,4 +15,7 @@ pub use security::{
     SUPPORTED_SASL_MECHANISMS,
 };
 pub use server::{BootstrapScram, ConfigError, Listener, ServerConfig};
-pub use topic::{topic_config, TopicConfigEntry, TopicConfigError, TopicConfigs, TOPIC_CONFIGS};
+pub use topic::{
+    check_dynamic_broker_config, dynamic_broker_key, topic_config, BrokerSource,
+    DynamicBrokerConfigs, TopicConfigEntry, TopicConfigError, TopicConfigs, TOPIC_CONFIGS,
+};

@@ -184,6 +184,63 @@ pub fn is_topic_synonym(key: &str) -> bool {
     TOPIC_CONFIGS.iter().any(|e| e.synonyms.contains(&key))
 }
 
+/// The topic config whose default the dynamic broker config `key` sets:
+/// Kafka makes each topic config's first broker key dynamic
+/// (`log.retention.ms`, not `log.retention.hours`).
+pub fn dynamic_broker_key(key: &str) -> Option<&'static TopicConfigEntry> {
+    TOPIC_CONFIGS
+        .iter()
+        .find(|e| !e.internal && e.synonyms.first() == Some(&key))
+}
+
+/// Checks a dynamic broker config's value with its topic config's rule.
+pub fn check_dynamic_broker_config(key: &str, value: &str) -> Result<(), TopicConfigError> {
+    let entry =
+        dynamic_broker_key(key).ok_or_else(|| TopicConfigError::UnknownKey(key.to_string()))?;
+    entry
+        .check(value)
+        .map_err(|reason| TopicConfigError::InvalidValue {
+            key: key.to_string(),
+            value: value.to_string(),
+            reason,
+        })
+}
+
+/// Where a broker-level value comes from, in Kafka's order of precedence.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BrokerSource {
+    /// Set for this broker (DYNAMIC_BROKER_CONFIG).
+    DynamicBroker,
+    /// Set for every broker (DYNAMIC_DEFAULT_BROKER_CONFIG).
+    DynamicDefault,
+    /// server.properties (STATIC_BROKER_CONFIG).
+    Static,
+    /// Kafka's default (DEFAULT_CONFIG).
+    Default,
+}
+
+/// The dynamic broker configs (stored in the metadata quorum) that apply to
+/// one broker: its own, then the cluster-wide defaults.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DynamicBrokerConfigs {
+    pub broker: BTreeMap<String, String>,
+    pub cluster: BTreeMap<String, String>,
+}
+
+impl DynamicBrokerConfigs {
+    /// The dynamic value of `key` and its source, if one is set.
+    pub fn get(&self, key: &str) -> Option<(&str, BrokerSource)> {
+        self.broker
+            .get(key)
+            .map(|v| (v.as_str(), BrokerSource::DynamicBroker))
+            .or_else(|| {
+                self.cluster
+                    .get(key)
+                    .map(|v| (v.as_str(), BrokerSource::DynamicDefault))
+            })
+    }
+}
+
 #[derive(Debug, Error, PartialEq, Eq)]
 pub enum TopicConfigError {
     #[error("Unknown topic config name: {0}")]
@@ -330,8 +387,26 @@ impl TopicConfigEntry {
             .find_map(|k| server.explicit.get(*k).map(|v| (*k, v.as_str())))
     }
 
-    /// The broker-level default for this config (`None` only for internal
-    /// configs without a default).
+    /// The broker-level default for this config with the dynamic broker
+    /// configs over the static ones, and where it comes from.
+    pub fn broker_default_with(
+        &self,
+        server: &ServerConfig,
+        dynamic: &DynamicBrokerConfigs,
+    ) -> Option<(String, BrokerSource)> {
+        if let Some((v, source)) = self.synonyms.first().and_then(|k| dynamic.get(k)) {
+            return Some((v.to_string(), source));
+        }
+        let source = if self.broker_setting(server).is_some() {
+            BrokerSource::Static
+        } else {
+            BrokerSource::Default
+        };
+        self.broker_default(server).map(|v| (v, source))
+    }
+
+    /// The broker-level default for this config from server.properties
+    /// (`None` only for internal configs without a default).
     pub fn broker_default(&self, server: &ServerConfig) -> Option<String> {
         Some(match self.name {
             "cleanup.policy" => server.log_cleanup_policy.clone(),
@@ -463,14 +538,25 @@ impl TopicConfigs {
         Ok(())
     }
 
+    /// The effective configs from server.properties' defaults only.
     pub fn resolve(server: &ServerConfig, overrides: &BTreeMap<String, String>) -> Self {
+        Self::resolve_with(server, &DynamicBrokerConfigs::default(), overrides)
+    }
+
+    /// The effective configs: the topic's overrides, else the dynamic broker
+    /// configs (this broker's, then the cluster's), else server.properties.
+    pub fn resolve_with(
+        server: &ServerConfig,
+        dynamic: &DynamicBrokerConfigs,
+        overrides: &BTreeMap<String, String>,
+    ) -> Self {
         let values = TOPIC_CONFIGS
             .iter()
             .filter_map(|e| {
                 let v = overrides
                     .get(e.name)
                     .cloned()
-                    .or_else(|| e.broker_default(server))?;
+                    .or_else(|| e.broker_default_with(server, dynamic).map(|(v, _)| v))?;
                 Some((e.name, v))
             })
             .collect();
@@ -698,5 +784,39 @@ mod tests {
             "2".to_string()
         )])
         .is_err());
+    }
+
+    #[test]
+    fn dynamic_broker_configs_win_over_static_ones_and_lose_to_the_topic() {
+        let server =
+            ServerConfig::from_pairs([("log.retention.ms".to_string(), "1000".to_string())])
+                .unwrap();
+        let mut dynamic = DynamicBrokerConfigs::default();
+        let entry = topic_config("retention.ms").unwrap();
+        assert_eq!(
+            entry.broker_default_with(&server, &dynamic),
+            Some(("1000".to_string(), BrokerSource::Static))
+        );
+        dynamic
+            .cluster
+            .insert("log.retention.ms".into(), "2000".into());
+        assert_eq!(
+            entry.broker_default_with(&server, &dynamic),
+            Some(("2000".to_string(), BrokerSource::DynamicDefault))
+        );
+        dynamic
+            .broker
+            .insert("log.retention.ms".into(), "3000".into());
+        let t = TopicConfigs::resolve_with(&server, &dynamic, &BTreeMap::new());
+        assert_eq!(t.get("retention.ms"), "3000");
+        let own = BTreeMap::from([("retention.ms".to_string(), "4000".to_string())]);
+        let t = TopicConfigs::resolve_with(&server, &dynamic, &own);
+        assert_eq!(t.get("retention.ms"), "4000");
+        // Only a topic config's first broker key is dynamic, as in Kafka.
+        assert!(dynamic_broker_key("log.retention.ms").is_some());
+        assert!(dynamic_broker_key("log.retention.hours").is_none());
+        assert!(dynamic_broker_key("num.io.threads").is_none());
+        assert!(check_dynamic_broker_config("log.cleaner.min.cleanable.ratio", "0.2").is_ok());
+        assert!(check_dynamic_broker_config("log.cleaner.min.cleanable.ratio", "2").is_err());
     }
 }

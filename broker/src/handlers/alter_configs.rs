@@ -1,5 +1,5 @@
-//! AlterConfigs (key 33) and IncrementalAlterConfigs (key 44) for topics and
-//! groups.
+//! AlterConfigs (key 33) and IncrementalAlterConfigs (key 44) for topics,
+//! groups and brokers.
 //!
 //! Both compute a resource's new set of overrides from the current image,
 //! check it (a topic's like CreateTopics does, a group's as Kafka's
@@ -7,9 +7,11 @@
 //! quorum; the replica manager then hands a topic's new effective configs to
 //! its partitions, and a group's coordinator reads them at its next
 //! heartbeat. AlterConfigs replaces the whole set (keys not named are reset
-//! to the broker default), IncrementalAlterConfigs edits key by key. Broker
-//! configs are static here (server.properties), so altering a broker
-//! resource is refused with INVALID_REQUEST rather than pretending to apply.
+//! to the broker default), IncrementalAlterConfigs edits key by key. On a
+//! BROKER resource (`""` for every broker, or a node id) the dynamic broker
+//! configs are the topic configs' broker keys, applied live; every other
+//! broker key is static (server.properties) and refused with
+//! INVALID_REQUEST, as Kafka refuses a key it cannot change while running.
 
 use std::collections::{BTreeMap, HashSet};
 
@@ -229,7 +231,7 @@ fn edit(
                 next.remove(&k);
             }
             Edit::Append(k, _) | Edit::Subtract(k, _)
-                if resource_type == RESOURCE_GROUP || !is_list(&k) =>
+                if resource_type == RESOURCE_GROUP || !is_list(resource_type, &k) =>
             {
                 known_key(resource_type, &k)?;
                 return Err(Refusal::invalid_config(format!(
@@ -237,7 +239,7 @@ fn edit(
                 )));
             }
             Edit::Append(k, v) => {
-                let mut items = list_value(broker, current, &k);
+                let mut items = list_value(broker, resource_type, current, &k);
                 for item in split_list(&v) {
                     if !items.contains(&item) {
                         items.push(item);
@@ -247,7 +249,7 @@ fn edit(
             }
             Edit::Subtract(k, v) => {
                 let remove = split_list(&v);
-                let items: Vec<String> = list_value(broker, current, &k)
+                let items: Vec<String> = list_value(broker, resource_type, current, &k)
                     .into_iter()
                     .filter(|i| !remove.contains(i))
                     .collect();
@@ -259,6 +261,11 @@ fn edit(
 }
 
 fn known_key(resource_type: i8, key: &str) -> Result<(), Refusal> {
+    if resource_type == RESOURCE_BROKER {
+        return crate::config::dynamic_broker_key(key)
+            .map(|_| ())
+            .ok_or_else(|| not_dynamic(key));
+    }
     if resource_type == RESOURCE_GROUP {
         return if crate::config::group::keys().any(|k| k == key) {
             Ok(())
@@ -277,8 +284,20 @@ fn known_key(resource_type: i8, key: &str) -> Result<(), Refusal> {
     }
 }
 
-fn is_list(key: &str) -> bool {
-    crate::config::topic_config(key).is_some_and(|e| e.config_type() == 7)
+fn is_list(resource_type: i8, key: &str) -> bool {
+    let entry = if resource_type == RESOURCE_BROKER {
+        crate::config::dynamic_broker_key(key)
+    } else {
+        crate::config::topic_config(key)
+    };
+    entry.is_some_and(|e| e.config_type() == 7)
+}
+
+/// Kafka's refusal of a broker config it cannot change while running.
+fn not_dynamic(key: &str) -> Refusal {
+    Refusal::invalid_request(format!(
+        "Cannot update these configs dynamically: Set({key})"
+    ))
 }
 
 fn split_list(v: &str) -> Vec<String> {
@@ -289,10 +308,35 @@ fn split_list(v: &str) -> Vec<String> {
         .collect()
 }
 
-fn list_value(broker: &Broker, current: &BTreeMap<String, String>, key: &str) -> Vec<String> {
+fn list_value(
+    broker: &Broker,
+    resource_type: i8,
+    current: &BTreeMap<String, String>,
+    key: &str,
+) -> Vec<String> {
+    if resource_type == RESOURCE_BROKER {
+        // A dynamic broker key not set at this level starts from the static value.
+        return match current.get(key) {
+            Some(v) => split_list(v),
+            None => crate::config::dynamic_broker_key(key)
+                .and_then(|e| e.broker_default(&broker.config))
+                .map(|v| split_list(&v))
+                .unwrap_or_default(),
+        };
+    }
     match current.get(key) {
         Some(v) => split_list(v),
-        None => split_list(TopicConfigs::resolve(&broker.config, &BTreeMap::new()).get(key)),
+        None => split_list(
+            TopicConfigs::resolve_with(
+                &broker.config,
+                &broker
+                    .metadata
+                    .image()
+                    .dynamic_broker_configs(broker.node_id()),
+                &BTreeMap::new(),
+            )
+            .get(key),
+        ),
     }
 }
 
@@ -327,11 +371,7 @@ async fn apply(
     match resource_type {
         RESOURCE_TOPIC => {}
         RESOURCE_GROUP => return apply_group(broker, name, validate_only, change).await,
-        RESOURCE_BROKER => {
-            return Err(Refusal::invalid_request(
-                "Broker configs are static: set them in server.properties and restart",
-            ))
-        }
+        RESOURCE_BROKER => return apply_broker(broker, name, validate_only, change).await,
         other => {
             return Err(Refusal::invalid_request(format!(
                 "Unsupported resource type {other}"
@@ -371,6 +411,68 @@ async fn apply(
         .await
         .map_err(|e| Refusal(ResponseError::UnknownServerError, e.to_string()))?;
     tracing::info!(topic = %name, "altered topic configs");
+    Ok(())
+}
+
+/// Dynamic broker configs, for every broker (`""`) or one (its node id):
+/// the broker keys of topic configs (Kafka's `DynamicLogConfig`), checked
+/// with their topic config's rule and stored in the metadata quorum; every
+/// broker's partitions take them from the next image, as a topic override
+/// is taken. Any other key is refused as Kafka refuses a static one.
+async fn apply_broker(
+    broker: &Broker,
+    name: &str,
+    validate_only: bool,
+    change: impl FnOnce(&BTreeMap<String, String>) -> Result<BTreeMap<String, String>, Refusal>,
+) -> Result<(), Refusal> {
+    let image = broker.metadata.image();
+    if !name.is_empty() {
+        let known = name
+            .parse::<i32>()
+            .ok()
+            .is_some_and(|id| image.brokers.contains_key(&crate::types::NodeId(id)));
+        if !known {
+            return Err(Refusal::invalid_request(format!(
+                "Unexpected broker id {name}: no such broker is registered"
+            )));
+        }
+    }
+    let empty = BTreeMap::new();
+    let current = image.broker_configs.get(name).unwrap_or(&empty);
+    let next = change(current)?;
+    for (k, v) in &next {
+        crate::config::dynamic_broker_key(k).ok_or_else(|| not_dynamic(k))?;
+        crate::config::check_dynamic_broker_config(k, v)
+            .map_err(|e| Refusal::invalid_config(e.to_string()))?;
+    }
+    if !crate::metadata::liveness::all_support(&image, crate::metadata::FEATURE_BROKER_CONFIGS) {
+        return Err(Refusal::invalid_request(
+            "not every broker runs a version that applies dynamic broker configs yet: finish the upgrade first",
+        ));
+    }
+    if validate_only {
+        return Ok(());
+    }
+    let Some((set, delete)) = difference(current, &next) else {
+        return Ok(());
+    };
+    broker
+        .metadata
+        .propose(MetadataCommand::AlterBrokerConfigs {
+            resource: name.to_string(),
+            set,
+            delete,
+        })
+        .await
+        .map_err(|e| Refusal(metadata_error(&e), e.to_string()))?;
+    broker
+        .sync_replicas()
+        .await
+        .map_err(|e| Refusal(ResponseError::UnknownServerError, e.to_string()))?;
+    tracing::info!(
+        resource = if name.is_empty() { "<default>" } else { name },
+        "altered dynamic broker configs"
+    );
     Ok(())
 }
 

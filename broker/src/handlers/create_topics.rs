@@ -18,7 +18,7 @@ use kafka_protocol::messages::create_topics_response::{
 use kafka_protocol::messages::{CreateTopicsRequest, CreateTopicsResponse, TopicName};
 use kafka_protocol::ResponseError;
 
-use super::describe_configs::{SOURCE_DEFAULT, SOURCE_STATIC_BROKER, SOURCE_TOPIC};
+use super::describe_configs::{source_code, SOURCE_DEFAULT, SOURCE_TOPIC};
 use super::str_bytes;
 use crate::broker::{
     count_operation_too_large, Broker, CreateTopicError, NewTopic, ValidatedTopic,
@@ -173,19 +173,22 @@ fn effective_configs(
     broker: &Broker,
     overrides: &BTreeMap<String, String>,
 ) -> Vec<CreatableTopicConfigs> {
-    TopicConfigs::resolve(&broker.config, overrides)
+    let dynamic = broker
+        .metadata
+        .image()
+        .dynamic_broker_configs(broker.node_id());
+    TopicConfigs::resolve_with(&broker.config, &dynamic, overrides)
         .iter()
         .map(|(k, v)| {
             let mut c = CreatableTopicConfigs::default();
             c.name = str_bytes(k);
             c.value = Some(str_bytes(v));
-            let entry = crate::config::topic_config(k);
             c.config_source = if overrides.contains_key(k) {
                 SOURCE_TOPIC
-            } else if entry.is_some_and(|e| e.broker_setting(&broker.config).is_some()) {
-                SOURCE_STATIC_BROKER
             } else {
-                SOURCE_DEFAULT
+                crate::config::topic_config(k)
+                    .and_then(|e| e.broker_default_with(&broker.config, &dynamic))
+                    .map_or(SOURCE_DEFAULT, |(_, s)| source_code(s))
             };
             c
         })

@@ -9,13 +9,20 @@ use kafka_protocol::ResponseError;
 
 use super::str_bytes;
 use crate::broker::Broker;
-use crate::config::{ServerConfig, TopicConfigEntry, TopicConfigs, TOPIC_CONFIGS};
+use std::collections::BTreeMap;
+
+use crate::config::{
+    dynamic_broker_key, BrokerSource, DynamicBrokerConfigs, ServerConfig, TopicConfigEntry,
+    TopicConfigs, TOPIC_CONFIGS,
+};
 
 const RESOURCE_TOPIC: i8 = 2;
 const RESOURCE_BROKER: i8 = 4;
 const RESOURCE_GROUP: i8 = 32;
 
 pub const SOURCE_TOPIC: i8 = 1;
+pub const SOURCE_DYNAMIC_BROKER: i8 = 2;
+pub const SOURCE_DYNAMIC_DEFAULT_BROKER: i8 = 3;
 pub const SOURCE_STATIC_BROKER: i8 = 4;
 pub const SOURCE_DEFAULT: i8 = 5;
 pub const SOURCE_GROUP: i8 = 8;
@@ -191,25 +198,26 @@ pub fn handle(
                     resp.results.push(r);
                     continue;
                 };
-                let effective = TopicConfigs::resolve(&broker.config, &topic.configs);
+                let dynamic = image.dynamic_broker_configs(broker.node_id());
+                let effective =
+                    TopicConfigs::resolve_with(&broker.config, &dynamic, &topic.configs);
                 for e in TOPIC_CONFIGS.iter().filter(|e| !e.internal) {
                     if !wanted(&res.configuration_keys, e.name) {
                         continue;
                     }
-                    let broker_setting = e.broker_setting(&broker.config);
                     let source = if topic.configs.contains_key(e.name) {
                         SOURCE_TOPIC
-                    } else if broker_setting.is_some() {
-                        SOURCE_STATIC_BROKER
                     } else {
-                        SOURCE_DEFAULT
+                        e.broker_default_with(&broker.config, &dynamic)
+                            .map_or(SOURCE_DEFAULT, |(_, s)| source_code(s))
                     };
                     let mut c = entry(e.name, effective.get(e.name).to_string(), source, false);
                     c.config_type = e.config_type();
                     c.is_sensitive = e.sensitive;
                     c.documentation = Some(str_bytes(e.doc));
                     if req.include_synonyms {
-                        c.synonyms = topic_synonyms(e, &broker.config, topic.configs.get(e.name));
+                        c.synonyms =
+                            topic_synonyms(e, &broker.config, &dynamic, topic.configs.get(e.name));
                     }
                     r.configs.push(c);
                 }
@@ -225,8 +233,42 @@ pub fn handle(
                     resp.results.push(r);
                     continue;
                 }
+                let image = broker.metadata.image();
+                if name.is_empty() {
+                    // The cluster-wide dynamic defaults alone, as Kafka
+                    // answers for the default broker resource.
+                    let empty = BTreeMap::new();
+                    for (k, v) in image.broker_configs.get("").unwrap_or(&empty) {
+                        if !wanted(&res.configuration_keys, k) {
+                            continue;
+                        }
+                        let mut c = entry(k, v.clone(), SOURCE_DYNAMIC_DEFAULT_BROKER, false);
+                        if let Some(e) = dynamic_broker_key(k) {
+                            c.config_type = e.config_type();
+                        }
+                        if req.include_synonyms {
+                            c.synonyms
+                                .push(synonym(k, v.clone(), SOURCE_DYNAMIC_DEFAULT_BROKER));
+                        }
+                        r.configs.push(c);
+                    }
+                    resp.results.push(r);
+                    continue;
+                }
+                let dynamic = image.dynamic_broker_configs(broker.node_id());
+                let mut listed = Vec::new();
                 for (k, v) in broker_configs(&broker.config) {
+                    listed.push(k);
                     if !wanted(&res.configuration_keys, k) {
+                        continue;
+                    }
+                    if let Some(e) = dynamic_broker_key(k) {
+                        r.configs.push(dynamic_entry(
+                            e,
+                            &broker.config,
+                            &dynamic,
+                            req.include_synonyms,
+                        ));
                         continue;
                     }
                     let source = if broker.config.explicit.contains_key(k) {
@@ -239,6 +281,21 @@ pub fn handle(
                         c.synonyms.push(synonym(k, v, source));
                     }
                     r.configs.push(c);
+                }
+                // The dynamic keys the static list does not name.
+                for e in TOPIC_CONFIGS.iter().filter(|e| !e.internal) {
+                    let Some(&k) = e.synonyms.first() else {
+                        continue;
+                    };
+                    if listed.contains(&k) || !wanted(&res.configuration_keys, k) {
+                        continue;
+                    }
+                    r.configs.push(dynamic_entry(
+                        e,
+                        &broker.config,
+                        &dynamic,
+                        req.include_synonyms,
+                    ));
                 }
             }
             RESOURCE_GROUP => {
@@ -270,18 +327,39 @@ pub fn handle(
 }
 
 /// A topic config's synonyms as Kafka lists them: the topic's own value,
-/// then each broker key of it the broker's properties set, in precedence
-/// order, then the default under the broker key, which Kafka names only for
-/// a config with a single broker key (`retention.ms`, whose default comes
-/// from `log.retention.hours`, lists none).
+/// the dynamic broker configs (this broker's, then the cluster's), each broker
+/// key the broker's properties set, in precedence order, then the default
+/// under the broker key, which Kafka names only for a config with a single
+/// broker key (`retention.ms`, whose default comes from
+/// `log.retention.hours`, lists none).
 fn topic_synonyms(
     e: &TopicConfigEntry,
     server: &ServerConfig,
+    dynamic: &DynamicBrokerConfigs,
     own: Option<&String>,
 ) -> Vec<DescribeConfigsSynonym> {
     let mut out = Vec::new();
     if let Some(v) = own {
         out.push(synonym(e.name, v.clone(), SOURCE_TOPIC));
+    }
+    out.extend(broker_synonyms(e, server, dynamic));
+    out
+}
+
+/// The broker-level synonyms of a topic config, most precedent first.
+fn broker_synonyms(
+    e: &TopicConfigEntry,
+    server: &ServerConfig,
+    dynamic: &DynamicBrokerConfigs,
+) -> Vec<DescribeConfigsSynonym> {
+    let mut out = Vec::new();
+    if let Some(&key) = e.synonyms.first() {
+        if let Some(v) = dynamic.broker.get(key) {
+            out.push(synonym(key, v.clone(), SOURCE_DYNAMIC_BROKER));
+        }
+        if let Some(v) = dynamic.cluster.get(key) {
+            out.push(synonym(key, v.clone(), SOURCE_DYNAMIC_DEFAULT_BROKER));
+        }
     }
     for key in e.synonyms {
         if let Some(v) = server.explicit.get(*key) {
@@ -292,6 +370,36 @@ fn topic_synonyms(
         out.push(synonym(key, default.to_string(), SOURCE_DEFAULT));
     }
     out
+}
+
+/// A dynamic broker config (a topic config's first broker key) as the
+/// BROKER resource lists it: its effective value and source, alterable.
+fn dynamic_entry(
+    e: &TopicConfigEntry,
+    server: &ServerConfig,
+    dynamic: &DynamicBrokerConfigs,
+    include_synonyms: bool,
+) -> DescribeConfigsResourceResult {
+    let key = e.synonyms[0];
+    let (value, source) = e
+        .broker_default_with(server, dynamic)
+        .unwrap_or((String::new(), BrokerSource::Default));
+    let mut c = entry(key, value, source_code(source), false);
+    c.config_type = e.config_type();
+    if include_synonyms {
+        c.synonyms = broker_synonyms(e, server, dynamic);
+    }
+    c
+}
+
+/// Kafka's `ConfigSource` code of a broker-level value.
+pub fn source_code(source: BrokerSource) -> i8 {
+    match source {
+        BrokerSource::DynamicBroker => SOURCE_DYNAMIC_BROKER,
+        BrokerSource::DynamicDefault => SOURCE_DYNAMIC_DEFAULT_BROKER,
+        BrokerSource::Static => SOURCE_STATIC_BROKER,
+        BrokerSource::Default => SOURCE_DEFAULT,
+    }
 }
 
 fn synonym(name: &str, value: String, source: i8) -> DescribeConfigsSynonym {

@@ -42,6 +42,11 @@ pub struct MetadataImage {
     /// resources): only the keys a group sets.
     #[serde(default)]
     pub group_configs: BTreeMap<String, BTreeMap<String, String>>,
+    /// Dynamic broker configs (Kafka's `ConfigRecord`s of BROKER
+    /// resources): `""` holds the cluster-wide defaults, `"<node id>"` one
+    /// broker's own; only the keys set.
+    #[serde(default)]
+    pub broker_configs: BTreeMap<String, BTreeMap<String, String>>,
 }
 
 /// A client quota entity (Kafka's `ClientQuotaEntity`): a user, a client
@@ -158,10 +163,15 @@ pub struct BrokerRegistration {
 
 /// Applies [`MetadataCommand::ElectPreferredLeader`].
 pub const FEATURE_ELECT_PREFERRED: &str = "elect-preferred-leader";
+/// Applies [`MetadataCommand::AlterBrokerConfigs`].
+pub const FEATURE_BROKER_CONFIGS: &str = "dynamic-broker-configs";
 
 /// The features this software registers with.
 pub fn supported_features() -> Vec<String> {
-    vec![FEATURE_ELECT_PREFERRED.to_string()]
+    vec![
+        FEATURE_ELECT_PREFERRED.to_string(),
+        FEATURE_BROKER_CONFIGS.to_string(),
+    ]
 }
 
 /// One advertised listener of a broker.
@@ -300,6 +310,14 @@ pub enum MetadataCommand {
         set: BTreeMap<String, String>,
         delete: Vec<String>,
     },
+    /// Sets and deletes dynamic broker configs of `resource` (`""`: the
+    /// cluster-wide defaults; else a node id). Proposed only when every
+    /// broker registered [`FEATURE_BROKER_CONFIGS`].
+    AlterBrokerConfigs {
+        resource: String,
+        set: BTreeMap<String, String>,
+        delete: Vec<String>,
+    },
     /// Reserves `count` producer ids, returned as a block.
     AllocateProducerIds {
         count: i64,
@@ -382,6 +400,19 @@ pub enum MetadataError {
 }
 
 impl MetadataImage {
+    /// The dynamic broker configs that apply to `node`: its own, then the
+    /// cluster-wide defaults.
+    pub fn dynamic_broker_configs(&self, node: NodeId) -> crate::config::DynamicBrokerConfigs {
+        crate::config::DynamicBrokerConfigs {
+            broker: self
+                .broker_configs
+                .get(&node.0.to_string())
+                .cloned()
+                .unwrap_or_default(),
+            cluster: self.broker_configs.get("").cloned().unwrap_or_default(),
+        }
+    }
+
     /// Applies one command. Deterministic: the same image and command always give
     /// the same result. A rejected command leaves the image unchanged, which is
     /// why every check runs before the first mutation.
@@ -602,6 +633,23 @@ impl MetadataImage {
                 }
                 for (key, value) in set {
                     topic.configs.insert(key.clone(), value.clone());
+                }
+                Ok(MetadataOutcome::Done)
+            }
+            MetadataCommand::AlterBrokerConfigs {
+                resource,
+                set,
+                delete,
+            } => {
+                let configs = self.broker_configs.entry(resource.clone()).or_default();
+                for key in delete {
+                    configs.remove(key);
+                }
+                for (key, value) in set {
+                    configs.insert(key.clone(), value.clone());
+                }
+                if configs.is_empty() {
+                    self.broker_configs.remove(resource);
                 }
                 Ok(MetadataOutcome::Done)
             }

@@ -228,7 +228,14 @@ pub async fn run_controller(
                 tracing::warn!(%node, error = %e, "fencing failed");
             }
         }
-        for (topic_id, partition) in unclean_candidates(&metadata.image(), unclean_default) {
+        // The cluster-wide dynamic default wins over server.properties, as
+        // Kafka's controller reads it.
+        let unclean = image
+            .broker_configs
+            .get("")
+            .and_then(|c| c.get(UNCLEAN_KEY))
+            .map_or(unclean_default, |v| v.trim().eq_ignore_ascii_case("true"));
+        for (topic_id, partition) in unclean_candidates(&metadata.image(), unclean) {
             let cmd = MetadataCommand::ElectLeader {
                 topic_id,
                 partition,

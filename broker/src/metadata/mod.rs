@@ -39,7 +39,7 @@ pub use image::supported_features;
 pub use image::{
     BrokerRegistration, ClientQuotaAlteration, ClientQuotaEntity, Endpoint, MetadataCommand,
     MetadataError, MetadataImage, MetadataOutcome, PartitionImage, QuotaEntityName, QuotaValue,
-    StoredScramCredential, TopicImage, FEATURE_ELECT_PREFERRED, NO_LEADER,
+    StoredScramCredential, TopicImage, FEATURE_BROKER_CONFIGS, FEATURE_ELECT_PREFERRED, NO_LEADER,
 };
 use liveness::LivenessTracker;
 use network::MetadataNetwork;
