@@ -573,7 +573,7 @@ impl TopicConfigs {
     fn long(&self, name: &str) -> i64 {
         // Values were validated on the way in; a default is only reachable
         // if the table and this accessor disagree.
-        self.get(name).parse().unwrap_or(i64::MAX)
+        self.get(name).trim().parse().unwrap_or(i64::MAX)
     }
 
     pub fn max_message_bytes(&self) -> u32 {

@@ -246,7 +246,11 @@ async fn ensure_topic(broker: &Broker, group: &str, topic: &str) -> Result<i32, 
         return Err(format!("Configured DLQ topic name does not comply with the DLQ topic prefix in share group: {group}, topic: {topic}, prefix: {prefix}."));
     }
     let existing = broker.metadata.image().topics.get(topic).map(|t| {
-        let enabled = TopicConfigs::resolve(&broker.config, &t.configs).get(ENABLE_KEY) == "true";
+        // Kafka reads booleans without regard to case.
+        let enabled = TopicConfigs::resolve(&broker.config, &t.configs)
+            .get(ENABLE_KEY)
+            .trim()
+            .eq_ignore_ascii_case("true");
         (enabled, t.partitions.len() as i32)
     });
     match existing {
