@@ -152,6 +152,13 @@ impl AddressSigner {
     }
 }
 
+/// The address a dispatcher's client id claims, verified or not (what
+/// follows `@`, without the tag).
+fn claimed_address(client_id: &str) -> &str {
+    let signed = client_id.split_once('@').map_or(client_id, |(_, s)| s);
+    signed.rsplit_once('#').map_or(signed, |(addr, _)| addr)
+}
+
 /// Group members already logged as unverified (bounded: past it, no more
 /// log lines, the gauge still counts them).
 const MAX_WARNED_MEMBERS: usize = 1024;
@@ -244,6 +251,9 @@ struct View {
     owners: Arc<HashMap<(String, i32), String>>,
     /// Every dispatcher instance in the group, assigned partitions or not.
     members: Arc<Vec<String>>,
+    /// Instances (by the address they claim) whose dispatcher client ids'
+    /// tags do not verify: another receipt secret, or forgeries.
+    foreign: u32,
 }
 
 impl Owners {
@@ -300,6 +310,19 @@ impl Owners {
         Some(members)
     }
 
+    /// Members of `group` that sign with another receipt secret, from a
+    /// view at most [`OWNERS_TTL`] old (refreshed when older).
+    pub async fn foreign_secret_members(&self, group: &str) -> Option<u32> {
+        let cached = self.views.lock().unwrap().get(group).cloned();
+        if let Some(view) = cached.filter(|v| v.fetched.elapsed() < OWNERS_TTL) {
+            return Some(view.foreign);
+        }
+        let view = self.fetch(group).await?;
+        let foreign = view.foreign;
+        self.views.lock().unwrap().insert(group.to_string(), view);
+        Some(foreign)
+    }
+
     async fn fetch(&self, group: &str) -> Option<View> {
         let client = self.client.clone();
         let group_name = group.to_string();
@@ -311,12 +334,18 @@ impl Owners {
             let mut owners = HashMap::new();
             let mut members = Vec::new();
             let mut unverified = 0usize;
+            // By the address each claims: an instance has a member per
+            // topic of the queue (the primary and each retry tier).
+            let mut foreign = std::collections::HashSet::new();
             for g in list.groups() {
                 for member in g.members() {
                     let addr = match signer.verify(member.client_id()) {
                         Ok(addr) => addr,
                         Err(why) => {
                             unverified += 1;
+                            if why == Unverified::BadTag {
+                                foreign.insert(claimed_address(member.client_id()).to_string());
+                            }
                             note_unverified(&warned, &queue, g.name(), member, why);
                             continue;
                         }
@@ -341,17 +370,21 @@ impl Owners {
                     }
                 }
             }
-            metrics::gauge!("dispatcher_group_unverified_members", "queue" => queue)
+            metrics::gauge!("dispatcher_group_unverified_members", "queue" => queue.clone())
                 .set(unverified as f64);
-            Ok::<_, rdkafka::error::KafkaError>((owners, members))
+            let foreign = u32::try_from(foreign.len()).unwrap_or(u32::MAX);
+            metrics::gauge!("dispatcher_group_foreign_secret_members", "queue" => queue)
+                .set(f64::from(foreign));
+            Ok::<_, rdkafka::error::KafkaError>((owners, members, foreign))
         })
         .await
         .expect("describing a group does not panic");
         match listed {
-            Ok((owners, members)) => Some(View {
+            Ok((owners, members, foreign)) => Some(View {
                 fetched: Instant::now(),
                 owners: Arc::new(owners),
                 members: Arc::new(members),
+                foreign,
             }),
             Err(e) => {
                 tracing::warn!(%group, "describing the group to find a partition's owner: {e}");
@@ -377,6 +410,21 @@ fn note_unverified(
             return;
         }
         warned.insert(key);
+    }
+    if why == Unverified::BadTag {
+        tracing::error!(
+            queue,
+            group,
+            member = member.id(),
+            client_id = member.client_id(),
+            host = member.client_host(),
+            "a dispatcher instance in this queue's group signs with another receipt_secret (or \
+             forges a dispatcher's client id): this instance cannot verify its receipts nor it \
+             ours, so acks and nacks between the two are refused and their messages are \
+             delivered again when their leases run out. Give every instance of the group the \
+             same receipt_secret (dispatcher_group_foreign_secret_members, GET /queues/<queue>)"
+        );
+        return;
     }
     let why = match why {
         Unverified::NotDispatcher => "not a dispatcher's client id",
@@ -446,6 +494,14 @@ pub struct Forwarding<S> {
 }
 
 impl<S: QueueService> Forwarding<S> {
+    /// Looks at every queue's group now: a member signing with another
+    /// receipt secret is logged and counted even while nothing is forwarded.
+    pub async fn check_groups(&self) {
+        for route in self.routes.values() {
+            let _ = self.owners.members(&route.group).await;
+        }
+    }
+
     /// `me` is this instance's advertised internal address
     /// (`config.advertised_internal` once resolved).
     pub fn new(local: Arc<S>, config: &Config, me: String) -> anyhow::Result<Self> {
@@ -771,7 +827,15 @@ impl<S: QueueService> QueueService for Forwarding<S> {
     }
 
     async fn stats(&self, queue: &str) -> Result<QueueStats, ServiceError> {
-        self.local.stats(queue).await
+        let mut stats = self.local.stats(queue).await?;
+        if let Some(route) = self.routes.get(queue) {
+            stats.foreign_secret_members = self
+                .owners
+                .foreign_secret_members(&route.group)
+                .await
+                .unwrap_or(0);
+        }
+        Ok(stats)
     }
 
     async fn record_paused(&self, queue: &str, paused: bool) -> Result<(), ServiceError> {

@@ -91,6 +91,19 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         &config,
         advertised.unwrap_or_default(),
     )?);
+    // Every queue's group is looked at now and then, so an instance that
+    // signs with another receipt secret is reported even while no request
+    // is forwarded to it.
+    let watcher = {
+        let forwarding = forwarding.clone();
+        tokio::spawn(async move {
+            let mut tick = tokio::time::interval(GROUP_CHECK_INTERVAL);
+            loop {
+                tick.tick().await;
+                forwarding.check_groups().await;
+            }
+        })
+    };
     // The public API forwards; `/internal`, on its own listener, answers
     // from this instance only (what a forwarding peer calls, so a request
     // is forwarded at most once). Clients of the public listener cannot
@@ -121,6 +134,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     let servers = match servers {
         Ok(s) => s,
         Err(e) => {
+            watcher.abort();
             pusher.stop().await;
             dispatcher.shutdown().await;
             return Err(e);
@@ -130,6 +144,7 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
         "dispatcher ready");
     shutdown.wait().await;
     tracing::info!("stopping: finishing requests, committing offsets, leaving the groups");
+    watcher.abort();
     let _ = stop_tx.send(());
     let served = servers.wait().await;
     // Pushes in flight are acked or nacked before the queues stop.
@@ -151,6 +166,10 @@ pub async fn run(mut config: Config) -> anyhow::Result<()> {
     }
     served
 }
+
+/// How often every queue's group is described to find instances that sign
+/// with another receipt secret.
+const GROUP_CHECK_INTERVAL: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// How long the final offset commits, the group leave and the producer's
 /// flush may take once the dispatcher is told to stop.

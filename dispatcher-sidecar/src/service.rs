@@ -146,6 +146,28 @@ pub struct QueueStats {
     /// records cannot be read now: nothing at or after `offset` is
     /// delivered until they can.
     pub stuck_partitions: Vec<StuckPartition>,
+    /// Dispatcher instances in the queue's group whose receipts this one
+    /// cannot verify (they sign with another `receipt_secret`): acks
+    /// between them are refused and their messages come back. Filled in by
+    /// the forwarding layer; 0 from the local service.
+    pub foreign_secret_members: u32,
+}
+
+impl QueueStats {
+    /// What an operator must fix about this queue, in words.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut warnings = Vec::new();
+        if self.foreign_secret_members > 0 {
+            warnings.push(format!(
+                "{} instance(s) of this queue's group sign receipts with another receipt_secret: \
+                 acks and nacks between them and this one are refused and their messages are \
+                 delivered again when their leases run out; give every instance the same \
+                 receipt_secret",
+                self.foreign_secret_members
+            ));
+        }
+        warnings
+    }
 }
 
 /// A partition whose fetch fails (`crate::queue::fetch_health`).

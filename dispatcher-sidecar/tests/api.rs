@@ -217,6 +217,7 @@ impl QueueService for Fake {
                 since_ms: 1_000,
                 errors: 4,
             }],
+            foreign_secret_members: 1,
         })
     }
 
@@ -545,6 +546,13 @@ async fn stats_route_returns_the_queue_figures() {
                 {"topic": "jobs.retry.1m", "partition": 1, "offset": 17,
                  "error": "Message consumption error: BadCompression",
                  "since": "1970-01-01T00:00:01.000Z", "errors": 4},
+            ],
+            "foreign_secret_members": 1,
+            "warnings": [
+                "1 instance(s) of this queue's group sign receipts with another receipt_secret: \
+                 acks and nacks between them and this one are refused and their messages are \
+                 delivered again when their leases run out; give every instance the same \
+                 receipt_secret",
             ],
         })
     );

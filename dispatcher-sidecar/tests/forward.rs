@@ -481,3 +481,66 @@ async fn a_stranger_in_the_group_is_never_forwarded_to() {
     stop.store(true, Ordering::SeqCst);
     polling.join().unwrap();
 }
+
+/// Two instances of one queue started with different receipt secrets (the
+/// misconfiguration that makes every forwarded ack fail): each reports the
+/// other, in `GET /queues/{q}` (a count and a warning in words) and in
+/// `dispatcher_group_foreign_secret_members`, without any request having
+/// been forwarded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_with_another_receipt_secret_is_reported_by_both() {
+    let q = "fwd-secrets";
+    let broker = common::Broker::start(45560);
+    let queue = format!("[[queue]]\nname = \"{q}\"\ntopic = \"{q}\"\n");
+    let config = broker.config(&queue);
+    common::create_topic(&config, q, 2).await;
+    let dir = tempfile::tempdir().unwrap();
+    let a = broker.dispatcher(dir.path(), "a", 45562, &queue);
+    let b = broker.dispatcher_with_secret(
+        dir.path(),
+        "b",
+        45564,
+        &queue,
+        "another-secret-for-instance-b-0123",
+    );
+    let http = reqwest::Client::builder().no_proxy().build().unwrap();
+    for (name, instance) in [("a", &a), ("b", &b)] {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let stats = loop {
+            let stats = match http
+                .get(format!("{}/queues/{q}", instance.http))
+                .send()
+                .await
+            {
+                Ok(r) if r.status().is_success() => r.json::<Value>().await.unwrap(),
+                _ => Value::Null,
+            };
+            if stats["foreign_secret_members"] == 1 {
+                break stats;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{name} never reported the other instance: {stats}"
+            );
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        };
+        let warning = stats["warnings"][0].as_str().unwrap_or_default();
+        assert!(warning.contains("receipt_secret"), "{name}: {stats}");
+        let metrics = http
+            .get(format!("{}/metrics", instance.http))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        assert!(
+            metrics.contains(&format!(
+                "dispatcher_group_foreign_secret_members{{queue=\"{q}\"}} 1"
+            )),
+            "{name}: {metrics}"
+        );
+    }
+    drop(a);
+    drop(b);
+}

@@ -551,6 +551,8 @@ fn delivery(d: Delivery) -> proto::Delivery {
 
 fn stats_response(s: QueueStats) -> proto::StatsResponse {
     proto::StatsResponse {
+        foreign_secret_members: s.foreign_secret_members,
+        warnings: s.warnings(),
         depth: s.depth,
         in_flight: s.in_flight,
         oldest_unacked_age_ms: s.oldest_unacked_age_ms,

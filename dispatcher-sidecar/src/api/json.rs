@@ -393,6 +393,10 @@ pub(crate) struct StatsResponse {
     paused: bool,
     partitions: Vec<PartitionStatsOut>,
     stuck_partitions: Vec<StuckPartitionOut>,
+    /// Instances of the group signing receipts with another secret.
+    foreign_secret_members: u32,
+    /// What an operator must fix, in words (empty when nothing).
+    warnings: Vec<String>,
 }
 
 #[derive(Debug, Serialize)]
@@ -415,7 +419,10 @@ struct PartitionStatsOut {
 
 impl StatsResponse {
     pub(crate) fn new(queue: String, s: QueueStats) -> Self {
+        let warnings = s.warnings();
         StatsResponse {
+            foreign_secret_members: s.foreign_secret_members,
+            warnings,
             queue,
             depth: s.depth,
             in_flight: s.in_flight,

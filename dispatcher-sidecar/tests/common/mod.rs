@@ -201,6 +201,18 @@ impl Broker {
         port: u16,
         queues: &str,
     ) -> Instance {
+        self.dispatcher_with_secret(dir, name, port, queues, "dispatcher-test-secret-0123456789")
+    }
+
+    /// As [`Broker::dispatcher`], signing receipts with `secret`.
+    pub fn dispatcher_with_secret(
+        &self,
+        dir: &std::path::Path,
+        name: &str,
+        port: u16,
+        queues: &str,
+        secret: &str,
+    ) -> Instance {
         let path = dir.join(format!("{name}.toml"));
         std::fs::write(
             &path,
@@ -209,13 +221,13 @@ impl Broker {
                  http_listen = \"127.0.0.2:{port}\"\n\
                  grpc_listen = \"127.0.0.2:{}\"\n\
                  internal_listen = \"127.0.0.3:{port}\"\n\
-                 receipt_secret = \"dispatcher-test-secret-0123456789\"\n\
+                 receipt_secret = \"{secret}\"\n\
                  [librdkafka]\n\
                  \"heartbeat.interval.ms\" = 300\n\
                  \"session.timeout.ms\" = 6000\n\
                  {queues}",
                 self.addr,
-                port + 1
+                port + 1,
             ),
         )
         .unwrap();
