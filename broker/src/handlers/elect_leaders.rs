@@ -22,7 +22,9 @@ use kafka_protocol::ResponseError;
 use super::str_bytes;
 use crate::broker::{metadata_error, Broker};
 use crate::metadata::liveness::all_support;
-use crate::metadata::{MetadataCommand, MetadataError, FEATURE_ELECT_PREFERRED, NO_LEADER};
+use crate::metadata::{
+    elected_leader, preferred_leader, MetadataCommand, MetadataError, FEATURE_ELECT_PREFERRED,
+};
 
 const PREFERRED: i8 = 0;
 const UNCLEAN: i8 = 1;
@@ -132,42 +134,52 @@ async fn elect(
         ));
     };
     let (topic_id, p) = p;
+    // Decided on the image first, as the controller will: a partition that
+    // needs no election, or cannot have one, costs no metadata write (the
+    // command checks again when it applies, for a change in between).
+    let check = if kind == PREFERRED {
+        preferred_leader(p, &image.brokers).map(|_| ())
+    } else {
+        elected_leader(p, &image.brokers, true).map(|_| ())
+    };
     let cmd = if kind == PREFERRED {
         MetadataCommand::ElectPreferredLeader {
             topic_id,
             partition,
         }
     } else {
-        if p.leader != NO_LEADER {
-            return Err((ResponseError::ElectionNotNeeded, None));
-        }
         MetadataCommand::ElectLeader {
             topic_id,
             partition,
             unclean: true,
         }
     };
-    let Some(left) = deadline.checked_duration_since(Instant::now()) else {
-        return Err((ResponseError::RequestTimedOut, None));
-    };
-    match tokio::time::timeout(left, broker.metadata.propose(cmd)).await {
-        Err(_) => Err((ResponseError::RequestTimedOut, None)),
-        Ok(Ok(_)) => Ok(()),
-        // The unclean election's refusals: the partition has a leader (one
-        // was elected meanwhile), or no replica is live.
-        Ok(Err(MetadataError::InvalidRequest(reason))) if kind == UNCLEAN => {
-            if reason.contains("already has leader") {
-                Err((ResponseError::ElectionNotNeeded, None))
-            } else {
-                Err((ResponseError::EligibleLeadersNotAvailable, Some(reason)))
+    let outcome = match check {
+        Err(e) => Err(e),
+        Ok(()) => {
+            let Some(left) = deadline.checked_duration_since(Instant::now()) else {
+                return Err((ResponseError::RequestTimedOut, None));
+            };
+            match tokio::time::timeout(left, broker.metadata.propose(cmd)).await {
+                Err(_) => return Err((ResponseError::RequestTimedOut, None)),
+                Ok(result) => result.map(|_| ()),
             }
         }
-        Ok(Err(e @ MetadataError::PreferredLeaderNotAvailable(_))) => Err((
-            ResponseError::PreferredLeaderNotAvailable,
+    };
+    outcome.map_err(|e| match e {
+        MetadataError::ElectionNotNeeded => (ResponseError::ElectionNotNeeded, None),
+        // An election's one refusal but that: no replica it may choose is live.
+        e @ MetadataError::InvalidRequest(_) if kind == UNCLEAN => (
+            ResponseError::EligibleLeadersNotAvailable,
             Some(format!(
                 "Failed to elect leader for partition {topic}-{partition}: {e}"
             )),
-        )),
-        Ok(Err(e)) => Err((metadata_error(&e), Some(e.to_string()))),
-    }
+        ),
+        e => (
+            metadata_error(&e),
+            Some(format!(
+                "Failed to elect leader for partition {topic}-{partition}: {e}"
+            )),
+        ),
+    })
 }

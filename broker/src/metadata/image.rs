@@ -223,6 +223,53 @@ pub struct PartitionImage {
     pub partition_epoch: i32,
 }
 
+/// The replica an election makes leader of the leaderless partition `p`:
+/// its first in-sync, unfenced replica in assignment order, or with
+/// `unclean` its first unfenced one (whose log may lack acked writes; the
+/// ISR becomes that replica alone).
+pub fn elected_leader(
+    p: &PartitionImage,
+    brokers: &BTreeMap<NodeId, BrokerRegistration>,
+    unclean: bool,
+) -> Result<NodeId, MetadataError> {
+    if p.leader != NO_LEADER {
+        return Err(MetadataError::ElectionNotNeeded);
+    }
+    let live = |n: &&NodeId| brokers.get(n).is_some_and(|b| !b.fenced);
+    let clean = p.replicas.iter().filter(live).find(|n| p.isr.contains(n));
+    let chosen = if unclean {
+        clean.or_else(|| p.replicas.iter().find(live))
+    } else {
+        clean
+    };
+    chosen.copied().ok_or_else(|| {
+        MetadataError::InvalidRequest(if unclean {
+            "no live replica to elect".into()
+        } else {
+            "no live in-sync replica to elect".into()
+        })
+    })
+}
+
+/// The replica a PREFERRED election makes leader of `p`: its first
+/// replica, when it is unfenced, in sync and not leading already.
+pub fn preferred_leader(
+    p: &PartitionImage,
+    brokers: &BTreeMap<NodeId, BrokerRegistration>,
+) -> Result<NodeId, MetadataError> {
+    let Some(&preferred) = p.replicas.first() else {
+        return Err(MetadataError::InvalidRequest("no replicas".into()));
+    };
+    if p.leader == preferred {
+        return Err(MetadataError::ElectionNotNeeded);
+    }
+    let live = brokers.get(&preferred).is_some_and(|b| !b.fenced);
+    if !live || !p.isr.contains(&preferred) {
+        return Err(MetadataError::PreferredLeaderNotAvailable(preferred));
+    }
+    Ok(preferred)
+}
+
 /// The leader of a partition none of whose in-sync replicas is available.
 pub const NO_LEADER: NodeId = NodeId(-1);
 
@@ -512,37 +559,10 @@ impl MetadataImage {
             } => {
                 let brokers = &self.brokers;
                 let p = partition_mut(&mut self.topics, *topic_id, *partition)?;
-                if p.leader != NO_LEADER {
-                    return Err(MetadataError::InvalidRequest(format!(
-                        "partition {partition} already has leader {}",
-                        p.leader
-                    )));
+                let chosen = elected_leader(p, brokers, *unclean)?;
+                if !p.isr.contains(&chosen) {
+                    p.isr = vec![chosen];
                 }
-                let live = |n: &NodeId| brokers.get(n).is_some_and(|b| !b.fenced);
-                let clean = p
-                    .replicas
-                    .iter()
-                    .copied()
-                    .find(|n| p.isr.contains(n) && live(n));
-                let chosen = match (clean, *unclean) {
-                    (Some(n), _) => n,
-                    (None, true) => match p.replicas.iter().copied().find(|n| live(n)) {
-                        Some(n) => {
-                            p.isr = vec![n];
-                            n
-                        }
-                        None => {
-                            return Err(MetadataError::InvalidRequest(
-                                "no live replica to elect".into(),
-                            ))
-                        }
-                    },
-                    (None, false) => {
-                        return Err(MetadataError::InvalidRequest(
-                            "no live in-sync replica to elect".into(),
-                        ))
-                    }
-                };
                 p.leader = chosen;
                 p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
                 p.partition_epoch += 1;
@@ -554,17 +574,7 @@ impl MetadataImage {
             } => {
                 let brokers = &self.brokers;
                 let p = partition_mut(&mut self.topics, *topic_id, *partition)?;
-                let Some(&preferred) = p.replicas.first() else {
-                    return Err(MetadataError::InvalidRequest("no replicas".into()));
-                };
-                if p.leader == preferred {
-                    return Err(MetadataError::ElectionNotNeeded);
-                }
-                let live = brokers.get(&preferred).is_some_and(|b| !b.fenced);
-                if !live || !p.isr.contains(&preferred) {
-                    return Err(MetadataError::PreferredLeaderNotAvailable(preferred));
-                }
-                p.leader = preferred;
+                p.leader = preferred_leader(p, brokers)?;
                 p.leader_epoch = LeaderEpoch(p.leader_epoch.0 + 1);
                 p.partition_epoch += 1;
                 Ok(MetadataOutcome::Partition(p.clone()))

@@ -22,8 +22,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::image::{
-    BrokerRegistration, MetadataCommand, MetadataImage, MetadataOutcome, FEATURE_ELECT_PREFERRED,
-    NO_LEADER,
+    elected_leader, preferred_leader, BrokerRegistration, MetadataCommand, MetadataImage,
+    MetadataOutcome, FEATURE_ELECT_PREFERRED,
 };
 use super::MetadataController;
 use crate::broker::now_ms;
@@ -321,24 +321,21 @@ pub fn imbalanced_count(image: &MetadataImage) -> usize {
 
 /// Partitions whose preferred replica is live and in sync but not leading.
 pub fn preferred_candidates(image: &MetadataImage) -> Vec<(uuid::Uuid, i32)> {
-    let live = |n: &NodeId| image.brokers.get(n).is_some_and(|b| !b.fenced);
-    let mut out = Vec::new();
-    for topic in image.topics.values() {
-        for p in &topic.partitions {
-            if let Some(preferred) = p.replicas.first() {
-                if p.leader != *preferred && live(preferred) && p.isr.contains(preferred) {
-                    out.push((topic.topic_id, p.partition));
-                }
-            }
-        }
-    }
-    out
+    image
+        .topics
+        .values()
+        .flat_map(|t| {
+            t.partitions
+                .iter()
+                .filter(|p| preferred_leader(p, &image.brokers).is_ok())
+                .map(|p| (t.topic_id, p.partition))
+        })
+        .collect()
 }
 
 /// Leaderless partitions of topics that allow unclean election and that have
 /// a live (registered, unfenced) replica to elect.
 pub fn unclean_candidates(image: &MetadataImage, unclean_default: bool) -> Vec<(uuid::Uuid, i32)> {
-    let live = |n: &NodeId| image.brokers.get(n).is_some_and(|b| !b.fenced);
     let mut out = Vec::new();
     for topic in image.topics.values() {
         let enabled = topic
@@ -350,7 +347,7 @@ pub fn unclean_candidates(image: &MetadataImage, unclean_default: bool) -> Vec<(
             continue;
         }
         for p in &topic.partitions {
-            if p.leader == NO_LEADER && p.replicas.iter().any(live) {
+            if elected_leader(p, &image.brokers, true).is_ok() {
                 out.push((topic.topic_id, p.partition));
             }
         }
@@ -361,7 +358,7 @@ pub fn unclean_candidates(image: &MetadataImage, unclean_default: bool) -> Vec<(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::metadata::BrokerRegistration;
+    use crate::metadata::{BrokerRegistration, NO_LEADER};
 
     fn image(brokers: &[(i32, bool)]) -> MetadataImage {
         let mut image = MetadataImage::default();

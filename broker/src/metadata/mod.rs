@@ -35,7 +35,7 @@ use tokio::time::Instant;
 
 use crate::types::NodeId;
 
-pub use image::supported_features;
+pub use image::{elected_leader, preferred_leader, supported_features};
 pub use image::{
     BrokerRegistration, ClientQuotaAlteration, ClientQuotaEntity, Endpoint, MetadataCommand,
     MetadataError, MetadataImage, MetadataOutcome, PartitionImage, QuotaEntityName, QuotaValue,
