@@ -424,6 +424,7 @@ impl Broker {
         }
         TopicConfigs::validate_overrides(
             &self.config,
+            &image.dynamic_broker_configs(self.node_id()),
             t.configs.iter().map(|(k, v)| (k.as_str(), v.as_str())),
         )?;
         if t.requested_partitions(self.config.num_partitions) > MAX_PARTITIONS_PER_BATCH {

@@ -195,15 +195,9 @@ pub fn dynamic_broker_key(key: &str) -> Option<&'static TopicConfigEntry> {
 
 /// Checks a dynamic broker config's value with its topic config's rule.
 pub fn check_dynamic_broker_config(key: &str, value: &str) -> Result<(), TopicConfigError> {
-    let entry =
-        dynamic_broker_key(key).ok_or_else(|| TopicConfigError::UnknownKey(key.to_string()))?;
-    entry
-        .check(value)
-        .map_err(|reason| TopicConfigError::InvalidValue {
-            key: key.to_string(),
-            value: value.to_string(),
-            reason,
-        })
+    dynamic_broker_key(key)
+        .ok_or_else(|| TopicConfigError::UnknownKey(key.to_string()))?
+        .check_as(key, value, value)
 }
 
 /// Where a broker-level value comes from, in Kafka's order of precedence.
@@ -367,6 +361,17 @@ impl TopicConfigEntry {
         }
     }
 
+    /// [`Self::check`] of `checked`, refusing as `key` = `given` (what the
+    /// user wrote, when `checked` is it converted to milliseconds).
+    fn check_as(&self, key: &str, checked: &str, given: &str) -> Result<(), TopicConfigError> {
+        self.check(checked)
+            .map_err(|reason| TopicConfigError::InvalidValue {
+                key: key.to_string(),
+                value: given.to_string(),
+                reason,
+            })
+    }
+
     /// Kafka's type name for DescribeConfigs (`ConfigType` codes).
     pub fn config_type(&self) -> i8 {
         match self.kind {
@@ -460,13 +465,7 @@ pub fn check_broker_settings(server: &ServerConfig) -> Result<(), TopicConfigErr
             let Some(v) = server.explicit.get(*key) else {
                 continue;
             };
-            e.check(&in_millis(key, v.trim())).map_err(|reason| {
-                TopicConfigError::InvalidValue {
-                    key: key.to_string(),
-                    value: v.clone(),
-                    reason,
-                }
-            })?;
+            e.check_as(key, &in_millis(key, v.trim()), v)?;
         }
     }
     Ok(())
@@ -496,6 +495,7 @@ impl TopicConfigs {
     /// `LogConfig.validate` does.
     pub fn validate_overrides<'a, I>(
         server: &ServerConfig,
+        dynamic: &DynamicBrokerConfigs,
         overrides: I,
     ) -> Result<(), TopicConfigError>
     where
@@ -503,18 +503,12 @@ impl TopicConfigs {
     {
         let mut given = BTreeMap::new();
         for (key, value) in overrides {
-            let entry =
-                topic_config(key).ok_or_else(|| TopicConfigError::UnknownKey(key.to_string()))?;
-            entry
-                .check(value)
-                .map_err(|reason| TopicConfigError::InvalidValue {
-                    key: key.to_string(),
-                    value: value.to_string(),
-                    reason,
-                })?;
+            topic_config(key)
+                .ok_or_else(|| TopicConfigError::UnknownKey(key.to_string()))?
+                .check_as(key, value, value)?;
             given.insert(key.to_string(), value.to_string());
         }
-        let effective = Self::resolve(server, &given);
+        let effective = Self::resolve_with(server, dynamic, &given);
         let (min_lag, max_lag) = (
             effective.long("min.compaction.lag.ms"),
             effective.long("max.compaction.lag.ms"),
@@ -702,7 +696,11 @@ mod tests {
     }
 
     fn check(pairs: &[(&str, &str)]) -> Result<(), TopicConfigError> {
-        TopicConfigs::validate_overrides(&ServerConfig::default(), pairs.iter().copied())
+        TopicConfigs::validate_overrides(
+            &ServerConfig::default(),
+            &DynamicBrokerConfigs::default(),
+            pairs.iter().copied(),
+        )
     }
 
     #[test]

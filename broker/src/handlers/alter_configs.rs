@@ -388,30 +388,55 @@ async fn apply(
     let next = change(&topic.configs)?;
     TopicConfigs::validate_overrides(
         &broker.config,
+        &image.dynamic_broker_configs(broker.node_id()),
         next.iter().map(|(k, v)| (k.as_str(), v.as_str())),
     )
     .map_err(|e| Refusal::invalid_config(e.to_string()))?;
     if validate_only {
         return Ok(());
     }
-    let Some((set, delete)) = difference(&topic.configs, &next) else {
-        return Ok(());
-    };
-    broker
-        .metadata
-        .propose(MetadataCommand::AlterTopicConfigs {
+    let changed = propose_difference(broker, &topic.configs, &next, |set, delete| {
+        MetadataCommand::AlterTopicConfigs {
             name: name.to_string(),
             set,
             delete,
-        })
+        }
+    })
+    .await?;
+    if changed {
+        sync_replicas(broker).await?;
+        tracing::info!(topic = %name, "altered topic configs");
+    }
+    Ok(())
+}
+
+/// Commits what turns `current` into `next` through the metadata quorum, as
+/// the command `command` builds from the keys to set and to delete; nothing
+/// when they are equal. True when something was committed.
+async fn propose_difference(
+    broker: &Broker,
+    current: &BTreeMap<String, String>,
+    next: &BTreeMap<String, String>,
+    command: impl FnOnce(BTreeMap<String, String>, Vec<String>) -> MetadataCommand,
+) -> Result<bool, Refusal> {
+    let Some((set, delete)) = difference(current, next) else {
+        return Ok(false);
+    };
+    broker
+        .metadata
+        .propose(command(set, delete))
         .await
         .map_err(|e| Refusal(metadata_error(&e), e.to_string()))?;
+    Ok(true)
+}
+
+/// Hands the new image to this broker's partitions before answering, so
+/// a produce right after the answer meets the new configs here.
+async fn sync_replicas(broker: &Broker) -> Result<(), Refusal> {
     broker
         .sync_replicas()
         .await
-        .map_err(|e| Refusal(ResponseError::UnknownServerError, e.to_string()))?;
-    tracing::info!(topic = %name, "altered topic configs");
-    Ok(())
+        .map_err(|e| Refusal(ResponseError::UnknownServerError, e.to_string()))
 }
 
 /// Dynamic broker configs, for every broker (`""`) or one (its node id):
@@ -453,26 +478,21 @@ async fn apply_broker(
     if validate_only {
         return Ok(());
     }
-    let Some((set, delete)) = difference(current, &next) else {
-        return Ok(());
-    };
-    broker
-        .metadata
-        .propose(MetadataCommand::AlterBrokerConfigs {
+    let changed = propose_difference(broker, current, &next, |set, delete| {
+        MetadataCommand::AlterBrokerConfigs {
             resource: name.to_string(),
             set,
             delete,
-        })
-        .await
-        .map_err(|e| Refusal(metadata_error(&e), e.to_string()))?;
-    broker
-        .sync_replicas()
-        .await
-        .map_err(|e| Refusal(ResponseError::UnknownServerError, e.to_string()))?;
-    tracing::info!(
-        resource = if name.is_empty() { "<default>" } else { name },
-        "altered dynamic broker configs"
-    );
+        }
+    })
+    .await?;
+    if changed {
+        sync_replicas(broker).await?;
+        tracing::info!(
+            resource = if name.is_empty() { "<default>" } else { name },
+            "altered dynamic broker configs"
+        );
+    }
     Ok(())
 }
 
@@ -496,18 +516,16 @@ async fn apply_group(
     if validate_only {
         return Ok(());
     }
-    let Some((set, delete)) = difference(current, &next) else {
-        return Ok(());
-    };
-    broker
-        .metadata
-        .propose(MetadataCommand::AlterGroupConfigs {
+    let changed = propose_difference(broker, current, &next, |set, delete| {
+        MetadataCommand::AlterGroupConfigs {
             group: name.to_string(),
             set,
             delete,
-        })
-        .await
-        .map_err(|e| Refusal(metadata_error(&e), e.to_string()))?;
-    tracing::info!(group = %name, "altered group configs");
+        }
+    })
+    .await?;
+    if changed {
+        tracing::info!(group = %name, "altered group configs");
+    }
     Ok(())
 }
