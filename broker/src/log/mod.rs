@@ -236,6 +236,8 @@ pub struct Log {
     generation: u64,
     /// The directory's health, shared with every log in it.
     dir_failure: LogDirFailureChannel,
+    /// Mixed into each segment's `segment.jitter.ms` draw.
+    jitter_seed: u64,
 }
 
 fn sync_dir(dir: &Path) -> io::Result<()> {
@@ -454,8 +456,17 @@ impl Log {
         }
         let first_base = segments[0].base_offset;
         let log_start_offset = persisted_start.unwrap_or(first_base).max(first_base);
+        // FNV-1a of the directory: partitions draw their segment jitter apart.
+        let jitter_seed = dir
+            .as_os_str()
+            .as_encoded_bytes()
+            .iter()
+            .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
+                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+            });
         let mut log = Log {
             dir,
+            jitter_seed,
             config,
             segments,
             log_start_offset,
@@ -676,18 +687,9 @@ impl Log {
         if bound <= 0 {
             return ms;
         }
-        // A draw per segment that stays the same across calls and restarts
-        // (SplitMix64 of the base offset and an FNV-1a hash of the
-        // partition's directory, so partitions draw apart).
-        let seed = self
-            .dir
-            .as_os_str()
-            .as_encoded_bytes()
-            .iter()
-            .fold(0xcbf2_9ce4_8422_2325_u64, |h, &b| {
-                (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-            });
-        let mut z = (self.active().base_offset as u64) ^ seed;
+        // A draw per segment that stays the same across calls and restarts:
+        // SplitMix64 of the base offset and the directory's seed.
+        let mut z = (self.active().base_offset as u64) ^ self.jitter_seed;
         z = z.wrapping_add(0x9e37_79b9_7f4a_7c15);
         z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
         z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
