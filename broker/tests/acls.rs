@@ -763,6 +763,65 @@ async fn matrix_denied_with_kafkas_code_then_allowed() {
     assert!(r.groups.iter().any(|g| g.group_id.0.as_str() == "g"));
 }
 
+/// ElectLeaders needs Alter on the cluster and DescribeLogDirs Describe on
+/// it, as in Kafka: without them the answer is CLUSTER_AUTHORIZATION_FAILED
+/// (per partition, and at the top from v1 / v3) and nothing is done.
+#[tokio::test]
+async fn cluster_operations_need_their_cluster_acls() {
+    let b = start(true).await;
+    let mut admin = login(&b.running, "admin").await;
+    assert_eq!(admin.create_topic("ops", 1, &[]).await, 0);
+    let mut bob = login(&b.running, "bob").await;
+    let mut tp = elect_leaders_request::TopicPartitions::default();
+    tp.topic = TopicName(s("ops"));
+    tp.partitions = vec![0];
+    let elect = ElectLeadersRequest::default()
+        .with_topic_partitions(Some(vec![tp]))
+        .with_timeout_ms(5_000);
+    let codes = |r: &ElectLeadersResponse| {
+        (
+            r.error_code,
+            r.replica_election_results
+                .iter()
+                .flat_map(|t| t.partition_result.iter().map(|p| p.error_code))
+                .collect::<Vec<_>>(),
+        )
+    };
+    let r: ElectLeadersResponse = bob.call(ApiKey::ElectLeaders, 2, &elect).await;
+    assert_eq!(codes(&r), (DENIED_CLUSTER, vec![DENIED_CLUSTER]));
+    let dirs = DescribeLogDirsRequest::default().with_topics(None);
+    let r: DescribeLogDirsResponse = bob.call(ApiKey::DescribeLogDirs, 4, &dirs).await;
+    assert_eq!((r.error_code, r.results.len()), (DENIED_CLUSTER, 0));
+
+    grant(
+        &mut admin,
+        vec![
+            acl(CLUSTER, "kafka-cluster", LITERAL, "User:bob", ALTER, ALLOW),
+            acl(
+                CLUSTER,
+                "kafka-cluster",
+                LITERAL,
+                "User:bob",
+                DESCRIBE,
+                ALLOW,
+            ),
+        ],
+    )
+    .await;
+    let r: ElectLeadersResponse = bob.call(ApiKey::ElectLeaders, 2, &elect).await;
+    assert_eq!(
+        codes(&r),
+        (0, vec![ResponseError::ElectionNotNeeded.code()]),
+        "one node leads its only partition already"
+    );
+    let r: DescribeLogDirsResponse = bob.call(ApiKey::DescribeLogDirs, 4, &dirs).await;
+    assert_eq!((r.error_code, r.results.len()), (0, 1));
+    assert!(r.results[0]
+        .topics
+        .iter()
+        .any(|t| t.name.0.as_str() == "ops"));
+}
+
 #[tokio::test]
 async fn acls_survive_a_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -50,23 +50,10 @@ async fn create_with(
     assignment: &[i32],
     configs: &[(&str, &str)],
 ) -> i16 {
-    let mut t = creatable(name);
-    t.num_partitions = -1;
-    t.replication_factor = -1;
-    let mut a = create_topics_request::CreatableReplicaAssignment::default();
-    a.partition_index = 0;
-    a.broker_ids = assignment.iter().map(|&b| BrokerId(b)).collect();
-    t.assignments = vec![a];
-    t.configs = configs
-        .iter()
-        .map(|(k, v)| {
-            let mut c = create_topics_request::CreatableTopicConfig::default();
-            c.name = StrBytes::from_string(k.to_string());
-            c.value = Some(StrBytes::from_string(v.to_string()));
-            c
-        })
-        .collect();
-    create_topics(client, t).await.0
+    client
+        .create_assigned(name, &[assignment], configs)
+        .await
+        .error_code
 }
 
 /// A node other than the Raft leader.

@@ -8,6 +8,7 @@ mod common;
 
 use std::time::Duration;
 
+use broker::metadata::{BrokerRegistration, MetadataCommand};
 use broker::types::NodeId;
 use common::cluster::TestCluster;
 use common::{batch, Client};
@@ -18,27 +19,25 @@ use kafka_protocol::ResponseError;
 
 const WAIT: Duration = Duration::from_secs(20);
 
-/// `t` with partitions 0, 1, 2 preferring nodes 1, 2, 3.
-async fn create_rotated(client: &mut Client, name: &str) {
-    let mut t = create_topics_request::CreatableTopic::default();
-    t.name = TopicName(StrBytes::from_string(name.into()));
-    t.num_partitions = -1;
-    t.replication_factor = -1;
-    t.assignments = [[1, 2, 3], [2, 3, 1], [3, 1, 2]]
-        .iter()
-        .enumerate()
-        .map(|(i, replicas)| {
-            let mut a = create_topics_request::CreatableReplicaAssignment::default();
-            a.partition_index = i as i32;
-            a.broker_ids = replicas.iter().map(|&b| BrokerId(b)).collect();
-            a
-        })
-        .collect();
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 10_000;
-    let resp: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &req).await;
-    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
+/// `name` with partitions 0, 1, 2 preferring nodes 1, 2, 3, each led by
+/// its preferred replica once created.
+async fn create_rotated(cluster: &TestCluster, client: &mut Client, name: &str) {
+    let t = client
+        .create_assigned(name, &[&[1, 2, 3], &[2, 3, 1], &[3, 1, 2]], &[])
+        .await;
+    assert_eq!(t.error_code, 0, "{t:?}");
+    cluster
+        .wait_for_images(
+            "every partition led by its preferred replica",
+            WAIT,
+            |image| {
+                image.topics[name]
+                    .partitions
+                    .iter()
+                    .all(|p| p.leader == p.replicas[0] && p.isr.len() == 3)
+            },
+        )
+        .await;
 }
 
 async fn elect(
@@ -130,19 +129,7 @@ async fn preferred_election_moves_leadership_back_with_kafkas_answers() {
     )
     .await;
     let mut client = cluster.client(2).await;
-    create_rotated(&mut client, "t").await;
-    cluster
-        .wait_for_images(
-            "every partition led by its preferred replica",
-            WAIT,
-            |image| {
-                image.topics["t"]
-                    .partitions
-                    .iter()
-                    .all(|p| p.leader == p.replicas[0] && p.isr.len() == 3)
-            },
-        )
-        .await;
+    create_rotated(&cluster, &mut client, "t").await;
     // Nothing needs electing: asked for every partition, the answer is empty.
     let all = elect(&mut client, 0, None).await;
     assert_eq!(all.error_code, 0);
@@ -225,6 +212,32 @@ async fn preferred_election_moves_leadership_back_with_kafkas_answers() {
         codes(&resp),
         vec![("t".into(), 0, ResponseError::InvalidRequest.code())]
     );
+    // A broker registered by a version that cannot apply the newer commands
+    // (no `features`): neither a preferred election nor a dynamic broker
+    // config is proposed until it is upgraded.
+    cluster
+        .broker(2)
+        .metadata
+        .propose(MetadataCommand::RegisterBroker(BrokerRegistration {
+            node_id: NodeId(9),
+            host: "127.0.0.9".into(),
+            port: 1,
+            listeners: Vec::new(),
+            rack: None,
+            fenced: false,
+            features: Vec::new(),
+        }))
+        .await
+        .unwrap();
+    let resp = elect(&mut client, 0, Some(&[("t", 1)])).await;
+    assert_eq!(
+        codes(&resp),
+        vec![("t".into(), 1, ResponseError::InvalidRequest.code())]
+    );
+    let (code, message) =
+        alter_broker(&mut client, "", &[("log.retention.ms", SET, Some("1000"))]).await;
+    assert_eq!(code, ResponseError::InvalidRequest.code(), "{message:?}");
+    assert!(cluster.image(2).broker_configs.is_empty());
     drop(client);
     drop(on_1);
     cluster.shutdown().await;
@@ -243,20 +256,8 @@ async fn the_controller_moves_leadership_back_by_itself() {
     )
     .await;
     let mut client = cluster.client(2).await;
-    create_rotated(&mut client, "t").await;
+    create_rotated(&cluster, &mut client, "t").await;
     drop(client);
-    cluster
-        .wait_for_images(
-            "every partition led by its preferred replica",
-            WAIT,
-            |image| {
-                image.topics["t"]
-                    .partitions
-                    .iter()
-                    .all(|p| p.leader == p.replicas[0] && p.isr.len() == 3)
-            },
-        )
-        .await;
     bounce_node_1(&mut cluster, "t").await;
     cluster
         .wait_for_images("partition 0 led by node 1 again, unasked", WAIT, |image| {
@@ -270,12 +271,7 @@ async fn the_controller_moves_leadership_back_by_itself() {
 async fn describe_log_dirs_lists_each_replica_with_its_size() {
     let cluster = TestCluster::start(3, 46640, &[]).await;
     let mut client = cluster.client(1).await;
-    create_rotated(&mut client, "t").await;
-    cluster
-        .wait_for_images("partition 0 led by node 1", WAIT, |image| {
-            image.topics["t"].partitions[0].leader == NodeId(1)
-        })
-        .await;
+    create_rotated(&cluster, &mut client, "t").await;
     produce_ok(&mut client, "t", 0, &["a", "b", "c"]).await;
 
     let resp: DescribeLogDirsResponse = client
@@ -439,12 +435,7 @@ const DEFAULT: i8 = 5;
 async fn dynamic_broker_configs_apply_live_on_every_broker_and_survive_a_restart() {
     let mut cluster = TestCluster::start(3, 46660, &[]).await;
     let mut client = cluster.client(2).await;
-    create_rotated(&mut client, "t").await;
-    cluster
-        .wait_for_images("partition 0 led by node 1", WAIT, |image| {
-            image.topics["t"].partitions[0].leader == NodeId(1)
-        })
-        .await;
+    create_rotated(&cluster, &mut client, "t").await;
     let mut on_1 = cluster.client(1).await;
     let big = "x".repeat(3000);
     produce_ok(&mut on_1, "t", 0, &[&big]).await;

@@ -20,28 +20,8 @@ use kafka_protocol::records::Compression;
 const WAIT: Duration = Duration::from_secs(20);
 
 async fn create_on(client: &mut Client, name: &str, replicas: &[i32], configs: &[(&str, &str)]) {
-    let mut t = create_topics_request::CreatableTopic::default();
-    t.name = TopicName(StrBytes::from_string(name.into()));
-    t.num_partitions = -1;
-    t.replication_factor = -1;
-    let mut a = create_topics_request::CreatableReplicaAssignment::default();
-    a.partition_index = 0;
-    a.broker_ids = replicas.iter().map(|&b| BrokerId(b)).collect();
-    t.assignments = vec![a];
-    t.configs = configs
-        .iter()
-        .map(|(k, v)| {
-            let mut c = create_topics_request::CreatableTopicConfig::default();
-            c.name = StrBytes::from_string(k.to_string());
-            c.value = Some(StrBytes::from_string(v.to_string()));
-            c
-        })
-        .collect();
-    let mut req = CreateTopicsRequest::default();
-    req.topics = vec![t];
-    req.timeout_ms = 10_000;
-    let resp: CreateTopicsResponse = client.call(ApiKey::CreateTopics, 7, &req).await;
-    assert_eq!(resp.topics[0].error_code, 0, "{:?}", resp.topics[0]);
+    let t = client.create_assigned(name, &[replicas], configs).await;
+    assert_eq!(t.error_code, 0, "{t:?}");
 }
 
 /// Every byte of node `id`'s replica of `tp`, up to its log end.

@@ -464,14 +464,7 @@ async fn a_stranger_in_the_group_is_never_forwarded_to() {
         0,
         "the ack (and its receipt) reached the stranger"
     );
-    let metrics = http
-        .get(format!("{}/metrics", a.http))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::metrics(&http, &a.http).await;
     assert!(
         metrics.contains(&format!(
             "dispatcher_group_unverified_members{{queue=\"{q}\"}} 1"
@@ -526,14 +519,7 @@ async fn an_instance_with_another_receipt_secret_is_reported_by_both() {
         };
         let warning = stats["warnings"][0].as_str().unwrap_or_default();
         assert!(warning.contains("receipt_secret"), "{name}: {stats}");
-        let metrics = http
-            .get(format!("{}/metrics", instance.http))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let metrics = common::metrics(&http, &instance.http).await;
         assert!(
             metrics.contains(&format!(
                 "dispatcher_group_foreign_secret_members{{queue=\"{q}\"}} 1"

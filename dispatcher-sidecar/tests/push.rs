@@ -797,14 +797,7 @@ async fn the_binary_pushes_a_configured_queue() {
     );
     let deadline = Instant::now() + TIMEOUT;
     loop {
-        let text = http
-            .get(format!("{base}/metrics"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap();
+        let text = common::metrics(&http, base).await;
         if text.lines().any(|l| l == series) {
             assert!(text.contains("dispatcher_push_breaker_state{queue=\"e2e\""));
             break;

@@ -347,14 +347,7 @@ async fn an_unknown_id_is_404_and_an_invalid_one_400() {
     assert_eq!(status, 200, "{body}");
     assert_eq!(body["traces"][0]["state"]["status"], "queued", "{body}");
     // Lookups and index writes are counted.
-    let metrics = client()
-        .get(format!("{}/metrics", d.http))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = common::metrics(&client(), &d.http).await;
     let value = |name: &str, result: &str| -> f64 {
         metrics
             .lines()

@@ -168,20 +168,45 @@ impl Client {
         t.name = TopicName(StrBytes::from_string(name.into()));
         t.num_partitions = partitions;
         t.replication_factor = 1;
-        t.configs = configs
+        t.configs = creatable_configs(configs);
+        self.create(t).await.error_code
+    }
+
+    /// Creates `name` with one partition per entry of `assignments`, each
+    /// on those replicas (the first preferred), and `configs`.
+    pub async fn create_assigned(
+        &mut self,
+        name: &str,
+        assignments: &[&[i32]],
+        configs: &[(&str, &str)],
+    ) -> create_topics_response::CreatableTopicResult {
+        let mut t = create_topics_request::CreatableTopic::default();
+        t.name = TopicName(StrBytes::from_string(name.into()));
+        t.num_partitions = -1;
+        t.replication_factor = -1;
+        t.assignments = assignments
             .iter()
-            .map(|(k, v)| {
-                let mut c = create_topics_request::CreatableTopicConfig::default();
-                c.name = StrBytes::from_string(k.to_string());
-                c.value = Some(StrBytes::from_string(v.to_string()));
-                c
+            .enumerate()
+            .map(|(i, replicas)| {
+                let mut a = create_topics_request::CreatableReplicaAssignment::default();
+                a.partition_index = i as i32;
+                a.broker_ids = replicas.iter().map(|&b| BrokerId(b)).collect();
+                a
             })
             .collect();
+        t.configs = creatable_configs(configs);
+        self.create(t).await
+    }
+
+    async fn create(
+        &mut self,
+        topic: create_topics_request::CreatableTopic,
+    ) -> create_topics_response::CreatableTopicResult {
         let mut req = CreateTopicsRequest::default();
-        req.topics = vec![t];
+        req.topics = vec![topic];
         req.timeout_ms = 10_000;
         let resp: CreateTopicsResponse = self.call(ApiKey::CreateTopics, 7, &req).await;
-        resp.topics[0].error_code
+        resp.topics[0].clone()
     }
 
     pub async fn produce(
@@ -250,6 +275,18 @@ impl Client {
         let resp: ListOffsetsResponse = self.call(ApiKey::ListOffsets, 7, &req).await;
         resp.topics[0].partitions[0].clone()
     }
+}
+
+fn creatable_configs(configs: &[(&str, &str)]) -> Vec<create_topics_request::CreatableTopicConfig> {
+    configs
+        .iter()
+        .map(|(k, v)| {
+            let mut c = create_topics_request::CreatableTopicConfig::default();
+            c.name = StrBytes::from_string(k.to_string());
+            c.value = Some(StrBytes::from_string(v.to_string()));
+            c
+        })
+        .collect()
 }
 
 /// The first record timestamp of test batches: the clock when the test

@@ -247,6 +247,17 @@ impl Broker {
     }
 }
 
+/// The Prometheus text an instance serves at `<base>/metrics`.
+pub async fn metrics(http: &reqwest::Client, base: &str) -> String {
+    http.get(format!("{base}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
 /// How long [`read_all`] waits for the records it wants.
 const READ_TIMEOUT: Duration = Duration::from_secs(30);
 
