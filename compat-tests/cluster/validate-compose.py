@@ -19,10 +19,11 @@ same numbers, advertising its internal listener at its own host name; every queu
 created by a one-shot kafka-topics.sh service the dispatcher waits for.
 Run with the compat venv (compat-tests/.cache/venv, `install.sh python` installs PyYAML).
 """
-import copy
 import os
 import sys
 import tomllib
+
+import checks
 
 import yaml
 
@@ -266,8 +267,8 @@ def validate_dispatcher(doc, base_dir):
     return errors
 
 
-def selftest(doc):
-    """Each broken variant must be rejected; the file itself must pass."""
+def variants():
+    """Broken variants of the file, each of which must be rejected."""
     def set_override(d, svc, key, value):
         cmd = d["services"][svc]["command"]
         for i, arg in enumerate(cmd):
@@ -288,7 +289,7 @@ def selftest(doc):
         d["services"][svc]["volumes"] = [v]
         return d
 
-    variants = {
+    return {
         "duplicate node id": lambda d: set_override(d, "broker2", "node.id", "1"),
         "inconsistent voters": lambda d: set_override(d, "broker3", "controller.quorum.voters", "1@broker1:9095,2@broker2:9095,3@broker3:9096"),
         "voter at wrong host": lambda d: [set_override(d, b, "controller.quorum.voters", "1@broker2:9095,2@broker2:9095,3@broker3:9095") for b in BROKERS][0],
@@ -302,47 +303,21 @@ def selftest(doc):
         "no dispatcher": lambda d: drop(d, "dispatcher"),
         "dispatcher does not wait for its topic": lambda d: d["services"]["dispatcher"].pop("depends_on"),
     }
-    failures = 0
-    base = validate(doc) + validate_dispatcher(doc, BASE_DIR)
-    if base:
-        print(f"selftest: the file itself is invalid: {base}")
-        failures += 1
-    for name, mutate in variants.items():
-        d = copy.deepcopy(doc)
-        mutate(d)
-        if not validate(d) + validate_dispatcher(d, BASE_DIR):
-            print(f"selftest: variant '{name}' was accepted")
-            failures += 1
-    print("selftest " + ("PASS" if failures == 0 else f"FAIL ({failures})"))
-    return failures == 0
-
-
-BASE_DIR = "."
 
 
 def main(argv):
-    self_test = "--selftest" in argv
-    paths = [a for a in argv if a != "--selftest"]
-    if len(paths) > 1:
-        print(__doc__, file=sys.stderr)
-        return 2
-    path = paths[0] if paths else os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docker-compose.yml")
-    try:
-        with open(path) as f:
-            doc = yaml.safe_load(f)
-    except (OSError, yaml.YAMLError) as e:
-        print(f"FAIL {path}: {e}")
-        return 1
-    global BASE_DIR
-    BASE_DIR = os.path.dirname(os.path.abspath(path))
-    errors = validate(doc) + validate_dispatcher(doc, BASE_DIR)
-    for e in errors:
-        print(f"FAIL {e}")
-    ok = not errors
-    if self_test:
-        ok = selftest(doc) and ok
-    print(f"docker-compose.yml: {'valid' if not errors else f'{len(errors)} problem(s)'}")
-    return 0 if ok else 1
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def check(doc, path, self_test):
+        base_dir = os.path.dirname(os.path.abspath(path))
+
+        def validate_all(d):
+            return validate(d) + validate_dispatcher(d, base_dir)
+
+        errors = validate_all(doc)
+        return errors, (not self_test or checks.selftest(doc, validate_all, variants()))
+
+    return checks.main(argv, __doc__, os.path.join(here, "..", "..", "docker-compose.yml"), yaml.safe_load, check)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,11 @@ container declares, and sets replication factors 3 and min.insync.replicas 2; re
 liveness probe the client port; the data volume claim is mounted at log.dirs.
 Run with the compat venv (compat-tests/.cache/venv, `install.sh python` installs PyYAML).
 """
-import copy
 import os
 import re
 import sys
+
+import checks
 
 import yaml
 
@@ -124,7 +125,8 @@ def validate(docs):
     return errors
 
 
-def selftest(docs):
+def variants():
+    """Broken variants of the file, each of which must be rejected."""
     def sts(d):
         return next(x for x in d if x.get("kind") == "StatefulSet")
 
@@ -135,7 +137,7 @@ def selftest(docs):
         c = container(d)
         c["command"] = [str(x).replace(old, new) for x in c["command"]]
 
-    variants = {
+    return {
         "four replicas, three voters": lambda d: sts(d)["spec"].__setitem__("replicas", 4),
         "not headless": lambda d: next(x for x in d if x["metadata"]["name"] == "kafka-rs")["spec"].pop("clusterIP"),
         "voter at the wrong pod": lambda d: replace_in_command(d, "2@kafka-rs-1", "2@kafka-rs-2"),
@@ -146,42 +148,21 @@ def selftest(docs):
         "selector mismatch": lambda d: sts(d)["spec"]["selector"].__setitem__("matchLabels", {"app": "other"}),
         "wrong apiVersion": lambda d: sts(d).__setitem__("apiVersion", "apps/v1beta1"),
     }
-    failures = 0
-    if validate(docs):
-        print(f"selftest: the file itself is invalid: {validate(docs)}")
-        failures += 1
-    for name, mutate in variants.items():
-        d = copy.deepcopy(docs)
-        mutate(d)
-        if not validate(d):
-            print(f"selftest: variant '{name}' was accepted")
-            failures += 1
-    print("selftest " + ("PASS" if failures == 0 else f"FAIL ({failures})"))
-    return failures == 0
 
 
 def main(argv):
-    self_test = "--selftest" in argv
-    paths = [a for a in argv if a != "--selftest"]
-    if len(paths) > 1:
-        print(__doc__, file=sys.stderr)
-        return 2
     here = os.path.dirname(os.path.abspath(__file__))
-    path = paths[0] if paths else os.path.join(here, "..", "..", "config", "kubernetes", "kafka-rs.yaml")
-    try:
-        with open(path) as f:
-            docs = [d for d in yaml.safe_load_all(f) if d is not None]
-    except (OSError, yaml.YAMLError) as e:
-        print(f"FAIL {path}: {e}")
-        return 1
-    errors = validate(docs)
-    for e in errors:
-        print(f"FAIL {e}")
-    ok = not errors
-    if self_test:
-        ok = selftest(docs) and ok
-    print(f"kafka-rs.yaml: {'valid' if not errors else f'{len(errors)} problem(s)'}")
-    return 0 if ok else 1
+
+    def check(docs, path, self_test):
+        return validate(docs), (not self_test or checks.selftest(docs, validate, variants()))
+
+    return checks.main(
+        argv,
+        __doc__,
+        os.path.join(here, "..", "..", "config", "kubernetes", "kafka-rs.yaml"),
+        lambda f: [d for d in yaml.safe_load_all(f) if d is not None],
+        check,
+    )
 
 
 if __name__ == "__main__":
